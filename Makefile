@@ -1,0 +1,40 @@
+# nixl-agent: build/test glue. `make test` works from a fresh clone.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+
+CARGO ?= cargo
+ARGS ?=
+
+# Absolute paths to what scripts/setup.sh puts in .deps/ (see scripts/env.sh).
+export NIXL_LIB_DIR := $(CURDIR)/.deps/nixl/.nixl_cu12.mesonpy.libs
+export PROMTOOL     := $(CURDIR)/.deps/prometheus/usr/bin/promtool
+export PROMETHEUS   := $(CURDIR)/.deps/prometheus/usr/bin/prometheus
+
+.PHONY: all setup build run test fmt clean-deps
+
+all: test
+
+setup:
+	bash "$(CURDIR)/scripts/setup.sh"
+
+build: setup
+	$(CARGO) build --release
+
+# The agent on its embedded default plan; extra arguments: make run ARGS='...'
+run: setup
+	$(CARGO) run --release -- run $(ARGS)
+
+# Every test. nextest when available, else cargo test.
+test: setup
+	$(CARGO) build --all-targets
+	if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --no-fail-fast; \
+	else \
+		$(CARGO) test --no-fail-fast; \
+	fi
+
+fmt:
+	$(CARGO) fmt --all
+
+clean-deps:
+	rm -rf "$(CURDIR)/.deps"

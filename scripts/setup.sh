@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Fetches the build/test dependencies of nixl-agent into the git-ignored .deps/.
+# Idempotent: every step is skipped when its result is already present.
+#   a. Debian build packages (libclang-dev for bindgen, unzip, pkg-config)
+#   b. NIXL runtime (libnixl_capi.so + plugins) unpacked from the nixl-cu12 wheel
+#   c. prometheus + promtool unpacked from Debian's prometheus .deb (no service)
+set -euo pipefail
+
+NIXL_WHEEL_VERSION=1.5.1
+NIXL_WHEEL_NAME=nixl-cu12
+# Pin the wheel's tags so the download does not depend on the local python3:
+# only the bundled shared libraries are used, never the Python module.
+NIXL_WHEEL_PYTHON=3.11
+NIXL_WHEEL_PLATFORM=manylinux_2_28_x86_64
+APT_PACKAGES=(libclang-dev unzip pkg-config)
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="$ROOT/.deps"
+NIXL_DIR="$DEPS/nixl"
+NIXL_LIB_DIR="$NIXL_DIR/.nixl_cu12.mesonpy.libs"
+NIXL_DIST_INFO="$NIXL_DIR/nixl_cu12-${NIXL_WHEEL_VERSION}.dist-info"
+WHEEL_DIR="$DEPS/wheels"
+DEB_DIR="$DEPS/debs"
+PROM_DIR="$DEPS/prometheus"
+PROMTOOL="$PROM_DIR/usr/bin/promtool"
+PROMETHEUS="$PROM_DIR/usr/bin/prometheus"
+APT_STAMP="$DEPS/.apt-updated"
+
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo -E)
+    fi
+fi
+
+mkdir -p "$DEPS"
+
+# apt-get update at most once per .deps/ (i.e. once on a fresh machine/clone).
+apt_update_once() {
+    if [ ! -e "$APT_STAMP" ]; then
+        log "apt-get update"
+        ${SUDO[@]+"${SUDO[@]}"} apt-get update -qq
+        touch "$APT_STAMP"
+    fi
+}
+
+# --- a. Debian build packages -------------------------------------------------
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    if ! dpkg -s "$pkg" >/dev/null 2>&1; then
+        missing+=("$pkg")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    [ "$(id -u)" -eq 0 ] || [ "${#SUDO[@]}" -gt 0 ] || die "need root or sudo to install: ${missing[*]}"
+    apt_update_once
+    log "apt-get install ${missing[*]}"
+    ${SUDO[@]+"${SUDO[@]}"} apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+    log "apt packages present (${APT_PACKAGES[*]})"
+fi
+
+# --- b. NIXL runtime from the wheel (not pip-installed) -----------------------
+if [ -f "$NIXL_LIB_DIR/libnixl_capi.so" ] && [ -d "$NIXL_DIST_INFO" ]; then
+    log "nixl ${NIXL_WHEEL_VERSION} present"
+else
+    mkdir -p "$WHEEL_DIR"
+    wheel="$(ls "$WHEEL_DIR"/nixl_cu12-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1 || true)"
+    if [ -z "$wheel" ]; then
+        log "pip download ${NIXL_WHEEL_NAME}==${NIXL_WHEEL_VERSION}"
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --python-version "$NIXL_WHEEL_PYTHON" \
+            --platform "$NIXL_WHEEL_PLATFORM" \
+            -d "$WHEEL_DIR" "${NIXL_WHEEL_NAME}==${NIXL_WHEEL_VERSION}"
+        wheel="$(ls "$WHEEL_DIR"/nixl_cu12-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1 || true)"
+        [ -n "$wheel" ] || die "no nixl_cu12-${NIXL_WHEEL_VERSION} wheel in $WHEEL_DIR after pip download"
+    fi
+    log "unzip $(basename "$wheel") -> .deps/nixl"
+    rm -rf "$NIXL_DIR.tmp"
+    unzip -q -o "$wheel" -d "$NIXL_DIR.tmp"
+    [ -f "$NIXL_DIR.tmp/.nixl_cu12.mesonpy.libs/libnixl_capi.so" ] \
+        || die "wheel has no .nixl_cu12.mesonpy.libs/libnixl_capi.so"
+    rm -rf "$NIXL_DIR"
+    mv "$NIXL_DIR.tmp" "$NIXL_DIR"
+fi
+
+# --- c. prometheus + promtool from the Debian package (not installed) ---------
+if [ -x "$PROMTOOL" ] && [ -x "$PROMETHEUS" ]; then
+    log "promtool present"
+else
+    mkdir -p "$DEB_DIR"
+    deb="$(ls "$DEB_DIR"/prometheus_*.deb 2>/dev/null | head -n1 || true)"
+    if [ -z "$deb" ]; then
+        # A fresh machine may have empty apt lists: update when there is no candidate.
+        # (capture first: `cmd | grep -q` can fail on SIGPIPE under pipefail)
+        policy="$(apt-cache policy prometheus 2>/dev/null || true)"
+        case "$policy" in
+            *"Candidate: (none)"*|"") apt_update_once ;;
+            *"Candidate:"*) ;;
+            *) apt_update_once ;;
+        esac
+        log "apt-get download prometheus"
+        # apt-get download writes into the current directory; as root the _apt
+        # sandbox user must be able to write there, so make it world-writable.
+        chmod 0777 "$DEB_DIR" 2>/dev/null || true
+        (cd "$DEB_DIR" && ${SUDO[@]+"${SUDO[@]}"} apt-get download -qq prometheus)
+        deb="$(ls "$DEB_DIR"/prometheus_*.deb 2>/dev/null | head -n1 || true)"
+        [ -n "$deb" ] || die "apt-get download prometheus produced no .deb in $DEB_DIR"
+    fi
+    log "dpkg -x $(basename "$deb") -> .deps/prometheus"
+    rm -rf "$PROM_DIR.tmp"
+    dpkg -x "$deb" "$PROM_DIR.tmp"
+    [ -x "$PROM_DIR.tmp/usr/bin/promtool" ] || die "prometheus .deb has no usr/bin/promtool"
+    rm -rf "$PROM_DIR"
+    mv "$PROM_DIR.tmp" "$PROM_DIR"
+fi
+"$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL --version failed"
+log "promtool ok ($("$PROMTOOL" --version 2>&1 | head -n1))"
+
+# --- d. environment for callers -----------------------------------------------
+log "done; environment (also: source scripts/env.sh):"
+printf 'NIXL_LIB_DIR=%s\n' "$NIXL_LIB_DIR"
+printf 'PROMTOOL=%s\n' "$PROMTOOL"
+printf 'PROMETHEUS=%s\n' "$PROMETHEUS"

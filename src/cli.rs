@@ -1,0 +1,100 @@
+//! Command-line interface: flags, and how they layer over the config file
+//! and the environment (file < environment < flags).
+
+use crate::config::{Config, ConfigError, Env, LogFormat, ENV_CONFIG};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Performs NIXL memory registration and makes every attempt observable.
+#[derive(Debug, Parser)]
+#[command(name = "nixl-agent", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub opts: Opts,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Register the plan, serve /metrics, /livez, /readyz and /v1/status,
+    /// and deregister everything on SIGTERM/SIGINT (the default command)
+    Run,
+    /// Print the effective configuration (file, environment and flags
+    /// applied) as TOML and exit
+    Config,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Opts {
+    /// TOML config file [env: NIXL_AGENT_CONFIG]; without one, the embedded
+    /// default plan runs
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// HTTP listen address [env: NIXL_AGENT_LISTEN] [default: 127.0.0.1:10915]
+    #[arg(long, global = true, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Directory holding libnixl_capi.so [env: NIXL_LIB_DIR]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub nixl_lib_dir: Option<PathBuf>,
+    /// Log format [env: NIXL_AGENT_LOG_FORMAT] [default: text]
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+impl Opts {
+    /// Builds the effective config: defaults, the file, the environment,
+    /// then these flags; validated.
+    pub fn load_config(&self, env: &dyn Env) -> Result<Config, ConfigError> {
+        let path = self.config.clone().or_else(|| env.var(ENV_CONFIG).map(PathBuf::from));
+        let mut config = match path {
+            Some(p) => Config::load(&p)?,
+            None => Config::default(),
+        };
+        config.apply_env(env)?;
+        if let Some(l) = self.listen {
+            config.listen = l;
+        }
+        if let Some(d) = &self.nixl_lib_dir {
+            config.nixl_lib_dir = Some(d.clone());
+        }
+        if let Some(f) = self.log_format {
+            config.log_format = f;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn flags_beat_env_beat_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.toml");
+        std::fs::write(&file, "listen = '127.0.0.1:1'\nlog_format = 'json'\n").unwrap();
+        let env: HashMap<String, String> = [
+            (ENV_CONFIG.to_string(), file.display().to_string()),
+            ("NIXL_AGENT_LISTEN".to_string(), "127.0.0.1:2".to_string()),
+        ]
+        .into();
+        let opts = Opts::default();
+        let c = opts.load_config(&env).unwrap();
+        assert_eq!((c.listen.port(), c.log_format), (2, LogFormat::Json));
+        let opts = Opts { listen: Some("127.0.0.1:3".parse().unwrap()), log_format: Some(LogFormat::Text), ..Opts::default() };
+        let c = opts.load_config(&env).unwrap();
+        assert_eq!((c.listen.port(), c.log_format), (3, LogFormat::Text));
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        let opts = Opts { config: Some("/nonexistent/agent.toml".into()), ..Opts::default() };
+        let e = opts.load_config(&HashMap::new()).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/agent.toml"), "{e}");
+    }
+}

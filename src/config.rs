@@ -1,0 +1,321 @@
+//! Configuration: the TOML file, its defaults, environment overrides and
+//! validation. Everything here runs before any port is bound or any NIXL call
+//! is made, so a bad config costs nothing but an error message.
+
+use crate::telemetry::names::MemType;
+use crate::units;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default HTTP listen address: loopback only. Port 10915 sits outside the
+/// Prometheus exporter range 9100–9999 (fully allocated) and away from NIXL's
+/// own 8888 and the usual serving ports.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10915";
+/// Default NIXL agent name (NIXL uses it in metadata exchange).
+pub const DEFAULT_AGENT_NAME: &str = "nixl-agent";
+/// Default time allowed to deregister everything after SIGTERM.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Default first retry delay after a failed group attempt.
+pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+/// Default ceiling of the retry delay.
+pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Default attempts per group before giving up; 0 retries for ever.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 0;
+/// Default backend list of a group.
+pub const DEFAULT_BACKEND: &str = "UCX";
+
+/// Most regions one group may have: refuses absurd plans before allocating.
+pub const MAX_REGIONS_PER_GROUP: u64 = 1 << 20;
+/// Most bytes one group may ask the binary to allocate.
+pub const MAX_GROUP_BYTES: u64 = 1 << 40;
+/// Most groups in one plan.
+pub const MAX_GROUPS: usize = 256;
+
+/// Environment variables read as overrides (after the file, before flags).
+pub const ENV_CONFIG: &str = "NIXL_AGENT_CONFIG";
+pub const ENV_LISTEN: &str = "NIXL_AGENT_LISTEN";
+pub const ENV_LOG_FORMAT: &str = "NIXL_AGENT_LOG_FORMAT";
+pub const ENV_NIXL_LIB_DIR: &str = "NIXL_LIB_DIR";
+
+/// The agent's whole configuration. Every field has a default, so an empty
+/// file is a valid config and runs the embedded default plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the HTTP server (/metrics, /livez, /readyz, /v1/status) binds.
+    /// Loopback by default; binding all interfaces needs an explicit address.
+    pub listen: SocketAddr,
+    /// Name of the NIXL agent this process creates.
+    pub agent_name: String,
+    /// Directory holding libnixl_capi.so. Unset: search the pip wheel in
+    /// Python's site-packages, /opt/nvidia/nvda_nixl, then the loader path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nixl_lib_dir: Option<PathBuf>,
+    /// Time allowed, after SIGTERM/SIGINT, to deregister everything and exit.
+    #[serde(with = "units::duration")]
+    pub shutdown_grace: Duration,
+    /// Log line format: "text" for people, "json" for log pipelines.
+    pub log_format: LogFormat,
+    /// How failed groups are retried.
+    pub retry: RetryConfig,
+    /// The registration plan: one entry per named group of regions.
+    #[serde(rename = "group")]
+    pub groups: Vec<GroupConfig>,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Capped exponential backoff for failed groups.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Delay before the first retry; each further retry doubles it.
+    #[serde(with = "units::duration")]
+    pub initial_backoff: Duration,
+    /// Ceiling of the delay between two attempts of one group.
+    #[serde(with = "units::duration")]
+    pub max_backoff: Duration,
+    /// Attempts per group before the agent stops retrying it (0: never stop).
+    pub max_attempts: u32,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            initial_backoff: DEFAULT_INITIAL_BACKOFF,
+            max_backoff: DEFAULT_MAX_BACKOFF,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+/// One group of regions the binary allocates (`count` × `size`) and registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// Unique group name, the `group` label: [A-Za-z0-9_.-], 1–64 bytes.
+    pub name: String,
+    /// What the buffers are for: kv, aux, state or your own word ([a-z0-9_]).
+    pub kind: String,
+    /// DRAM (host memory) or VRAM (GPU memory, needs CUDA).
+    pub mem_type: MemType,
+    /// Device id: the CUDA ordinal for VRAM, 0 for DRAM.
+    #[serde(default)]
+    pub device: u32,
+    /// NIXL backends to register with, by plugin name.
+    #[serde(default = "default_backends")]
+    pub backends: Vec<String>,
+    /// Whether /readyz waits for this group.
+    #[serde(default = "default_true")]
+    pub required: bool,
+    /// Whether regions are checked before NIXL sees them.
+    #[serde(default = "default_true")]
+    pub validate: bool,
+    /// Number of regions to allocate.
+    pub count: u64,
+    /// Size of each region ("64KiB", "2MiB"), rounded up to the page size.
+    #[serde(with = "units::size")]
+    pub size: u64,
+}
+
+fn default_backends() -> Vec<String> {
+    vec![DEFAULT_BACKEND.to_string()]
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("DEFAULT_LISTEN is a socket address"),
+            agent_name: DEFAULT_AGENT_NAME.to_string(),
+            nixl_lib_dir: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            log_format: LogFormat::Text,
+            retry: RetryConfig::default(),
+            groups: default_groups(),
+        }
+    }
+}
+
+/// The embedded default plan, shaped like an SGLang decode worker: a kv group
+/// of several regions and an aux group of a few small ones, all DRAM so that
+/// it registers on any machine (4.25 MiB in all, under Docker's 8 MiB memlock).
+pub fn default_groups() -> Vec<GroupConfig> {
+    let group = |name: &str, count, size| GroupConfig {
+        name: name.to_string(),
+        kind: name.to_string(),
+        mem_type: MemType::Dram,
+        device: 0,
+        backends: default_backends(),
+        required: true,
+        validate: true,
+        count,
+        size,
+    };
+    vec![group("kv", 8, 512 << 10), group("aux", 4, 64 << 10)]
+}
+
+/// A configuration problem: which key, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), message: message.into() }
+}
+
+/// Source of environment variables, so tests never touch the process env.
+pub trait Env {
+    fn var(&self, key: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for std::collections::HashMap<String, String> {
+    fn var(&self, key: &str) -> Option<String> {
+        self.get(key).cloned()
+    }
+}
+
+impl Config {
+    /// Parses a config file's text (`path` only names it in errors).
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// Applies environment overrides on top of the file.
+    pub fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
+        if let Some(v) = env.var(ENV_LISTEN) {
+            self.listen = v.parse().map_err(|_| {
+                invalid(ENV_LISTEN, format!("`{v}` is not an ADDR:PORT socket address"))
+            })?;
+        }
+        if let Some(v) = env.var(ENV_NIXL_LIB_DIR) {
+            self.nixl_lib_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = env.var(ENV_LOG_FORMAT) {
+            self.log_format = match v.as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                _ => return Err(invalid(ENV_LOG_FORMAT, format!("`{v}` is neither text nor json"))),
+            };
+        }
+        Ok(())
+    }
+
+    /// Checks everything serde cannot: ranges, names, uniqueness, limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_word("agent_name", &self.agent_name, 128, |c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+        })?;
+        if self.shutdown_grace.is_zero() {
+            return Err(invalid("shutdown_grace", "must be greater than 0"));
+        }
+        let r = &self.retry;
+        if r.initial_backoff.is_zero() {
+            return Err(invalid("retry.initial_backoff", "must be greater than 0"));
+        }
+        if r.max_backoff < r.initial_backoff {
+            return Err(invalid("retry.max_backoff", "must be at least retry.initial_backoff"));
+        }
+        if self.groups.len() > MAX_GROUPS {
+            return Err(invalid("group", format!("{} groups; at most {MAX_GROUPS}", self.groups.len())));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            let key = |field: &str| format!("group[{i}].{field}");
+            validate_group_words(&g.name, &g.kind, &g.backends, &key)?;
+            if !names.insert(g.name.as_str()) {
+                return Err(invalid(key("name"), format!("`{}` is used by another group", g.name)));
+            }
+            if g.mem_type == MemType::Dram && g.device != 0 {
+                return Err(invalid(key("device"), "DRAM groups use device 0"));
+            }
+            if g.count == 0 || g.count > MAX_REGIONS_PER_GROUP {
+                return Err(invalid(key("count"), format!("{} regions; must be 1..={MAX_REGIONS_PER_GROUP}", g.count)));
+            }
+            if g.size == 0 {
+                return Err(invalid(key("size"), "must be greater than 0"));
+            }
+            match g.count.checked_mul(g.size) {
+                Some(total) if total <= MAX_GROUP_BYTES => {}
+                _ => {
+                    return Err(invalid(
+                        key("size"),
+                        format!("count × size exceeds {} per group", units::format_size(MAX_GROUP_BYTES)),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks the words of a group that become label values. Shared by the config
+/// file and the library API, so both refuse the same names.
+pub(crate) fn validate_group_words(
+    name: &str,
+    kind: &str,
+    backends: &[String],
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    check_word(&key("name"), name, 64, |c| {
+        c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+    })?;
+    check_word(&key("kind"), kind, 32, |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')?;
+    if backends.is_empty() {
+        return Err(invalid(key("backends"), "needs at least one backend, e.g. [\"UCX\"]"));
+    }
+    for b in backends {
+        check_word(&key("backends"), b, 32, |c| c.is_ascii_alphanumeric() || c == '_')?;
+    }
+    Ok(())
+}
+
+fn check_word(key: &str, value: &str, max: usize, ok: impl Fn(char) -> bool) -> Result<(), ConfigError> {
+    if value.is_empty() || value.len() > max {
+        return Err(invalid(key, format!("must be 1 to {max} bytes long")));
+    }
+    if let Some(c) = value.chars().find(|c| !ok(*c)) {
+        return Err(invalid(key, format!("`{value}` contains {c:?}, which is not allowed here")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

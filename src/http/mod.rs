@@ -1,0 +1,93 @@
+//! The HTTP surface: /, /metrics, /livez, /readyz, /v1/status.
+//!
+//! Architecture invariant: handlers only read recorded state (the metric
+//! registry and the status snapshot). They never call NIXL, never wait on the
+//! lifecycle thread, and a scrape costs one registry encode.
+
+use crate::status::Status;
+use crate::telemetry::exposition::{self, Format};
+use crate::telemetry::Metrics;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::sync::watch;
+
+/// What handlers can see.
+#[derive(Clone)]
+pub struct AppState {
+    pub metrics: Metrics,
+    pub status: watch::Receiver<Status>,
+}
+
+/// Every endpoint, with its one-line description (rendered on `/`).
+pub const ENDPOINTS: &[(&str, &str)] = &[
+    ("/metrics", "Prometheus metrics (OpenMetrics when the Accept header asks for it)"),
+    ("/livez", "200 while the process and its runtime answer"),
+    ("/readyz", "200 when NIXL is available and every required group is registered, else 503; ?verbose lists checks"),
+    ("/v1/status", "JSON: groups, backends, NIXL library, last reasons and error text"),
+];
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/v1/status", get(status))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn index() -> Html<String> {
+    let mut page = String::from(
+        "<!doctype html><html><head><title>nixl-agent</title></head><body><h1>nixl-agent</h1><ul>",
+    );
+    for (path, what) in ENDPOINTS {
+        page.push_str(&format!("<li><a href=\"{path}\">{path}</a> — {what}</li>"));
+    }
+    page.push_str("</ul></body></html>\n");
+    Html(page)
+}
+
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    let body = exposition::encode(s.metrics.registry(), format);
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let verbose = query.is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
+    let (ready, body) = {
+        let st = s.status.borrow();
+        let ready = st.ready;
+        let mut body = String::new();
+        if verbose {
+            for c in st.checks() {
+                match c.failure {
+                    None => body.push_str(&format!("[+]{} ok\n", c.name)),
+                    Some(why) => body.push_str(&format!("[-]{} failed: {why}\n", c.name)),
+                }
+            }
+        }
+        body.push_str(if ready { "ok\n" } else { "not ready\n" });
+        (ready, body)
+    };
+    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+async fn status(State(s): State<AppState>) -> Response {
+    let body = serde_json::to_string_pretty(&*s.status.borrow()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn not_found() -> (StatusCode, &'static str) {
+    (StatusCode::NOT_FOUND, "not found\n")
+}

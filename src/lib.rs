@@ -1,0 +1,24 @@
+//! nixl-agent: performs NIXL memory registration for a serving process and
+//! makes every attempt observable (Prometheus metrics, health probes, status).
+//!
+//! The library is the product; `src/main.rs` is a thin shell over [`agent`].
+//! See ARCHITECTURE.md for the map and the invariants.
+#![deny(unsafe_code)]
+
+pub mod agent;
+pub mod backoff;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod lifecycle;
+pub mod nixl;
+pub mod plan;
+pub mod status;
+pub mod telemetry;
+pub mod units;
+pub mod validate;
+
+pub use agent::{Agent, AgentHandle, StartError};
+pub use config::Config;
+pub use plan::{GroupSpec, Kind, Plan, Region, RegionSource};
+pub use telemetry::names::{MemType, Reason};

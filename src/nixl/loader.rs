@@ -1,0 +1,94 @@
+//! Loading libnixl_capi.so by full path before any nixl-sys call.
+//!
+//! nixl-sys (feature `stub-api`) resolves every NIXL function through a
+//! one-shot `dlopen("libnixl_capi.so")` and aborts the process when that
+//! fails. Loading the library here first, by the path discovery found, makes
+//! that dlopen find the already-loaded object by its soname; and checking
+//! `nixl_sys::is_stub()` only after it means a missing library is a reason
+//! (`nixl_unavailable`), never an abort.
+
+use super::discover::{Discovery, FoundBy, NotFound, CAPI_LIB};
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// NIXL's plugin directory variable.
+pub const PLUGIN_DIR_ENV: &str = "NIXL_PLUGIN_DIR";
+
+/// A loaded NIXL runtime.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub discovery: Discovery,
+    /// The `plugins` folder beside the library, when there is one.
+    pub plugin_dir: Option<PathBuf>,
+}
+
+/// Why the runtime could not be loaded, with every place that was tried.
+#[derive(Debug, Clone)]
+pub struct LoadError {
+    pub message: String,
+    pub searched: Vec<String>,
+}
+
+/// Loads the library found by discovery, or falls back to the dynamic
+/// loader's search path when discovery found nothing and no directory was
+/// configured. Safe to call more than once: dlopen reference-counts.
+pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
+    let discovery = match found {
+        Ok(d) => d,
+        Err(nf) if nf.configured => {
+            return Err(LoadError {
+                message: format!("{} not found in the configured NIXL library directory", CAPI_LIB),
+                searched: nf.searched,
+            })
+        }
+        Err(mut nf) => {
+            nf.searched.push(format!("{CAPI_LIB} (dynamic loader search path)"));
+            match dlopen(CAPI_LIB) {
+                Ok(()) => Discovery { library: PathBuf::from(CAPI_LIB), found_by: FoundBy::Loader, version: None },
+                Err(e) => {
+                    return Err(LoadError {
+                        message: format!("{CAPI_LIB} not found (last dlopen error: {e})"),
+                        searched: nf.searched,
+                    })
+                }
+            }
+        }
+    };
+    if discovery.found_by != FoundBy::Loader {
+        dlopen(&discovery.library.display().to_string()).map_err(|e| LoadError {
+            message: format!("cannot load {}: {e}", discovery.library.display()),
+            searched: vec![discovery.library.display().to_string()],
+        })?;
+    }
+    // The stub's own dlopen now resolves to the object loaded above.
+    if nixl_sys::is_stub() {
+        return Err(LoadError {
+            message: format!("{} was loaded but nixl-sys still sees no NIXL runtime", discovery.library.display()),
+            searched: vec![discovery.library.display().to_string()],
+        });
+    }
+    let plugin_dir = discovery.lib_dir().map(|d| d.join("plugins")).filter(|p| p.is_dir());
+    Ok(Loaded { discovery, plugin_dir })
+}
+
+fn dlopen(path: &str) -> Result<(), String> {
+    let c = CString::new(std::ffi::OsStr::new(path).as_bytes()).map_err(|_| "path contains NUL".to_string())?;
+    // Safety: `c` is a valid NUL-terminated string that outlives the call.
+    // The handle is deliberately never closed: NIXL stays loaded for the
+    // life of the process, as nixl-sys expects.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if handle.is_null() {
+        // Safety: dlerror returns NULL or a NUL-terminated string owned by
+        // libc, valid until the next dl* call on this thread; copied at once.
+        let err = unsafe { libc::dlerror() };
+        let msg = if err.is_null() {
+            "unknown dlopen error".to_string()
+        } else {
+            // Safety: non-null, NUL-terminated (see above).
+            unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned()
+        };
+        return Err(msg);
+    }
+    Ok(())
+}

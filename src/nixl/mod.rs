@@ -1,0 +1,28 @@
+//! The only room with FFI: loading the NIXL runtime, the NIXL agent and its
+//! backends, CUDA through cudarc, and the memory the binary allocates.
+//!
+//! `unsafe` is allowed here and nowhere else in the crate (the crate root
+//! denies it). It is needed for `dlopen`, for describing raw regions to
+//! nixl-sys (its `MemoryRegion::as_ptr` is an `unsafe fn`), for `mmap`,
+//! `getrlimit` and CUDA pointer queries. Each block carries a `// Safety:`
+//! comment. The rest of the crate sees only [`NixlRegistrar`], which
+//! implements the safe [`crate::lifecycle::Registrar`] trait, and plain data.
+#![allow(unsafe_code)]
+
+mod cuda;
+pub mod discover;
+mod loader;
+mod memory;
+mod probe;
+mod registrar;
+
+pub use discover::{discover, Discovery, FoundBy, NotFound};
+pub use loader::{load, Loaded, PLUGIN_DIR_ENV};
+pub use memory::Backing;
+pub use probe::SystemProbe;
+pub use registrar::NixlRegistrar;
+
+/// Whether a CUDA driver library can be loaded in this process.
+pub fn cuda_driver_present() -> bool {
+    cuda::driver_present()
+}

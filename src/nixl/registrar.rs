@@ -1,0 +1,184 @@
+//! [`NixlRegistrar`]: the real NIXL behind the lifecycle's `Registrar` trait.
+
+use super::loader::{LoadError, Loaded};
+use super::memory::{self, Backing};
+use super::probe::SystemProbe;
+use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
+use crate::plan::{GroupSpec, Region};
+use crate::telemetry::names::{MemType, Reason};
+use crate::validate::MemoryProbe;
+use nixl_sys::{Agent, Backend, NixlError, OptArgs, RegistrationHandle};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// One region as nixl-sys wants to see it.
+#[derive(Debug)]
+struct Desc {
+    addr: usize,
+    len: usize,
+    device: u64,
+    mem_type: nixl_sys::MemType,
+}
+
+impl nixl_sys::MemoryRegion for Desc {
+    // Safety (of the contract): the returned pointer is only handed to NIXL
+    // for registration, never dereferenced by Rust. Validity of the memory is
+    // the plan's promise (and what validation checks when enabled).
+    unsafe fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+
+    fn size(&self) -> usize {
+        self.len
+    }
+}
+
+impl nixl_sys::NixlDescriptor for Desc {
+    fn mem_type(&self) -> nixl_sys::MemType {
+        self.mem_type
+    }
+
+    fn device_id(&self) -> u64 {
+        self.device
+    }
+}
+
+/// Maps a nixl-sys error to the closed reason vocabulary.
+pub fn reason_of(e: &NixlError) -> Reason {
+    match e {
+        NixlError::InvalidParam | NixlError::StringConversionError(_) => Reason::NixlInvalidParam,
+        NixlError::BackendError => Reason::NixlBackendError,
+        NixlError::NotFound => Reason::NixlNotFound,
+        NixlError::InvalidDataPointer => Reason::InvalidAddress,
+        NixlError::FailedToCreateBackend => Reason::BackendInitFailed,
+        NixlError::RegDescListCreationFailed | NixlError::RegDescAddFailed | NixlError::IndexOutOfBounds => {
+            Reason::NixlInvalidParam
+        }
+        NixlError::FailedToCreateXferRequest
+        | NixlError::FailedToCreateXferDlistHandle
+        | NixlError::NoTelemetry => Reason::Unknown,
+    }
+}
+
+fn failure(e: NixlError, what: &str) -> Failure {
+    Failure::new(reason_of(&e), format!("{what}: {e} (NIXL/UCX print the cause on stderr)"))
+}
+
+struct Live {
+    agent: Agent,
+    plugins: Vec<String>,
+    backends: HashMap<String, Backend>,
+    /// Registration options per backend set, built once.
+    opts: HashMap<String, OptArgs>,
+}
+
+/// Owns the NIXL agent, its backends and the memory it allocated. Lives on
+/// the lifecycle thread only.
+pub struct NixlRegistrar {
+    name: String,
+    loaded: Result<Loaded, LoadError>,
+    live: Option<Live>,
+    probe: SystemProbe,
+}
+
+impl NixlRegistrar {
+    /// `loaded` is the outcome of [`super::load`]; an error surfaces at
+    /// preflight as `nixl_unavailable`.
+    pub fn new(agent_name: &str, loaded: Result<Loaded, LoadError>) -> NixlRegistrar {
+        NixlRegistrar { name: agent_name.to_string(), loaded, live: None, probe: SystemProbe }
+    }
+
+    /// The NIXL agent, for an embedding process that wants to use the
+    /// registrations for transfers (after preflight succeeded).
+    pub fn agent(&self) -> Option<&Agent> {
+        self.live.as_ref().map(|l| &l.agent)
+    }
+
+    fn live(&mut self) -> Result<&mut Live, Failure> {
+        self.live.as_mut().ok_or_else(|| Failure::new(Reason::NixlUnavailable, "NIXL agent not created"))
+    }
+}
+
+impl Registrar for NixlRegistrar {
+    type Handle = RegistrationHandle;
+    type Backing = Backing;
+
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        if let Err(e) = &self.loaded {
+            let mut msg = e.message.clone();
+            if !e.searched.is_empty() {
+                msg.push_str(&format!("; searched: {}", e.searched.join(", ")));
+            }
+            return Err(Failure::new(Reason::NixlUnavailable, msg));
+        }
+        let agent = Agent::new(&self.name).map_err(|e| {
+            Failure::new(Reason::NixlUnavailable, format!("creating NIXL agent {:?}: {e}", self.name))
+        })?;
+        let list = agent.get_available_plugins().map_err(|e| failure(e, "listing NIXL plugins"))?;
+        let plugins: Vec<String> = (0..list.len().unwrap_or(0)).filter_map(|i| list.get(i).ok().map(str::to_string)).collect();
+        self.live = Some(Live { agent, plugins: plugins.clone(), backends: HashMap::new(), opts: HashMap::new() });
+        Ok(RuntimeFacts { plugins })
+    }
+
+    fn ensure_backend(&mut self, name: &str) -> Result<Option<Duration>, Failure> {
+        let live = self.live()?;
+        if live.backends.contains_key(name) {
+            return Ok(None);
+        }
+        if !live.plugins.iter().any(|p| p == name) {
+            return Err(Failure::new(
+                Reason::PluginUnavailable,
+                format!("no plugin named {name}; available: {}", live.plugins.join(", ")),
+            ));
+        }
+        let t0 = Instant::now();
+        let (_mems, params) = live
+            .agent
+            .get_plugin_params(name)
+            .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("plugin {name} parameters: {e}")))?;
+        let backend = live
+            .agent
+            .create_backend(name, &params)
+            .map_err(|e| Failure::new(Reason::BackendInitFailed, format!("creating backend {name}: {e}")))?;
+        live.backends.insert(name.to_string(), backend);
+        Ok(Some(t0.elapsed()))
+    }
+
+    fn allocate(&mut self, spec: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Backing), Failure> {
+        memory::allocate(spec.mem_type, spec.device, count, size)
+    }
+
+    fn probe(&self) -> &dyn MemoryProbe {
+        &self.probe
+    }
+
+    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<RegistrationHandle, Failure> {
+        let live = self.live()?;
+        let key = spec.backend_label();
+        if !live.opts.contains_key(&key) {
+            let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
+            for b in &spec.backends {
+                let backend = live
+                    .backends
+                    .get(b)
+                    .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
+                opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
+            }
+            live.opts.insert(key.clone(), opts);
+        }
+        let desc = Desc {
+            addr: region.addr,
+            len: region.len,
+            device: u64::from(region.device),
+            mem_type: match spec.mem_type {
+                MemType::Dram => nixl_sys::MemType::Dram,
+                MemType::Vram => nixl_sys::MemType::Vram,
+            },
+        };
+        live.agent.register_memory(&desc, live.opts.get(&key)).map_err(|e| failure(e, "NIXL registerMem"))
+    }
+
+    fn deregister_region(&mut self, mut handle: RegistrationHandle) -> Result<(), Failure> {
+        handle.deregister().map_err(|e| failure(e, "NIXL deregisterMem"))
+    }
+}

@@ -1,0 +1,219 @@
+//! The metric registry. Families are created from [`names::FAMILIES`] and every
+//! series known in advance (per group, per reason, per backend) is created at
+//! start so that it is 0 from the first scrape, not absent.
+//!
+//! Only [`super::events`] writes to it; the HTTP layer only encodes it.
+
+use super::names::{self, Family, Reason};
+use crate::plan::{GroupSpec, Plan};
+use prometheus::{
+    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+/// Upper bounds of the registration duration histogram, in seconds.
+pub const DURATION_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// Upper bounds of the descriptors-per-attempt histogram.
+pub const DESCRIPTOR_BUCKETS: &[f64] =
+    &[1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0];
+
+/// Version facts exported as `nixl_agent_build_info`.
+#[derive(Debug, Clone)]
+pub struct BuildInfo {
+    pub version: &'static str,
+    pub revision: &'static str,
+    pub nixl_version: String,
+}
+
+impl BuildInfo {
+    /// This build's version and revision with the given NIXL runtime version.
+    pub fn current(nixl_version: Option<&str>) -> BuildInfo {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            revision: option_env!("NIXL_AGENT_REVISION").unwrap_or("unknown"),
+            nixl_version: nixl_version.unwrap_or("unknown").to_string(),
+        }
+    }
+}
+
+/// The label values of one group, computed once.
+#[derive(Debug, Clone)]
+pub struct GroupLabels {
+    pub group: String,
+    pub kind: String,
+    pub mem_type: &'static str,
+    pub backend: String,
+    pub device: String,
+}
+
+impl GroupLabels {
+    pub fn of(spec: &GroupSpec) -> GroupLabels {
+        GroupLabels {
+            group: spec.name.clone(),
+            kind: spec.kind.as_str().to_string(),
+            mem_type: spec.mem_type.as_str(),
+            backend: spec.backend_label(),
+            device: spec.device.to_string(),
+        }
+    }
+
+    fn attempt(&self) -> [&str; 4] {
+        [&self.group, &self.kind, self.mem_type, &self.backend]
+    }
+
+    fn failure<'a>(&'a self, reason: Reason) -> [&'a str; 5] {
+        [&self.group, &self.kind, self.mem_type, &self.backend, reason.as_str()]
+    }
+
+    fn registered(&self) -> [&str; 4] {
+        [&self.group, &self.kind, self.mem_type, &self.device]
+    }
+
+    fn group(&self) -> [&str; 3] {
+        [&self.group, &self.kind, self.mem_type]
+    }
+}
+
+/// Every metric the agent owns, plus the process collector.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    attempts: IntCounterVec,
+    failures: IntCounterVec,
+    descriptors: HistogramVec,
+    duration: HistogramVec,
+    registered_descriptors: IntGaugeVec,
+    registered_bytes: IntGaugeVec,
+    deregistrations: IntCounterVec,
+    deregistration_failures: IntCounterVec,
+    group_registered: IntGaugeVec,
+    ready: IntGauge,
+    nixl_available: IntGauge,
+    backend_up: IntGaugeVec,
+    last_failure: GaugeVec,
+    memlock_limit: Gauge,
+    time_to_ready: Gauge,
+}
+
+fn opts(f: &Family) -> Opts {
+    Opts::new(f.name, f.help)
+}
+
+fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
+    r.register(Box::new(c.clone())).expect("metric families are declared once");
+    c
+}
+
+impl Metrics {
+    /// Builds the registry for a plan and pre-creates its known series.
+    pub fn new(plan: &Plan, build: &BuildInfo) -> Metrics {
+        let r = Registry::new();
+        let counter = |name| register(&r, IntCounterVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap());
+        let int_gauge_vec = |name| register(&r, IntGaugeVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap());
+        let histogram = |name, buckets: &[f64]| {
+            let f = Family::get(name);
+            let o = HistogramOpts::new(f.name, f.help).buckets(buckets.to_vec());
+            register(&r, HistogramVec::new(o, f.labels).unwrap())
+        };
+        let m = Metrics {
+            attempts: counter(names::REGISTRATION_ATTEMPTS_TOTAL),
+            failures: counter(names::REGISTRATION_FAILURES_TOTAL),
+            descriptors: histogram(names::REGISTRATION_DESCRIPTORS, DESCRIPTOR_BUCKETS),
+            duration: histogram(names::REGISTRATION_DURATION_SECONDS, DURATION_BUCKETS),
+            registered_descriptors: int_gauge_vec(names::REGISTERED_DESCRIPTORS),
+            registered_bytes: int_gauge_vec(names::REGISTERED_BYTES),
+            deregistrations: counter(names::DEREGISTRATIONS_TOTAL),
+            deregistration_failures: counter(names::DEREGISTRATION_FAILURES_TOTAL),
+            group_registered: int_gauge_vec(names::GROUP_REGISTERED),
+            ready: register(&r, IntGauge::with_opts(opts(Family::get(names::READY))).unwrap()),
+            nixl_available: register(&r, IntGauge::with_opts(opts(Family::get(names::NIXL_AVAILABLE))).unwrap()),
+            backend_up: int_gauge_vec(names::BACKEND_UP),
+            last_failure: register(
+                &r,
+                GaugeVec::new(opts(Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS)), Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS).labels)
+                    .unwrap(),
+            ),
+            memlock_limit: register(&r, Gauge::with_opts(opts(Family::get(names::MEMLOCK_LIMIT_BYTES))).unwrap()),
+            time_to_ready: register(&r, Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap()),
+            registry: r.clone(),
+        };
+        int_gauge_vec(names::BUILD_INFO)
+            .with_label_values(&[build.version, build.revision, &build.nixl_version])
+            .set(1);
+        #[cfg(target_os = "linux")]
+        m.registry
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .expect("process collector registers once");
+
+        for spec in &plan.groups {
+            let l = GroupLabels::of(spec);
+            m.attempts.with_label_values(&l.attempt());
+            m.descriptors.with_label_values(&l.attempt());
+            m.duration.with_label_values(&l.attempt());
+            for reason in Reason::ALL {
+                m.failures.with_label_values(&l.failure(reason));
+                m.deregistration_failures.with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
+            }
+            m.registered_descriptors.with_label_values(&l.registered()).set(0);
+            m.registered_bytes.with_label_values(&l.registered()).set(0);
+            m.deregistrations.with_label_values(&l.group());
+            m.group_registered.with_label_values(&l.group()).set(0);
+        }
+        for b in plan.backends() {
+            m.backend_up.with_label_values(&[&b]).set(0);
+        }
+        m
+    }
+
+    /// The registry, for the exposition encoders.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub(crate) fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: f64) {
+        self.attempts.with_label_values(&l.attempt()).inc();
+        self.descriptors.with_label_values(&l.attempt()).observe(descriptors as f64);
+        self.duration.with_label_values(&l.attempt()).observe(seconds);
+    }
+
+    pub(crate) fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
+        self.failures.with_label_values(&l.failure(reason)).inc();
+        self.last_failure.with_label_values(&[&l.group, reason.as_str()]).set(unix_seconds);
+    }
+
+    pub(crate) fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
+        self.registered_descriptors.with_label_values(&l.registered()).set(descriptors as i64);
+        self.registered_bytes.with_label_values(&l.registered()).set(bytes as i64);
+        self.group_registered.with_label_values(&l.group()).set(i64::from(descriptors > 0));
+    }
+
+    pub(crate) fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
+        self.deregistrations.with_label_values(&l.group()).inc();
+        if let Some(reason) = failure {
+            self.deregistration_failures
+                .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()])
+                .inc();
+        }
+        self.registered(l, 0, 0);
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    pub(crate) fn set_nixl_available(&self, up: bool) {
+        self.nixl_available.set(i64::from(up));
+    }
+
+    pub(crate) fn set_backend_up(&self, backend: &str, up: bool) {
+        self.backend_up.with_label_values(&[backend]).set(i64::from(up));
+    }
+
+    pub(crate) fn set_memlock_limit(&self, bytes: Option<u64>) {
+        self.memlock_limit.set(bytes.map_or(-1.0, |b| b as f64));
+    }
+
+    pub(crate) fn set_time_to_ready(&self, seconds: f64) {
+        self.time_to_ready.set(seconds);
+    }
+}

@@ -1,0 +1,207 @@
+//! Validation of a group's regions before NIXL sees them.
+//!
+//! Pure logic over facts gathered at the edge (the process's memory map, CUDA
+//! pointer attributes, RLIMIT_MEMLOCK), passed in through [`MemoryProbe`] so
+//! every rule is unit-tested without NIXL or CUDA.
+
+use crate::plan::{GroupSpec, Region};
+use crate::telemetry::names::{MemType, Reason};
+
+/// What CUDA says about a pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevicePointer {
+    /// True when the pointer is device memory (not host or unregistered).
+    pub is_device: bool,
+    /// The CUDA ordinal the memory lives on (meaningful when `is_device`).
+    pub device: u32,
+}
+
+/// RLIMIT_MEMLOCK as it applies to this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memlock {
+    /// Soft limit in bytes; `None` when unlimited.
+    pub soft_limit: Option<u64>,
+    /// True when the process may exceed the limit anyway (CAP_IPC_LOCK).
+    pub exempt: bool,
+}
+
+impl Memlock {
+    /// The limit that registration must respect, if any.
+    pub fn enforced_limit(&self) -> Option<u64> {
+        if self.exempt {
+            None
+        } else {
+            self.soft_limit
+        }
+    }
+}
+
+/// Facts about memory that validation needs, gathered at the edge.
+pub trait MemoryProbe {
+    /// Mapped address ranges of the process, sorted, adjacent ranges merged.
+    fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String>;
+    /// CUDA's view of a pointer; `Err(CudaUnavailable)` without a driver.
+    fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason>;
+    /// The memlock limit of the process.
+    fn memlock(&self) -> Memlock;
+}
+
+/// Why a group was refused before registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: Reason,
+    /// Index of the offending region, when one region is to blame.
+    pub region: Option<usize>,
+    pub message: String,
+}
+
+fn reject(reason: Reason, region: Option<usize>, message: String) -> Rejection {
+    Rejection { reason, region, message }
+}
+
+/// Checks every rule for one group. `pinned_bytes` is what the agent already
+/// holds registered in DRAM, counted against RLIMIT_MEMLOCK with this group.
+pub fn validate_group(
+    spec: &GroupSpec,
+    regions: &[Region],
+    probe: &dyn MemoryProbe,
+    pinned_bytes: u64,
+) -> Result<(), Rejection> {
+    for (i, r) in regions.iter().enumerate() {
+        if r.len == 0 {
+            return Err(reject(Reason::ZeroLength, Some(i), format!("region {i} at {:#x} has length 0", r.addr)));
+        }
+        if r.addr == 0 {
+            return Err(reject(
+                Reason::InvalidAddress,
+                Some(i),
+                format!("region {i} has a null address with length {}", r.len),
+            ));
+        }
+        if r.end().is_none() {
+            return Err(reject(
+                Reason::InvalidAddress,
+                Some(i),
+                format!("region {i} at {:#x} + {} wraps the address space", r.addr, r.len),
+            ));
+        }
+        if r.device != spec.device {
+            return Err(reject(
+                Reason::DeviceMismatch,
+                Some(i),
+                format!("region {i} names device {} but the group is on device {}", r.device, spec.device),
+            ));
+        }
+    }
+    check_overlap(regions)?;
+    match spec.mem_type {
+        MemType::Dram => {
+            let ranges = probe
+                .mapped_ranges()
+                .map_err(|e| reject(Reason::Unknown, None, format!("cannot read the process memory map: {e}")))?;
+            for (i, r) in regions.iter().enumerate() {
+                if !is_mapped(&ranges, r) {
+                    return Err(reject(
+                        Reason::UnmappedAddress,
+                        Some(i),
+                        format!("region {i} [{:#x}, +{}) is not mapped in this process", r.addr, r.len),
+                    ));
+                }
+            }
+            let bytes: u64 = regions.iter().map(|r| r.len as u64).sum();
+            if let Some(limit) = probe.memlock().enforced_limit() {
+                let want = pinned_bytes.saturating_add(bytes);
+                if want > limit {
+                    return Err(reject(
+                        Reason::MemlockLimit,
+                        None,
+                        format!(
+                            "registering {bytes} bytes (with {pinned_bytes} already registered) exceeds RLIMIT_MEMLOCK of {limit} bytes; raise it (ulimit -l unlimited, LimitMEMLOCK=infinity, --ulimit memlock=-1)"
+                        ),
+                    ));
+                }
+            }
+        }
+        MemType::Vram => {
+            for (i, r) in regions.iter().enumerate() {
+                let p = probe.device_pointer(r.addr).map_err(|reason| {
+                    reject(reason, Some(i), format!("cannot query CUDA about region {i} at {:#x}", r.addr))
+                })?;
+                if !p.is_device {
+                    return Err(reject(
+                        Reason::MemTypeMismatch,
+                        Some(i),
+                        format!("region {i} at {:#x} is not device memory but the group is VRAM", r.addr),
+                    ));
+                }
+                if p.device != spec.device {
+                    return Err(reject(
+                        Reason::DeviceMismatch,
+                        Some(i),
+                        format!("region {i} at {:#x} lives on device {} but the group is on device {}", r.addr, p.device, spec.device),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_overlap(regions: &[Region]) -> Result<(), Rejection> {
+    let mut order: Vec<usize> = (0..regions.len()).collect();
+    order.sort_unstable_by_key(|&i| regions[i].addr);
+    for pair in order.windows(2) {
+        let (a, b) = (&regions[pair[0]], &regions[pair[1]]);
+        // Ends cannot overflow: checked above.
+        if a.addr + a.len > b.addr {
+            let (lo, hi) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+            return Err(reject(
+                Reason::OverlappingRegions,
+                Some(hi),
+                format!("region {hi} [{:#x}, +{}) overlaps region {lo} [{:#x}, +{})", regions[hi].addr, regions[hi].len, regions[lo].addr, regions[lo].len),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn is_mapped(ranges: &[(usize, usize)], r: &Region) -> bool {
+    let end = r.addr + r.len;
+    // The last range starting at or before addr must cover the whole region.
+    let idx = ranges.partition_point(|&(start, _)| start <= r.addr);
+    idx > 0 && ranges[idx - 1].1 >= end
+}
+
+/// Parses /proc/self/maps into sorted ranges with adjacent ones merged.
+pub fn parse_maps(text: &str) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = text
+        .lines()
+        .filter_map(|l| {
+            let range = l.split_whitespace().next()?;
+            let (a, b) = range.split_once('-')?;
+            Some((usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?))
+        })
+        .collect();
+    out.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(out.len());
+    for (s, e) in out {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+/// True when the `CapEff:` line of /proc/self/status holds CAP_IPC_LOCK (14).
+pub fn has_ipc_lock(status: &str) -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+#[cfg(test)]
+mod tests;
