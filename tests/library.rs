@@ -1,0 +1,189 @@
+//! The library as a serving process embeds it: its own regions handed over
+//! through `GroupSpec::provided`, against the real NIXL runtime in-process.
+
+mod support;
+
+use nixl_agent::config::{Config, RetryConfig};
+use nixl_agent::telemetry::exposition::{encode, Format};
+use nixl_agent::{Agent, AgentHandle, GroupSpec, Kind, MemType, Plan, Region};
+use std::time::Duration;
+use support::Scrape;
+
+const READY: Duration = Duration::from_secs(30);
+
+fn config(name: &str) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        agent_name: name.to_string(),
+        nixl_lib_dir: Some(support::nixl_lib_dir()),
+        retry: RetryConfig {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(100),
+            max_attempts: 0,
+        },
+        groups: vec![],
+        ..Config::default()
+    }
+}
+
+fn region(buf: &[u8]) -> Region {
+    Region::new(buf.as_ptr() as usize, buf.len(), 0)
+}
+
+fn scrape(agent: &AgentHandle) -> Scrape {
+    Scrape::parse(&encode(agent.metrics().registry(), Format::Text))
+}
+
+/// Waits until the group has failed at least once; returns the scrape.
+async fn wait_failure(agent: &AgentHandle, group: &str) -> Scrape {
+    for _ in 0..1500 {
+        let s = scrape(agent);
+        if s.metric("nixl_agent_registration_failures_total").label("group", group).sum() >= 1.0 {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("group {group} never failed: {:#?}", agent.status());
+}
+
+async fn wait_registered(agent: &AgentHandle, group: &str) {
+    for _ in 0..1500 {
+        if scrape(agent).metric("nixl_agent_group_registered").label("group", group).value() == 1.0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("group {group} never registered: {:#?}", agent.status());
+}
+
+/// An aux group whose second region is a null pointer, beside a healthy kv
+/// group: the seed incident ("NIXL memory registration failed for aux tensors").
+async fn null_aux(validate: bool, expect: &str) {
+    let kv = vec![1u8; 256 << 10];
+    let aux = vec![2u8; 16 << 10];
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![region(&kv[..128 << 10]), region(&kv[128 << 10..])]),
+            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![region(&aux), Region::new(0, 4096, 0)])
+                .with_validate(validate),
+        ],
+    };
+    let agent = Agent::start(config(&format!("null-aux-{validate}")), plan).await.unwrap();
+    wait_registered(&agent, "kv").await;
+    let s = wait_failure(&agent, "aux").await;
+    let failures = s.metric("nixl_agent_registration_failures_total").label("group", "aux");
+    assert_eq!(failures.clone().label("reason", expect).value(), failures.sum(), "every failure is {expect}");
+    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "aux").value(), 0.0);
+    assert_eq!(s.metric("nixl_agent_registered_bytes").label("group", "aux").value(), 0.0);
+    assert_eq!(s.metric("nixl_agent_group_registered").label("group", "aux").value(), 0.0);
+    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").value(), 2.0);
+    assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
+    assert!(s.metric("nixl_agent_last_failure_timestamp_seconds").label("group", "aux").label("reason", expect).value() > 1.7e9);
+
+    // The HTTP surface says the same, and keeps serving.
+    let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.body.contains(&format!("[-]group:aux failed: {expect}")), "{}", r.body);
+    assert!(r.body.contains("[+]group:kv ok"), "{}", r.body);
+    let st = agent.status();
+    let aux_st = &st.groups[1];
+    assert_eq!(aux_st.failed_region, Some(1));
+    let err = aux_st.last_error.clone().unwrap();
+    assert!(err.contains("region 1"), "{err}");
+    assert_eq!(support::get(agent.local_addr(), "/livez").unwrap().status, 200);
+
+    let metrics = agent.metrics().clone();
+    let report = agent.shutdown().await.unwrap();
+    assert_eq!(report.deregistered, 2, "only kv's two regions were ever held");
+    let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
+    assert_eq!(s.metric("nixl_agent_registered_descriptors").sum(), 0.0);
+    drop((kv, aux)); // freed only after the agent deregistered them
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_aux_region_is_refused_by_validation_as_invalid_address() {
+    null_aux(true, "invalid_address").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_aux_region_without_validation_fails_in_nixl_and_rolls_back() {
+    // Region 0 registers, region 1 (null) fails inside UCX; region 0 must be
+    // deregistered again before the failure is reported.
+    null_aux(false, "nixl_backend_error").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validation_catches_what_nixl_would_accept() {
+    let buf = vec![0u8; 64 << 10];
+    let base = buf.as_ptr() as usize;
+    let groups = vec![
+        // NIXL/UCX accepts an unmapped address on a CPU-only machine; the agent does not.
+        GroupSpec::provided("unmapped", Kind::Aux, MemType::Dram, vec![Region::new(0x10000, 4096, 0)]),
+        GroupSpec::provided("overlap", Kind::Kv, MemType::Dram, vec![Region::new(base, 8192, 0), Region::new(base + 4096, 8192, 0)]),
+        GroupSpec::provided("empty", Kind::State, MemType::Dram, vec![Region::new(base, 0, 0)]),
+    ];
+    let expect = [("unmapped", "unmapped_address"), ("overlap", "overlapping_regions"), ("empty", "zero_length")];
+    let agent = Agent::start(config("validation"), Plan { groups }).await.unwrap();
+    for (group, reason) in expect {
+        let s = wait_failure(&agent, group).await;
+        assert!(
+            s.metric("nixl_agent_registration_failures_total").label("group", group).label("reason", reason).value() >= 1.0,
+            "{group}: {:?}",
+            agent.status().groups
+        );
+    }
+    agent.shutdown().await.unwrap();
+    drop(buf);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_to_zero_and_stops_serving() {
+    let bufs: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 64 << 10]).collect();
+    let plan = Plan {
+        groups: vec![GroupSpec::provided("kv", Kind::Kv, MemType::Dram, bufs.iter().map(|b| region(b)).collect())],
+    };
+    let agent = Agent::start(config("drain"), plan).await.unwrap();
+    assert!(agent.wait_ready(READY).await, "{:#?}", agent.status());
+    let s = scrape(&agent);
+    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").value(), 16.0);
+    assert_eq!(s.metric("nixl_agent_registered_bytes").label("group", "kv").value(), (16 * (64 << 10)) as f64);
+    let addr = agent.local_addr();
+    let metrics = agent.metrics().clone();
+    let report = agent.shutdown().await.unwrap();
+    assert_eq!((report.deregistered, report.failed), (16, 0));
+    let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
+    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").value(), 0.0);
+    assert_eq!(s.metric("nixl_agent_registered_bytes").label("group", "kv").value(), 0.0);
+    assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
+    assert_eq!(s.metric("nixl_agent_deregistrations_total").label("group", "kv").value(), 1.0);
+    assert!(support::get(addr, "/livez").is_err(), "server stopped after drain");
+    drop(bufs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn optional_failing_group_does_not_gate_readiness() {
+    let buf = vec![0u8; 4096];
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![region(&buf)]),
+            GroupSpec::provided("extra", Kind::Custom("mamba_conv".into()), MemType::Dram, vec![Region::new(0, 64, 0)])
+                .with_required(false),
+        ],
+    };
+    let agent = Agent::start(config("optional"), plan).await.unwrap();
+    assert!(agent.wait_ready(READY).await);
+    let s = wait_failure(&agent, "extra").await;
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").label("kind", "mamba_conv").get().map(|v| v >= 1.0), Some(true));
+    let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.body.contains("extra"), "optional groups are not readiness checks: {}", r.body);
+    agent.shutdown().await.unwrap();
+    drop(buf);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_plan_is_refused_before_anything_starts() {
+    let g = GroupSpec::provided("a\"b", Kind::Aux, MemType::Dram, vec![]);
+    let err = Agent::start(config("bad-plan"), Plan { groups: vec![g] }).await.err().expect("refused");
+    assert!(err.to_string().contains("groups[0].name"), "{err}");
+}

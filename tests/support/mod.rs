@@ -1,0 +1,231 @@
+//! Test support: where the real NIXL and promtool live, a tiny HTTP client,
+//! a Prometheus text matcher, and a handle on a spawned `nixl-agent` binary.
+#![allow(dead_code)]
+
+pub mod metrics;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use metrics::Scrape;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn required_path(var: &str, default: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| repo().join(default));
+    assert!(p.exists(), "{var}: {} does not exist; run `bash scripts/setup.sh` (make test does)", p.display());
+    p
+}
+
+/// The real NIXL runtime unpacked by scripts/setup.sh.
+pub fn nixl_lib_dir() -> PathBuf {
+    required_path("NIXL_LIB_DIR", ".deps/nixl/.nixl_cu12.mesonpy.libs")
+}
+
+/// promtool from Debian's prometheus package, unpacked by scripts/setup.sh.
+pub fn promtool() -> PathBuf {
+    required_path("PROMTOOL", ".deps/prometheus/usr/bin/promtool")
+}
+
+/// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A response from [`get`].
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A blocking HTTP/1.1 GET with `Connection: close`.
+pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
+    request(addr, "GET", path, &[])
+}
+
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_string() };
+    Ok(Response { status, headers, body })
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Scrapes /metrics as text 0.0.4.
+pub fn scrape(addr: SocketAddr) -> Scrape {
+    let r = get(addr, "/metrics").expect("scrape /metrics");
+    assert_eq!(r.status, 200, "{}", r.body);
+    Scrape::parse(&r.body)
+}
+
+/// A `nixl-agent` process, logging JSON, listening on a free loopback port.
+pub struct AgentProcess {
+    child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<Vec<String>>>,
+    _dir: tempfile::TempDir,
+}
+
+/// How to start an [`AgentProcess`].
+#[derive(Default)]
+pub struct Spawn<'a> {
+    /// Config file text (written to a temp file and passed with --config).
+    pub config: Option<&'a str>,
+    pub args: &'a [&'a str],
+    pub env: &'a [(&'a str, &'a str)],
+    /// Leave NIXL_LIB_DIR out of the child's environment.
+    pub no_nixl: bool,
+}
+
+pub fn binary() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nixl-agent"))
+}
+
+impl AgentProcess {
+    pub fn spawn(s: Spawn) -> AgentProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = binary();
+        cmd.env_remove("NIXL_LIB_DIR").env_remove("NIXL_AGENT_CONFIG").env_remove("NIXL_PLUGIN_DIR");
+        if !s.no_nixl {
+            cmd.env("NIXL_LIB_DIR", nixl_lib_dir());
+        }
+        for (k, v) in s.env {
+            cmd.env(k, v);
+        }
+        cmd.arg("run").args(["--listen", "127.0.0.1:0", "--log-format", "json"]);
+        if let Some(text) = s.config {
+            let path = dir.path().join("agent.toml");
+            std::fs::write(&path, text).unwrap();
+            cmd.arg("--config").arg(path);
+        }
+        cmd.args(s.args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn nixl-agent");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = {
+            let log = log.clone();
+            wait_for(Duration::from_secs(20), "the agent's listen address in its log", || {
+                log.lock().unwrap().iter().find_map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                    v.get("listen")?.as_str()?.parse().ok()
+                })
+            })
+        };
+        AgentProcess { child, addr, log, _dir: dir }
+    }
+
+    /// Log lines so far (JSON).
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Parsed JSON log lines whose message is `msg`.
+    pub fn events(&self, msg: &str) -> Vec<serde_json::Value> {
+        self.log()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v.get("message").and_then(|m| m.as_str()) == Some(msg))
+            .collect()
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        get(self.addr, path).unwrap_or_else(|e| panic!("GET {path}: {e}\nlog:\n{}", self.log().join("\n")))
+    }
+
+    pub fn scrape(&self) -> Scrape {
+        scrape(self.addr)
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.get("/v1/status").body).expect("status is JSON")
+    }
+
+    pub fn wait_ready(&self, timeout: Duration) {
+        wait_for(timeout, "readyz 200", || (self.get("/readyz").status == 200).then_some(()));
+    }
+
+    /// Waits until `f(scrape)` holds.
+    pub fn wait_metrics(&self, what: &str, timeout: Duration, f: impl Fn(&Scrape) -> bool) -> Scrape {
+        wait_for(timeout, what, || {
+            let s = self.scrape();
+            f(&s).then_some(s)
+        })
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args(["-s", sig, &self.child.id().to_string()]).status().unwrap();
+        assert!(ok.success());
+    }
+
+    /// Waits for exit and returns the status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let child = &mut self.child;
+        wait_for(timeout, "the agent to exit", || child.try_wait().unwrap())
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
