@@ -24,8 +24,11 @@ build: setup
 run: setup
 	$(CARGO) run --release -- run $(ARGS)
 
-# Every test. nextest when available, else cargo test.
+# Every test. nextest when available, else cargo test. Lints first: fmt and
+# clippy with warnings denied are part of the test command.
 test: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) build --all-targets
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --no-fail-fast; \

@@ -33,7 +33,10 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot start the lifecycle thread: {0}")]
     Thread(std::io::Error),
 }
@@ -59,7 +62,12 @@ pub struct Prepared {
 impl Prepared {
     /// The `plugins` folder beside the library found, for `NIXL_PLUGIN_DIR`.
     pub fn plugin_dir(&self) -> Option<PathBuf> {
-        self.found.as_ref().ok()?.lib_dir().map(|d| d.join("plugins")).filter(|p| p.is_dir())
+        self.found
+            .as_ref()
+            .ok()?
+            .lib_dir()
+            .map(|d| d.join("plugins"))
+            .filter(|p| p.is_dir())
     }
 }
 
@@ -73,7 +81,12 @@ impl Agent {
         config.validate()?;
         plan.check()?;
         let found = nixl::discover(config.nixl_lib_dir.as_deref(), &ProcessEnv);
-        Ok(Prepared { config, plan, found, started })
+        Ok(Prepared {
+            config,
+            plan,
+            found,
+            started,
+        })
     }
 
     /// `prepare` then `start`: the one call an embedding process needs.
@@ -86,17 +99,35 @@ impl Prepared {
     /// Binds the HTTP port, loads NIXL and starts the lifecycle thread. When
     /// it returns `Err`, nothing is running and nothing was registered.
     pub async fn start(self) -> Result<AgentHandle, StartError> {
-        let Prepared { config, plan, found, started } = self;
+        let Prepared {
+            config,
+            plan,
+            found,
+            started,
+        } = self;
         let addr = config.listen;
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind { addr, source })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Bind { addr, source })?;
 
-        let searched = found.as_ref().err().map(|nf| nf.searched.clone()).unwrap_or_default();
+        let searched = found
+            .as_ref()
+            .err()
+            .map(|nf| nf.searched.clone())
+            .unwrap_or_default();
         let loaded = tokio::task::spawn_blocking(move || nixl::load(found))
             .await
             .expect("NIXL loading does not panic");
 
-        let build = BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref()));
+        let build = BuildInfo::current(
+            loaded
+                .as_ref()
+                .ok()
+                .and_then(|l| l.discovery.version.as_deref()),
+        );
         let metrics = Metrics::new(&plan, &build);
         let mut initial = Status::initial(&plan);
         match &loaded {
@@ -105,18 +136,31 @@ impl Prepared {
                 initial.nixl.found_by = Some(l.discovery.found_by.as_str().to_string());
                 initial.nixl.version = l.discovery.version.clone();
                 initial.nixl.plugin_dir = l.plugin_dir.as_ref().map(|p| p.display().to_string());
+                initial.nixl.cudart = l.cudart.as_ref().map(|p| p.display().to_string());
             }
-            Err(e) => initial.nixl.searched = if e.searched.is_empty() { searched } else { e.searched.clone() },
+            Err(e) => {
+                initial.nixl.searched = if e.searched.is_empty() {
+                    searched
+                } else {
+                    e.searched.clone()
+                }
+            }
         }
         let board = StatusBoard::new(initial);
 
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let app = http::router(AppState { metrics: metrics.clone(), status: board.subscribe() });
+        let app = http::router(AppState {
+            metrics: metrics.clone(),
+            status: board.subscribe(),
+        });
         let server = tokio::spawn(async move {
             let shutdown = async {
                 let _ = stop_rx.await;
             };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
@@ -181,7 +225,9 @@ impl AgentHandle {
     /// Waits until the agent is ready or `timeout` passes; returns readiness.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let mut rx = self.board.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|s| s.ready)).await.is_ok_and(|r| r.is_ok())
+        tokio::time::timeout(timeout, rx.wait_for(|s| s.ready))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Not ready at once, deregisters everything within the grace period,

@@ -48,7 +48,10 @@ impl Opts {
     /// Builds the effective config: defaults, the file, the environment,
     /// then these flags; validated.
     pub fn load_config(&self, env: &dyn Env) -> Result<Config, ConfigError> {
-        let path = self.config.clone().or_else(|| env.var(ENV_CONFIG).map(PathBuf::from));
+        let path = self
+            .config
+            .clone()
+            .or_else(|| env.var(ENV_CONFIG).map(PathBuf::from));
         let mut config = match path {
             Some(p) => Config::load(&p)?,
             None => Config::default(),
@@ -86,14 +89,21 @@ mod tests {
         let opts = Opts::default();
         let c = opts.load_config(&env).unwrap();
         assert_eq!((c.listen.port(), c.log_format), (2, LogFormat::Json));
-        let opts = Opts { listen: Some("127.0.0.1:3".parse().unwrap()), log_format: Some(LogFormat::Text), ..Opts::default() };
+        let opts = Opts {
+            listen: Some("127.0.0.1:3".parse().unwrap()),
+            log_format: Some(LogFormat::Text),
+            ..Opts::default()
+        };
         let c = opts.load_config(&env).unwrap();
         assert_eq!((c.listen.port(), c.log_format), (3, LogFormat::Text));
     }
 
     #[test]
     fn missing_file_is_named() {
-        let opts = Opts { config: Some("/nonexistent/agent.toml".into()), ..Opts::default() };
+        let opts = Opts {
+            config: Some("/nonexistent/agent.toml".into()),
+            ..Opts::default()
+        };
         let e = opts.load_config(&HashMap::new()).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/agent.toml"), "{e}");
     }

@@ -138,7 +138,9 @@ fn default_true() -> bool {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: DEFAULT_LISTEN.parse().expect("DEFAULT_LISTEN is a socket address"),
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("DEFAULT_LISTEN is a socket address"),
             agent_name: DEFAULT_AGENT_NAME.to_string(),
             nixl_lib_dir: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
@@ -171,7 +173,10 @@ pub fn default_groups() -> Vec<GroupConfig> {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config key `{key}`: {message}")]
@@ -179,7 +184,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.into(), message: message.into() }
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
 }
 
 /// Source of environment variables, so tests never touch the process env.
@@ -213,8 +221,10 @@ impl Config {
 
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Config::from_toml(&text, path)
     }
 
@@ -222,7 +232,10 @@ impl Config {
     pub fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
         if let Some(v) = env.var(ENV_LISTEN) {
             self.listen = v.parse().map_err(|_| {
-                invalid(ENV_LISTEN, format!("`{v}` is not an ADDR:PORT socket address"))
+                invalid(
+                    ENV_LISTEN,
+                    format!("`{v}` is not an ADDR:PORT socket address"),
+                )
             })?;
         }
         if let Some(v) = env.var(ENV_NIXL_LIB_DIR) {
@@ -232,7 +245,12 @@ impl Config {
             self.log_format = match v.as_str() {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,
-                _ => return Err(invalid(ENV_LOG_FORMAT, format!("`{v}` is neither text nor json"))),
+                _ => {
+                    return Err(invalid(
+                        ENV_LOG_FORMAT,
+                        format!("`{v}` is neither text nor json"),
+                    ))
+                }
             };
         }
         Ok(())
@@ -251,23 +269,35 @@ impl Config {
             return Err(invalid("retry.initial_backoff", "must be greater than 0"));
         }
         if r.max_backoff < r.initial_backoff {
-            return Err(invalid("retry.max_backoff", "must be at least retry.initial_backoff"));
+            return Err(invalid(
+                "retry.max_backoff",
+                "must be at least retry.initial_backoff",
+            ));
         }
         if self.groups.len() > MAX_GROUPS {
-            return Err(invalid("group", format!("{} groups; at most {MAX_GROUPS}", self.groups.len())));
+            return Err(invalid(
+                "group",
+                format!("{} groups; at most {MAX_GROUPS}", self.groups.len()),
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, g) in self.groups.iter().enumerate() {
             let key = |field: &str| format!("group[{i}].{field}");
             validate_group_words(&g.name, &g.kind, &g.backends, &key)?;
             if !names.insert(g.name.as_str()) {
-                return Err(invalid(key("name"), format!("`{}` is used by another group", g.name)));
+                return Err(invalid(
+                    key("name"),
+                    format!("`{}` is used by another group", g.name),
+                ));
             }
             if g.mem_type == MemType::Dram && g.device != 0 {
                 return Err(invalid(key("device"), "DRAM groups use device 0"));
             }
             if g.count == 0 || g.count > MAX_REGIONS_PER_GROUP {
-                return Err(invalid(key("count"), format!("{} regions; must be 1..={MAX_REGIONS_PER_GROUP}", g.count)));
+                return Err(invalid(
+                    key("count"),
+                    format!("{} regions; must be 1..={MAX_REGIONS_PER_GROUP}", g.count),
+                ));
             }
             if g.size == 0 {
                 return Err(invalid(key("size"), "must be greater than 0"));
@@ -277,7 +307,10 @@ impl Config {
                 _ => {
                     return Err(invalid(
                         key("size"),
-                        format!("count × size exceeds {} per group", units::format_size(MAX_GROUP_BYTES)),
+                        format!(
+                            "count × size exceeds {} per group",
+                            units::format_size(MAX_GROUP_BYTES)
+                        ),
                     ))
                 }
             }
@@ -297,22 +330,37 @@ pub(crate) fn validate_group_words(
     check_word(&key("name"), name, 64, |c| {
         c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
     })?;
-    check_word(&key("kind"), kind, 32, |c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')?;
+    check_word(&key("kind"), kind, 32, |c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
+    })?;
     if backends.is_empty() {
-        return Err(invalid(key("backends"), "needs at least one backend, e.g. [\"UCX\"]"));
+        return Err(invalid(
+            key("backends"),
+            "needs at least one backend, e.g. [\"UCX\"]",
+        ));
     }
     for b in backends {
-        check_word(&key("backends"), b, 32, |c| c.is_ascii_alphanumeric() || c == '_')?;
+        check_word(&key("backends"), b, 32, |c| {
+            c.is_ascii_alphanumeric() || c == '_'
+        })?;
     }
     Ok(())
 }
 
-fn check_word(key: &str, value: &str, max: usize, ok: impl Fn(char) -> bool) -> Result<(), ConfigError> {
+fn check_word(
+    key: &str,
+    value: &str,
+    max: usize,
+    ok: impl Fn(char) -> bool,
+) -> Result<(), ConfigError> {
     if value.is_empty() || value.len() > max {
         return Err(invalid(key, format!("must be 1 to {max} bytes long")));
     }
     if let Some(c) = value.chars().find(|c| !ok(*c)) {
-        return Err(invalid(key, format!("`{value}` contains {c:?}, which is not allowed here")));
+        return Err(invalid(
+            key,
+            format!("`{value}` contains {c:?}, which is not allowed here"),
+        ));
     }
     Ok(())
 }

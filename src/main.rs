@@ -24,7 +24,10 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::Config) = cli.command {
-        print!("{}", toml::to_string_pretty(&config).expect("config serializes"));
+        print!(
+            "{}",
+            toml::to_string_pretty(&config).expect("config serializes")
+        );
         return ExitCode::SUCCESS;
     }
     init_logging(config.log_format);
@@ -45,7 +48,11 @@ fn main() -> ExitCode {
         }
     }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("nixl-agent: cannot start the async runtime: {e}");
@@ -84,7 +91,10 @@ fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),

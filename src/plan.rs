@@ -149,7 +149,10 @@ impl GroupSpec {
             required: g.required,
             validate: g.validate,
             // Config validation bounds both by MAX_REGIONS_PER_GROUP and MAX_GROUP_BYTES.
-            source: RegionSource::Allocate { count: g.count as usize, size: g.size as usize },
+            source: RegionSource::Allocate {
+                count: g.count as usize,
+                size: g.size as usize,
+            },
         }
     }
 }
@@ -163,7 +166,9 @@ pub struct Plan {
 impl Plan {
     /// The plan a config file describes (validate the config first).
     pub fn from_config(config: &Config) -> Plan {
-        Plan { groups: config.groups.iter().map(GroupSpec::from_config).collect() }
+        Plan {
+            groups: config.groups.iter().map(GroupSpec::from_config).collect(),
+        }
     }
 
     /// Checks the words that become labels and that names are unique: the
@@ -213,11 +218,25 @@ mod tests {
     #[test]
     fn library_plans_are_checked_like_config() {
         let g = |name: &str| GroupSpec::provided(name, Kind::Aux, MemType::Dram, vec![]);
-        let plan = Plan { groups: vec![g("a"), g("a")] };
-        assert!(plan.check().unwrap_err().to_string().contains("groups[1].name"));
-        let plan = Plan { groups: vec![g("bad\"name")] };
-        assert!(plan.check().unwrap_err().to_string().contains("groups[0].name"));
-        let plan = Plan { groups: vec![g("x").with_backends(&[])] };
+        let plan = Plan {
+            groups: vec![g("a"), g("a")],
+        };
+        assert!(plan
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("groups[1].name"));
+        let plan = Plan {
+            groups: vec![g("bad\"name")],
+        };
+        assert!(plan
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("groups[0].name"));
+        let plan = Plan {
+            groups: vec![g("x").with_backends(&[])],
+        };
         assert!(plan.check().unwrap_err().to_string().contains("backends"));
     }
 

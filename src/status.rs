@@ -20,6 +20,8 @@ pub struct NixlStatus {
     pub version: Option<String>,
     pub plugin_dir: Option<String>,
     pub plugins: Vec<String>,
+    /// The CUDA runtime preloaded for UCX's CUDA transports (GPU hosts).
+    pub cudart: Option<String>,
     /// Where the agent looked, when nothing was found.
     pub searched: Vec<String>,
     pub reason: Option<Reason>,
@@ -95,7 +97,12 @@ impl Status {
             backends: plan
                 .backends()
                 .into_iter()
-                .map(|name| BackendStatus { name, up: false, reason: None, error: None })
+                .map(|name| BackendStatus {
+                    name,
+                    up: false,
+                    reason: None,
+                    error: None,
+                })
                 .collect(),
             groups: plan
                 .groups
@@ -143,12 +150,23 @@ impl Status {
                 GroupState::Failed | GroupState::GaveUp => {
                     Some(g.last_reason.map_or("failed", Reason::as_str).to_string())
                 }
-                other => Some(serde_json::to_value(other).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()),
+                other => Some(
+                    serde_json::to_value(other)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                ),
             };
-            out.push(Check { name: format!("{}{}", names::CHECK_GROUP_PREFIX, g.name), failure });
+            out.push(Check {
+                name: format!("{}{}", names::CHECK_GROUP_PREFIX, g.name),
+                failure,
+            });
         }
         if matches!(self.phase, Phase::Draining | Phase::Stopped) {
-            out.push(Check { name: names::CHECK_DRAINING.to_string(), failure: Some("draining".to_string()) });
+            out.push(Check {
+                name: names::CHECK_DRAINING.to_string(),
+                failure: Some("draining".to_string()),
+            });
         }
         out
     }
@@ -166,7 +184,10 @@ pub struct StatusBoard {
 
 impl StatusBoard {
     pub fn new(initial: Status) -> StatusBoard {
-        StatusBoard { tx: watch::Sender::new(initial), draining: Arc::new(AtomicBool::new(false)) }
+        StatusBoard {
+            tx: watch::Sender::new(initial),
+            draining: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Latches not-ready at once; called the moment shutdown is requested.

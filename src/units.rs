@@ -25,14 +25,24 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
-        other => return Err(format!("`{text}`: unknown size unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+        other => {
+            return Err(format!(
+            "`{text}`: unknown size unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+        ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("`{text}` is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// Formats a byte size with the largest binary unit that divides it exactly.
 pub fn format_size(bytes: u64) -> String {
-    for (unit, mult) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+    for (unit, mult) in [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ] {
         if bytes >= mult && bytes % mult == 0 {
             return format!("{}{unit}", bytes / mult);
         }
@@ -54,7 +64,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => Duration::from_secs(n.saturating_mul(60)),
         "h" => Duration::from_secs(n.saturating_mul(3600)),
         "" => return Err(format!("`{text}`: a duration needs a unit (ms, s, m or h)")),
-        other => return Err(format!("`{text}`: unknown duration unit `{other}` (use ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "`{text}`: unknown duration unit `{other}` (use ms, s, m or h)"
+            ))
+        }
     };
     Ok(d)
 }

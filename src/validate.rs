@@ -56,7 +56,11 @@ pub struct Rejection {
 }
 
 fn reject(reason: Reason, region: Option<usize>, message: String) -> Rejection {
-    Rejection { reason, region, message }
+    Rejection {
+        reason,
+        region,
+        message,
+    }
 }
 
 /// Checks every rule for one group. `pinned_bytes` is what the agent already
@@ -69,7 +73,11 @@ pub fn validate_group(
 ) -> Result<(), Rejection> {
     for (i, r) in regions.iter().enumerate() {
         if r.len == 0 {
-            return Err(reject(Reason::ZeroLength, Some(i), format!("region {i} at {:#x} has length 0", r.addr)));
+            return Err(reject(
+                Reason::ZeroLength,
+                Some(i),
+                format!("region {i} at {:#x} has length 0", r.addr),
+            ));
         }
         if r.addr == 0 {
             return Err(reject(
@@ -82,29 +90,42 @@ pub fn validate_group(
             return Err(reject(
                 Reason::InvalidAddress,
                 Some(i),
-                format!("region {i} at {:#x} + {} wraps the address space", r.addr, r.len),
+                format!(
+                    "region {i} at {:#x} + {} wraps the address space",
+                    r.addr, r.len
+                ),
             ));
         }
         if r.device != spec.device {
             return Err(reject(
                 Reason::DeviceMismatch,
                 Some(i),
-                format!("region {i} names device {} but the group is on device {}", r.device, spec.device),
+                format!(
+                    "region {i} names device {} but the group is on device {}",
+                    r.device, spec.device
+                ),
             ));
         }
     }
     check_overlap(regions)?;
     match spec.mem_type {
         MemType::Dram => {
-            let ranges = probe
-                .mapped_ranges()
-                .map_err(|e| reject(Reason::Unknown, None, format!("cannot read the process memory map: {e}")))?;
+            let ranges = probe.mapped_ranges().map_err(|e| {
+                reject(
+                    Reason::Unknown,
+                    None,
+                    format!("cannot read the process memory map: {e}"),
+                )
+            })?;
             for (i, r) in regions.iter().enumerate() {
                 if !is_mapped(&ranges, r) {
                     return Err(reject(
                         Reason::UnmappedAddress,
                         Some(i),
-                        format!("region {i} [{:#x}, +{}) is not mapped in this process", r.addr, r.len),
+                        format!(
+                            "region {i} [{:#x}, +{}) is not mapped in this process",
+                            r.addr, r.len
+                        ),
                     ));
                 }
             }
@@ -125,20 +146,30 @@ pub fn validate_group(
         MemType::Vram => {
             for (i, r) in regions.iter().enumerate() {
                 let p = probe.device_pointer(r.addr).map_err(|reason| {
-                    reject(reason, Some(i), format!("cannot query CUDA about region {i} at {:#x}", r.addr))
+                    reject(
+                        reason,
+                        Some(i),
+                        format!("cannot query CUDA about region {i} at {:#x}", r.addr),
+                    )
                 })?;
                 if !p.is_device {
                     return Err(reject(
                         Reason::MemTypeMismatch,
                         Some(i),
-                        format!("region {i} at {:#x} is not device memory but the group is VRAM", r.addr),
+                        format!(
+                            "region {i} at {:#x} is not device memory but the group is VRAM",
+                            r.addr
+                        ),
                     ));
                 }
                 if p.device != spec.device {
                     return Err(reject(
                         Reason::DeviceMismatch,
                         Some(i),
-                        format!("region {i} at {:#x} lives on device {} but the group is on device {}", r.addr, p.device, spec.device),
+                        format!(
+                            "region {i} at {:#x} lives on device {} but the group is on device {}",
+                            r.addr, p.device, spec.device
+                        ),
                     ));
                 }
             }
@@ -158,7 +189,10 @@ fn check_overlap(regions: &[Region]) -> Result<(), Rejection> {
             return Err(reject(
                 Reason::OverlappingRegions,
                 Some(hi),
-                format!("region {hi} [{:#x}, +{}) overlaps region {lo} [{:#x}, +{})", regions[hi].addr, regions[hi].len, regions[lo].addr, regions[lo].len),
+                format!(
+                    "region {hi} [{:#x}, +{}) overlaps region {lo} [{:#x}, +{})",
+                    regions[hi].addr, regions[hi].len, regions[lo].addr, regions[lo].len
+                ),
             ));
         }
     }
@@ -179,7 +213,10 @@ pub fn parse_maps(text: &str) -> Vec<(usize, usize)> {
         .filter_map(|l| {
             let range = l.split_whitespace().next()?;
             let (a, b) = range.split_once('-')?;
-            Some((usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?))
+            Some((
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            ))
         })
         .collect();
     out.sort_unstable();

@@ -17,32 +17,79 @@ fn default_plan_becomes_ready_with_descriptors_and_bytes_per_group() {
     let agent = AgentProcess::spawn(Spawn::default());
     agent.wait_ready(READY);
     let s = agent.scrape();
-    assert_eq!(s.metric(M_REG_DESC).label("group", "kv").label("kind", "kv").label("mem_type", "DRAM").value(), 8.0);
-    assert_eq!(s.metric(M_REG_BYTES).label("group", "kv").value(), (8 * 512 * 1024) as f64);
+    assert_eq!(
+        s.metric(M_REG_DESC)
+            .label("group", "kv")
+            .label("kind", "kv")
+            .label("mem_type", "DRAM")
+            .value(),
+        8.0
+    );
+    assert_eq!(
+        s.metric(M_REG_BYTES).label("group", "kv").value(),
+        (8 * 512 * 1024) as f64
+    );
     assert_eq!(s.metric(M_REG_DESC).label("group", "aux").value(), 4.0);
-    assert_eq!(s.metric(M_REG_BYTES).label("group", "aux").value(), (4 * 64 * 1024) as f64);
+    assert_eq!(
+        s.metric(M_REG_BYTES).label("group", "aux").value(),
+        (4 * 64 * 1024) as f64
+    );
     assert_eq!(s.metric("nixl_agent_ready").value(), 1.0);
     assert_eq!(s.metric("nixl_agent_nixl_available").value(), 1.0);
-    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
-    assert_eq!(s.metric(M_ATTEMPTS).label("group", "kv").label("backend", "UCX").value(), 1.0);
+    assert_eq!(
+        s.metric("nixl_agent_backend_up")
+            .label("backend", "UCX")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        s.metric(M_ATTEMPTS)
+            .label("group", "kv")
+            .label("backend", "UCX")
+            .value(),
+        1.0
+    );
     assert_eq!(s.metric(M_FAILURES).label("group", "kv").sum(), 0.0);
     // Pre-declared: every reason exists at 0 before any failure.
-    assert_eq!(s.metric(M_FAILURES).label("group", "aux").samples().len(), 17);
-    assert_eq!(s.metric("nixl_agent_registration_descriptors_count").label("group", "kv").value(), 1.0);
-    assert_eq!(s.metric("nixl_agent_registration_descriptors_sum").label("group", "kv").value(), 8.0);
+    assert_eq!(
+        s.metric(M_FAILURES).label("group", "aux").samples().len(),
+        17
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registration_descriptors_count")
+            .label("group", "kv")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registration_descriptors_sum")
+            .label("group", "kv")
+            .value(),
+        8.0
+    );
     assert!(s.metric("nixl_agent_time_to_ready_seconds").value() > 0.0);
-    let build = s.metric("nixl_agent_build_info").label("nixl_version", "1.5.1").label("version", env!("CARGO_PKG_VERSION"));
+    let build = s
+        .metric("nixl_agent_build_info")
+        .label("nixl_version", "1.5.1")
+        .label("version", env!("CARGO_PKG_VERSION"));
     assert_eq!(build.value(), 1.0);
     assert!(s.metric("process_resident_memory_bytes").value() > 0.0);
 
     let verbose = agent.get("/readyz?verbose");
     assert_eq!(verbose.status, 200);
-    assert_eq!(verbose.body, "[+]nixl ok\n[+]group:kv ok\n[+]group:aux ok\nok\n");
+    assert_eq!(
+        verbose.body,
+        "[+]nixl ok\n[+]group:kv ok\n[+]group:aux ok\nok\n"
+    );
     assert_eq!(agent.get("/livez").status, 200);
     let st = agent.status();
     assert_eq!(st["nixl"]["found_by"], "configured");
     assert_eq!(st["nixl"]["version"], "1.5.1");
-    assert!(st["nixl"]["plugins"].as_array().unwrap().iter().any(|p| p == "UCX"));
+    assert!(st["nixl"]["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p == "UCX"));
     assert_eq!(st["groups"][0]["state"], "registered");
     assert_eq!(st["groups"][0]["descriptors"], 8);
 }
@@ -51,16 +98,27 @@ fn default_plan_becomes_ready_with_descriptors_and_bytes_per_group() {
 fn promtool_check_metrics_is_clean_on_a_live_scrape() {
     let agent = AgentProcess::spawn(Spawn::default());
     agent.wait_ready(READY);
-    for accept in [None, Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5")] {
+    for accept in [
+        None,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"),
+    ] {
         let headers: Vec<(&str, &str)> = accept.map(|a| vec![("Accept", a)]).unwrap_or_default();
         let r = support::request(agent.addr, "GET", "/metrics", &headers).unwrap();
         assert_eq!(r.status, 200);
         match accept {
-            None => assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8")),
+            None => assert_eq!(
+                r.header("content-type"),
+                Some("text/plain; version=0.0.4; charset=utf-8")
+            ),
             Some(_) => {
-                assert!(r.header("content-type").unwrap().starts_with("application/openmetrics-text; version=1.0.0"));
+                assert!(r
+                    .header("content-type")
+                    .unwrap()
+                    .starts_with("application/openmetrics-text; version=1.0.0"));
                 assert!(r.body.ends_with("# EOF\n"));
-                assert!(r.body.contains("# TYPE nixl_agent_registration_attempts counter"));
+                assert!(r
+                    .body
+                    .contains("# TYPE nixl_agent_registration_attempts counter"));
             }
         }
         if accept.is_some() {
@@ -75,8 +133,15 @@ fn promtool_check_metrics_is_clean_on_a_live_scrape() {
             .unwrap();
         std::io::Write::write_all(child.stdin.as_mut().unwrap(), r.body.as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
-        let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && printed.trim().is_empty(), "promtool check metrics:\n{printed}");
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && printed.trim().is_empty(),
+            "promtool check metrics:\n{printed}"
+        );
     }
 }
 
@@ -89,7 +154,10 @@ fn sigterm_drains_every_registration_and_exits_zero() {
     let status = agent.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "log:\n{}", agent.log().join("\n"));
     let groups = agent.events("group deregistered");
-    let total: u64 = groups.iter().map(|e| e["descriptors"].as_u64().unwrap()).sum();
+    let total: u64 = groups
+        .iter()
+        .map(|e| e["descriptors"].as_u64().unwrap())
+        .sum();
     assert_eq!(total, 12, "kv 8 + aux 4 deregistered");
     assert!(groups.iter().all(|e| e["failed"] == 0));
     let done = agent.events("drain complete");
@@ -106,17 +174,41 @@ fn vram_group_without_cuda_is_cuda_unavailable() {
     }
     let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='VRAM'\ncount=2\nsize='1MiB'\n\
                [[group]]\nname='aux'\nkind='aux'\nmem_type='DRAM'\ncount=2\nsize='4KiB'\n";
-    let agent = AgentProcess::spawn(Spawn { config: Some(cfg), ..Default::default() });
-    let s = agent.wait_metrics("a cuda_unavailable failure", READY, |s| {
-        s.metric(M_FAILURES).label("group", "kv").label("reason", "cuda_unavailable").value() >= 1.0
+    let agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
     });
-    assert_eq!(s.metric(M_REG_DESC).label("group", "kv").label("mem_type", "VRAM").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_group_registered").label("group", "kv").value(), 0.0);
-    let s = agent.wait_metrics("aux registered", READY, |s| s.metric(M_REG_DESC).label("group", "aux").value() == 2.0);
+    let s = agent.wait_metrics("a cuda_unavailable failure", READY, |s| {
+        s.metric(M_FAILURES)
+            .label("group", "kv")
+            .label("reason", "cuda_unavailable")
+            .value()
+            >= 1.0
+    });
+    assert_eq!(
+        s.metric(M_REG_DESC)
+            .label("group", "kv")
+            .label("mem_type", "VRAM")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_group_registered")
+            .label("group", "kv")
+            .value(),
+        0.0
+    );
+    let s = agent.wait_metrics("aux registered", READY, |s| {
+        s.metric(M_REG_DESC).label("group", "aux").value() == 2.0
+    });
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
     let r = agent.get("/readyz?verbose");
     assert_eq!(r.status, 503);
-    assert!(r.body.contains("[-]group:kv failed: cuda_unavailable"), "{}", r.body);
+    assert!(
+        r.body.contains("[-]group:kv failed: cuda_unavailable"),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("[+]group:aux ok"), "{}", r.body);
 }
 
@@ -134,16 +226,31 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
     assert_eq!(st["nixl"]["reason"], "nixl_unavailable");
     assert_eq!(st["nixl"]["available"], false);
     assert_eq!(st["phase"], "unavailable");
-    assert!(st["nixl"]["searched"][0].as_str().unwrap().starts_with("/nonexistent/nixl/lib/libnixl_capi.so"));
-    assert!(st["nixl"]["error"].as_str().unwrap().contains("/nonexistent/nixl/lib"));
+    assert!(st["nixl"]["searched"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("/nonexistent/nixl/lib/libnixl_capi.so"));
+    assert!(st["nixl"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/nixl/lib"));
     assert_eq!(agent.get("/livez").status, 200);
     let r = agent.get("/readyz?verbose");
     assert_eq!(r.status, 503);
-    assert!(r.body.starts_with("[-]nixl failed: nixl_unavailable\n"), "{}", r.body);
+    assert!(
+        r.body.starts_with("[-]nixl failed: nixl_unavailable\n"),
+        "{}",
+        r.body
+    );
     let s = agent.scrape();
     assert_eq!(s.metric("nixl_agent_nixl_available").value(), 0.0);
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_build_info").label("nixl_version", "unknown").value(), 1.0);
+    assert_eq!(
+        s.metric("nixl_agent_build_info")
+            .label("nixl_version", "unknown")
+            .value(),
+        1.0
+    );
     assert_eq!(s.metric(M_ATTEMPTS).sum(), 0.0);
     std::thread::sleep(Duration::from_millis(300));
     assert!(agent.is_running(), "no nixl-sys abort");
@@ -154,15 +261,31 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
 #[test]
 fn absent_backend_plugin_is_plugin_unavailable() {
     let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\nbackends=['MOONCAKE']\n";
-    let agent = AgentProcess::spawn(Spawn { config: Some(cfg), ..Default::default() });
-    let s = agent.wait_metrics("plugin_unavailable", READY, |s| {
-        s.metric(M_FAILURES).label("group", "kv").label("backend", "MOONCAKE").label("reason", "plugin_unavailable").value() >= 1.0
+    let agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
     });
-    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "MOONCAKE").value(), 0.0);
+    let s = agent.wait_metrics("plugin_unavailable", READY, |s| {
+        s.metric(M_FAILURES)
+            .label("group", "kv")
+            .label("backend", "MOONCAKE")
+            .label("reason", "plugin_unavailable")
+            .value()
+            >= 1.0
+    });
+    assert_eq!(
+        s.metric("nixl_agent_backend_up")
+            .label("backend", "MOONCAKE")
+            .value(),
+        0.0
+    );
     assert_eq!(s.metric(M_REG_DESC).label("group", "kv").value(), 0.0);
     let st = agent.status();
     assert_eq!(st["backends"][0]["reason"], "plugin_unavailable");
-    assert!(st["groups"][0]["last_error"].as_str().unwrap().contains("MOONCAKE"));
+    assert!(st["groups"][0]["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("MOONCAKE"));
     assert_eq!(agent.get("/readyz").status, 503);
 }
 
@@ -171,9 +294,14 @@ fn failing_group_is_retried_with_capped_backoff_while_others_stay_registered() {
     let cfg = "[retry]\ninitial_backoff='200ms'\nmax_backoff='400ms'\n\
                [[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\n\
                [[group]]\nname='bad'\nkind='state'\nmem_type='DRAM'\ncount=1\nsize='4KiB'\nbackends=['NOPE']\nrequired=false\n";
-    let agent = AgentProcess::spawn(Spawn { config: Some(cfg), ..Default::default() });
+    let agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
     agent.wait_ready(READY); // `bad` is optional: kv alone gates readiness
-    let s = agent.wait_metrics("5 attempts of `bad`", READY, |s| s.metric(M_ATTEMPTS).label("group", "bad").value() >= 5.0);
+    let s = agent.wait_metrics("5 attempts of `bad`", READY, |s| {
+        s.metric(M_ATTEMPTS).label("group", "bad").value() >= 5.0
+    });
     assert_eq!(s.metric(M_REG_DESC).label("group", "kv").value(), 2.0);
     // The log holds one failure per attempt and a scheduled retry between.
     let retries: Vec<u64> = agent
@@ -183,12 +311,23 @@ fn failing_group_is_retried_with_capped_backoff_while_others_stay_registered() {
         .map(|e| e["after_ms"].as_u64().unwrap())
         .collect();
     assert!(retries.len() >= 4, "{retries:?}");
-    assert_eq!(&retries[..4], &[200, 400, 400, 400], "doubles, then capped at max_backoff");
+    assert_eq!(
+        &retries[..4],
+        &[200, 400, 400, 400],
+        "doubles, then capped at max_backoff"
+    );
     let failed = agent.events("group registration failed");
-    let ts: Vec<chrono_free::Ts> = failed.iter().filter(|e| e["group"] == "bad").map(chrono_free::ts).collect();
+    let ts: Vec<chrono_free::Ts> = failed
+        .iter()
+        .filter(|e| e["group"] == "bad")
+        .map(chrono_free::ts)
+        .collect();
     for (pair, want) in ts.windows(2).zip([200u64, 400, 400]) {
         let gap = pair[1].0 - pair[0].0;
-        assert!(gap + 5 >= want as i64, "attempts {gap} ms apart, backoff was {want} ms");
+        assert!(
+            gap + 5 >= want as i64,
+            "attempts {gap} ms apart, backoff was {want} ms"
+        );
     }
     assert_eq!(agent.status()["groups"][1]["state"], "failed");
 }
@@ -197,10 +336,19 @@ fn failing_group_is_retried_with_capped_backoff_while_others_stay_registered() {
 fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=0\nsize='4KiB'\n", "group[0].count"),
+        (
+            "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=0\nsize='4KiB'\n",
+            "group[0].count",
+        ),
         ("lisen = '127.0.0.1:1'\n", "lisen"),
-        ("[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=4\nsize='4 parsecs'\n", "size"),
-        ("[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=1000000000000\nsize='1MiB'\n", "group[0].count"),
+        (
+            "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=4\nsize='4 parsecs'\n",
+            "size",
+        ),
+        (
+            "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=1000000000000\nsize='1MiB'\n",
+            "group[0].count",
+        ),
     ];
     for (text, key) in cases {
         let path = dir.path().join("bad.toml");
@@ -213,10 +361,16 @@ fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{text:?}: {err}");
-        assert!(err.contains(key), "{text:?}: stderr does not name {key}: {err}");
+        assert!(
+            err.contains(key),
+            "{text:?}: stderr does not name {key}: {err}"
+        );
         assert!(!err.contains("serving"), "nothing may start: {err}");
     }
-    let out = support::binary().args(["run", "--listen", "not-an-address"]).output().unwrap();
+    let out = support::binary()
+        .args(["run", "--listen", "not-an-address"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
 }
@@ -232,7 +386,10 @@ fn port_in_use_fails_fast_and_registers_nothing() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains(&addr) && err.contains("cannot listen"), "{err}");
+    assert!(
+        err.contains(&addr) && err.contains("cannot listen"),
+        "{err}"
+    );
     assert!(!err.contains("group registered"), "{err}");
 }
 
@@ -245,8 +402,12 @@ fn help_matches_the_snapshot() {
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&path, &help).unwrap();
     }
-    let want = std::fs::read_to_string(&path).expect("tests/snapshots/help.txt (UPDATE_SNAPSHOTS=1 writes it)");
-    assert_eq!(help, want, "--help changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff");
+    let want = std::fs::read_to_string(&path)
+        .expect("tests/snapshots/help.txt (UPDATE_SNAPSHOTS=1 writes it)");
+    assert_eq!(
+        help, want,
+        "--help changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff"
+    );
 }
 
 /// Timestamps of JSON log lines ("2026-11-30T15:24:19.702351Z") as

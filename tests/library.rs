@@ -38,7 +38,11 @@ fn scrape(agent: &AgentHandle) -> Scrape {
 async fn wait_failure(agent: &AgentHandle, group: &str) -> Scrape {
     for _ in 0..1500 {
         let s = scrape(agent);
-        if s.metric("nixl_agent_registration_failures_total").label("group", group).sum() >= 1.0 {
+        if s.metric("nixl_agent_registration_failures_total")
+            .label("group", group)
+            .sum()
+            >= 1.0
+        {
             return s;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -48,7 +52,12 @@ async fn wait_failure(agent: &AgentHandle, group: &str) -> Scrape {
 
 async fn wait_registered(agent: &AgentHandle, group: &str) {
     for _ in 0..1500 {
-        if scrape(agent).metric("nixl_agent_group_registered").label("group", group).value() == 1.0 {
+        if scrape(agent)
+            .metric("nixl_agent_group_registered")
+            .label("group", group)
+            .value()
+            == 1.0
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -63,38 +72,92 @@ async fn null_aux(validate: bool, expect: &str) {
     let aux = vec![2u8; 16 << 10];
     let plan = Plan {
         groups: vec![
-            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![region(&kv[..128 << 10]), region(&kv[128 << 10..])]),
-            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![region(&aux), Region::new(0, 4096, 0)])
-                .with_validate(validate),
+            GroupSpec::provided(
+                "kv",
+                Kind::Kv,
+                MemType::Dram,
+                vec![region(&kv[..128 << 10]), region(&kv[128 << 10..])],
+            ),
+            GroupSpec::provided(
+                "aux",
+                Kind::Aux,
+                MemType::Dram,
+                vec![region(&aux), Region::new(0, 4096, 0)],
+            )
+            .with_validate(validate),
         ],
     };
-    let agent = Agent::start(config(&format!("null-aux-{validate}")), plan).await.unwrap();
+    let agent = Agent::start(config(&format!("null-aux-{validate}")), plan)
+        .await
+        .unwrap();
     wait_registered(&agent, "kv").await;
     let s = wait_failure(&agent, "aux").await;
-    let failures = s.metric("nixl_agent_registration_failures_total").label("group", "aux");
-    assert_eq!(failures.clone().label("reason", expect).value(), failures.sum(), "every failure is {expect}");
-    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "aux").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_registered_bytes").label("group", "aux").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_group_registered").label("group", "aux").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").value(), 2.0);
+    let failures = s
+        .metric("nixl_agent_registration_failures_total")
+        .label("group", "aux");
+    assert_eq!(
+        failures.clone().label("reason", expect).value(),
+        failures.sum(),
+        "every failure is {expect}"
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "aux")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registered_bytes")
+            .label("group", "aux")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_group_registered")
+            .label("group", "aux")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "kv")
+            .value(),
+        2.0
+    );
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
-    assert!(s.metric("nixl_agent_last_failure_timestamp_seconds").label("group", "aux").label("reason", expect).value() > 1.7e9);
+    assert!(
+        s.metric("nixl_agent_last_failure_timestamp_seconds")
+            .label("group", "aux")
+            .label("reason", expect)
+            .value()
+            > 1.7e9
+    );
 
     // The HTTP surface says the same, and keeps serving.
     let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
     assert_eq!(r.status, 503);
-    assert!(r.body.contains(&format!("[-]group:aux failed: {expect}")), "{}", r.body);
+    assert!(
+        r.body.contains(&format!("[-]group:aux failed: {expect}")),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("[+]group:kv ok"), "{}", r.body);
     let st = agent.status();
     let aux_st = &st.groups[1];
     assert_eq!(aux_st.failed_region, Some(1));
     let err = aux_st.last_error.clone().unwrap();
     assert!(err.contains("region 1"), "{err}");
-    assert_eq!(support::get(agent.local_addr(), "/livez").unwrap().status, 200);
+    assert_eq!(
+        support::get(agent.local_addr(), "/livez").unwrap().status,
+        200
+    );
 
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
-    assert_eq!(report.deregistered, 2, "only kv's two regions were ever held");
+    assert_eq!(
+        report.deregistered, 2,
+        "only kv's two regions were ever held"
+    );
     let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
     assert_eq!(s.metric("nixl_agent_registered_descriptors").sum(), 0.0);
     drop((kv, aux)); // freed only after the agent deregistered them
@@ -118,16 +181,44 @@ async fn validation_catches_what_nixl_would_accept() {
     let base = buf.as_ptr() as usize;
     let groups = vec![
         // NIXL/UCX accepts an unmapped address on a CPU-only machine; the agent does not.
-        GroupSpec::provided("unmapped", Kind::Aux, MemType::Dram, vec![Region::new(0x10000, 4096, 0)]),
-        GroupSpec::provided("overlap", Kind::Kv, MemType::Dram, vec![Region::new(base, 8192, 0), Region::new(base + 4096, 8192, 0)]),
-        GroupSpec::provided("empty", Kind::State, MemType::Dram, vec![Region::new(base, 0, 0)]),
+        GroupSpec::provided(
+            "unmapped",
+            Kind::Aux,
+            MemType::Dram,
+            vec![Region::new(0x10000, 4096, 0)],
+        ),
+        GroupSpec::provided(
+            "overlap",
+            Kind::Kv,
+            MemType::Dram,
+            vec![
+                Region::new(base, 8192, 0),
+                Region::new(base + 4096, 8192, 0),
+            ],
+        ),
+        GroupSpec::provided(
+            "empty",
+            Kind::State,
+            MemType::Dram,
+            vec![Region::new(base, 0, 0)],
+        ),
     ];
-    let expect = [("unmapped", "unmapped_address"), ("overlap", "overlapping_regions"), ("empty", "zero_length")];
-    let agent = Agent::start(config("validation"), Plan { groups }).await.unwrap();
+    let expect = [
+        ("unmapped", "unmapped_address"),
+        ("overlap", "overlapping_regions"),
+        ("empty", "zero_length"),
+    ];
+    let agent = Agent::start(config("validation"), Plan { groups })
+        .await
+        .unwrap();
     for (group, reason) in expect {
         let s = wait_failure(&agent, group).await;
         assert!(
-            s.metric("nixl_agent_registration_failures_total").label("group", group).label("reason", reason).value() >= 1.0,
+            s.metric("nixl_agent_registration_failures_total")
+                .label("group", group)
+                .label("reason", reason)
+                .value()
+                >= 1.0,
             "{group}: {:?}",
             agent.status().groups
         );
@@ -140,23 +231,56 @@ async fn validation_catches_what_nixl_would_accept() {
 async fn shutdown_drains_to_zero_and_stops_serving() {
     let bufs: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 64 << 10]).collect();
     let plan = Plan {
-        groups: vec![GroupSpec::provided("kv", Kind::Kv, MemType::Dram, bufs.iter().map(|b| region(b)).collect())],
+        groups: vec![GroupSpec::provided(
+            "kv",
+            Kind::Kv,
+            MemType::Dram,
+            bufs.iter().map(|b| region(b)).collect(),
+        )],
     };
     let agent = Agent::start(config("drain"), plan).await.unwrap();
     assert!(agent.wait_ready(READY).await, "{:#?}", agent.status());
     let s = scrape(&agent);
-    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").value(), 16.0);
-    assert_eq!(s.metric("nixl_agent_registered_bytes").label("group", "kv").value(), (16 * (64 << 10)) as f64);
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "kv")
+            .value(),
+        16.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registered_bytes")
+            .label("group", "kv")
+            .value(),
+        (16 * (64 << 10)) as f64
+    );
     let addr = agent.local_addr();
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
     assert_eq!((report.deregistered, report.failed), (16, 0));
     let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
-    assert_eq!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_registered_bytes").label("group", "kv").value(), 0.0);
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "kv")
+            .value(),
+        0.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registered_bytes")
+            .label("group", "kv")
+            .value(),
+        0.0
+    );
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
-    assert_eq!(s.metric("nixl_agent_deregistrations_total").label("group", "kv").value(), 1.0);
-    assert!(support::get(addr, "/livez").is_err(), "server stopped after drain");
+    assert_eq!(
+        s.metric("nixl_agent_deregistrations_total")
+            .label("group", "kv")
+            .value(),
+        1.0
+    );
+    assert!(
+        support::get(addr, "/livez").is_err(),
+        "server stopped after drain"
+    );
     drop(bufs);
 }
 
@@ -166,17 +290,32 @@ async fn optional_failing_group_does_not_gate_readiness() {
     let plan = Plan {
         groups: vec![
             GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![region(&buf)]),
-            GroupSpec::provided("extra", Kind::Custom("mamba_conv".into()), MemType::Dram, vec![Region::new(0, 64, 0)])
-                .with_required(false),
+            GroupSpec::provided(
+                "extra",
+                Kind::Custom("mamba_conv".into()),
+                MemType::Dram,
+                vec![Region::new(0, 64, 0)],
+            )
+            .with_required(false),
         ],
     };
     let agent = Agent::start(config("optional"), plan).await.unwrap();
     assert!(agent.wait_ready(READY).await);
     let s = wait_failure(&agent, "extra").await;
-    assert_eq!(s.metric("nixl_agent_registration_attempts_total").label("kind", "mamba_conv").get().map(|v| v >= 1.0), Some(true));
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("kind", "mamba_conv")
+            .get()
+            .map(|v| v >= 1.0),
+        Some(true)
+    );
     let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(!r.body.contains("extra"), "optional groups are not readiness checks: {}", r.body);
+    assert!(
+        !r.body.contains("extra"),
+        "optional groups are not readiness checks: {}",
+        r.body
+    );
     agent.shutdown().await.unwrap();
     drop(buf);
 }
@@ -184,6 +323,9 @@ async fn optional_failing_group_does_not_gate_readiness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_plan_is_refused_before_anything_starts() {
     let g = GroupSpec::provided("a\"b", Kind::Aux, MemType::Dram, vec![]);
-    let err = Agent::start(config("bad-plan"), Plan { groups: vec![g] }).await.err().expect("refused");
+    let err = Agent::start(config("bad-plan"), Plan { groups: vec![g] })
+        .await
+        .err()
+        .expect("refused");
     assert!(err.to_string().contains("groups[0].name"), "{err}");
 }

@@ -41,11 +41,26 @@ fn bad_values_name_their_key() {
         (g("count=1\nsize=0"), "group[0].size"),
         (g("count=1\nsize='4KiB'\ndevice=1"), "group[0].device"),
         (g("count=1\nsize='4KiB'\nbackends=[]"), "group[0].backends"),
-        (g("count=1\nsize='4KiB'\nbackends=['U CX']"), "group[0].backends"),
-        ("[[group]]\nname='a b'\nkind='kv'\nmem_type='DRAM'\ncount=1\nsize=1".to_string(), "group[0].name"),
-        ("[[group]]\nname='a'\nkind='KV'\nmem_type='DRAM'\ncount=1\nsize=1".to_string(), "group[0].kind"),
-        (format!("{}\n{}", g("count=1\nsize=1"), g("count=1\nsize=1")), "group[1].name"),
-        ("[retry]\ninitial_backoff='2s'\nmax_backoff='1s'".to_string(), "retry.max_backoff"),
+        (
+            g("count=1\nsize='4KiB'\nbackends=['U CX']"),
+            "group[0].backends",
+        ),
+        (
+            "[[group]]\nname='a b'\nkind='kv'\nmem_type='DRAM'\ncount=1\nsize=1".to_string(),
+            "group[0].name",
+        ),
+        (
+            "[[group]]\nname='a'\nkind='KV'\nmem_type='DRAM'\ncount=1\nsize=1".to_string(),
+            "group[0].kind",
+        ),
+        (
+            format!("{}\n{}", g("count=1\nsize=1"), g("count=1\nsize=1")),
+            "group[1].name",
+        ),
+        (
+            "[retry]\ninitial_backoff='2s'\nmax_backoff='1s'".to_string(),
+            "retry.max_backoff",
+        ),
         ("shutdown_grace='0s'".to_string(), "shutdown_grace"),
     ];
     for (text, key) in cases {
@@ -74,5 +89,9 @@ fn env_overrides_file() {
     assert_eq!(c.nixl_lib_dir.as_deref(), Some(Path::new("/x")));
     assert_eq!(c.log_format, LogFormat::Json);
     let bad: HashMap<String, String> = [(ENV_LISTEN.to_string(), "nope".to_string())].into();
-    assert!(c.apply_env(&bad).unwrap_err().to_string().contains(ENV_LISTEN));
+    assert!(c
+        .apply_env(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains(ENV_LISTEN));
 }

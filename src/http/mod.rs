@@ -63,7 +63,10 @@ async fn livez() -> &'static str {
 }
 
 async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    let verbose = query.is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
+    let verbose = query.is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == "verbose" || kv.starts_with("verbose="))
+    });
     let (ready, body) = {
         let st = s.status.borrow();
         let ready = st.ready;
@@ -79,12 +82,22 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
         body.push_str(if ready { "ok\n" } else { "not ready\n" });
         (ready, body)
     };
-    let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 async fn status(State(s): State<AppState>) -> Response {
-    let body = serde_json::to_string_pretty(&*s.status.borrow()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let body = serde_json::to_string_pretty(&*s.status.borrow())
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

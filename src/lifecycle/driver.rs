@@ -72,10 +72,12 @@ where
     F: FnOnce() -> R + Send + 'static,
 {
     let (tx, rx) = std::sync::mpsc::channel();
-    let handle = std::thread::Builder::new().name("nixl-lifecycle".into()).spawn(move || {
-        let registrar = make_registrar();
-        Driver::new(registrar, plan, retry, metrics, board, rx, started).run()
-    })?;
+    let handle = std::thread::Builder::new()
+        .name("nixl-lifecycle".into())
+        .spawn(move || {
+            let registrar = make_registrar();
+            Driver::new(registrar, plan, retry, metrics, board, rx, started).run()
+        })?;
     Ok((tx, handle))
 }
 
@@ -94,7 +96,12 @@ impl<R: Registrar> Driver<R> {
         let slots = plan
             .groups
             .iter()
-            .map(|_| Slot { regions: None, backing: None, handles: Vec::new(), bytes: 0 })
+            .map(|_| Slot {
+                regions: None,
+                backing: None,
+                handles: Vec::new(),
+                bytes: 0,
+            })
             .collect();
         Driver {
             registrar,
@@ -136,8 +143,15 @@ impl<R: Registrar> Driver<R> {
                     }
                     Action::ScheduleRetry { group, after } => {
                         self.timers.push((Instant::now() + after, group));
-                        events::RetryScheduled { group: &self.labels[group].group, attempt: self.machine.attempts(group), after }.emit();
-                        self.board.update(|s| s.groups[group].next_retry_seconds = Some(after.as_secs_f64()));
+                        events::RetryScheduled {
+                            group: &self.labels[group].group,
+                            attempt: self.machine.attempts(group),
+                            after,
+                        }
+                        .emit();
+                        self.board.update(|s| {
+                            s.groups[group].next_retry_seconds = Some(after.as_secs_f64())
+                        });
                     }
                     Action::Drain => {
                         report = self.drain();
@@ -161,10 +175,15 @@ impl<R: Registrar> Driver<R> {
             }
             let msg = match self.timers.iter().map(|(at, _)| *at).min() {
                 Some(at) => self.control.recv_timeout(at.saturating_duration_since(now)),
-                None => self.control.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                None => self
+                    .control
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
             };
             match msg {
-                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return Input::ShutdownRequested,
+                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                    return Input::ShutdownRequested
+                }
                 Err(RecvTimeoutError::Timeout) => continue,
             }
         }
@@ -178,9 +197,14 @@ impl<R: Registrar> Driver<R> {
             let time_to_ready = (ready && !self.ever_ready).then(|| self.started.elapsed());
             self.ever_ready |= ready;
             self.was_ready = ready;
-            events::ReadinessChanged { ready, time_to_ready }.emit(&self.metrics);
+            events::ReadinessChanged {
+                ready,
+                time_to_ready,
+            }
+            .emit(&self.metrics);
             if let Some(t) = time_to_ready {
-                self.board.update(|s| s.time_to_ready_seconds = Some(t.as_secs_f64()));
+                self.board
+                    .update(|s| s.time_to_ready_seconds = Some(t.as_secs_f64()));
             }
         }
         let m = &self.machine;
@@ -201,8 +225,13 @@ impl<R: Registrar> Driver<R> {
 
     fn preflight(&mut self) -> Result<(), crate::telemetry::names::Reason> {
         let memlock = self.registrar.probe().memlock();
-        events::MemlockObserved { soft_limit: memlock.soft_limit, exempt: memlock.exempt }.emit(&self.metrics);
-        self.board.update(|s| s.memlock_limit_bytes = memlock.soft_limit);
+        events::MemlockObserved {
+            soft_limit: memlock.soft_limit,
+            exempt: memlock.exempt,
+        }
+        .emit(&self.metrics);
+        self.board
+            .update(|s| s.memlock_limit_bytes = memlock.soft_limit);
         match self.registrar.preflight() {
             Ok(facts) => {
                 let snapshot = self.board.snapshot();
@@ -221,7 +250,11 @@ impl<R: Registrar> Driver<R> {
                 Ok(())
             }
             Err(f) => {
-                events::NixlUnavailable { reason: f.reason, message: &f.message }.emit(&self.metrics);
+                events::NixlUnavailable {
+                    reason: f.reason,
+                    message: &f.message,
+                }
+                .emit(&self.metrics);
                 self.board.update(|s| {
                     s.nixl.available = false;
                     s.nixl.reason = Some(f.reason);
@@ -232,7 +265,11 @@ impl<R: Registrar> Driver<R> {
         }
     }
 
-    fn attempt(&mut self, group: usize, attempt: u32) -> Result<(), crate::telemetry::names::Reason> {
+    fn attempt(
+        &mut self,
+        group: usize,
+        attempt: u32,
+    ) -> Result<(), crate::telemetry::names::Reason> {
         // Backend creation is a one-time cost (UCX: ~0.5 s), not part of the
         // attempt's duration; the attempt is timed from allocation onwards.
         let (result, elapsed) = match self.ensure_backends(group) {
@@ -249,7 +286,14 @@ impl<R: Registrar> Driver<R> {
             Ok(()) => {
                 let slot = &self.slots[group];
                 let (n, bytes) = (slot.handles.len(), slot.bytes);
-                events::RegistrationSucceeded { labels, attempt, descriptors: n, bytes, elapsed }.emit(&self.metrics);
+                events::RegistrationSucceeded {
+                    labels,
+                    attempt,
+                    descriptors: n,
+                    bytes,
+                    elapsed,
+                }
+                .emit(&self.metrics);
                 self.board.update(|s| {
                     let g = &mut s.groups[group];
                     g.descriptors = n;
@@ -292,8 +336,14 @@ impl<R: Registrar> Driver<R> {
                 }
                 Ok(None) => {}
                 Err(f) => {
-                    events::BackendFailed { backend, reason: f.reason, message: &f.message }.emit(&self.metrics);
-                    self.board.update(|s| set_backend(s, backend, false, Some(&f)));
+                    events::BackendFailed {
+                        backend,
+                        reason: f.reason,
+                        message: &f.message,
+                    }
+                    .emit(&self.metrics);
+                    self.board
+                        .update(|s| set_backend(s, backend, false, Some(&f)));
                     let message = format!("backend {backend}: {}", f.message);
                     return Err(whole(Failure::new(f.reason, message)));
                 }
@@ -308,7 +358,10 @@ impl<R: Registrar> Driver<R> {
             let regions = match &spec.source {
                 RegionSource::Provided(r) => r.clone(),
                 RegionSource::Allocate { count, size } => {
-                    let (regions, backing) = self.registrar.allocate(spec, *count, *size).map_err(whole)?;
+                    let (regions, backing) = self
+                        .registrar
+                        .allocate(spec, *count, *size)
+                        .map_err(whole)?;
                     self.slots[group].backing = Some(backing);
                     regions
                 }
@@ -324,12 +377,14 @@ impl<R: Registrar> Driver<R> {
                 .filter(|(_, g)| g.mem_type == MemType::Dram)
                 .map(|(s, _)| s.bytes)
                 .sum();
-            validate::validate_group(spec, regions, self.registrar.probe(), pinned).map_err(|r| GroupFailure {
-                reason: r.reason,
-                region: r.region,
-                message: r.message,
-                rolled_back: 0,
-            })?;
+            validate::validate_group(spec, regions, self.registrar.probe(), pinned).map_err(
+                |r| GroupFailure {
+                    reason: r.reason,
+                    region: r.region,
+                    message: r.message,
+                    rolled_back: 0,
+                },
+            )?;
         }
         let handles = register_all(&mut self.registrar, spec, regions)?;
         let bytes = regions.iter().map(|r| r.len as u64).sum();
@@ -371,13 +426,22 @@ impl<R: Registrar> Driver<R> {
             slot.backing = None;
         }
         report.elapsed = t0.elapsed();
-        events::DrainFinished { descriptors: report.deregistered, elapsed: report.elapsed }.emit();
+        events::DrainFinished {
+            descriptors: report.deregistered,
+            elapsed: report.elapsed,
+        }
+        .emit();
         report
     }
 }
 
 fn whole(f: Failure) -> GroupFailure {
-    GroupFailure { reason: f.reason, region: None, message: f.message, rolled_back: 0 }
+    GroupFailure {
+        reason: f.reason,
+        region: None,
+        message: f.message,
+        rolled_back: 0,
+    }
 }
 
 fn set_backend(s: &mut crate::status::Status, name: &str, up: bool, failure: Option<&Failure>) {

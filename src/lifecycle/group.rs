@@ -20,7 +20,11 @@ pub struct GroupFailure {
 }
 
 /// Registers every region, or none.
-pub fn register_all<R: Registrar>(r: &mut R, spec: &GroupSpec, regions: &[Region]) -> Result<Vec<R::Handle>, GroupFailure> {
+pub fn register_all<R: Registrar>(
+    r: &mut R,
+    spec: &GroupSpec,
+    regions: &[Region],
+) -> Result<Vec<R::Handle>, GroupFailure> {
     let mut handles = Vec::with_capacity(regions.len());
     for (i, region) in regions.iter().enumerate() {
         match r.register_region(spec, region) {
@@ -28,11 +32,19 @@ pub fn register_all<R: Registrar>(r: &mut R, spec: &GroupSpec, regions: &[Region
             Err(f) => {
                 let rolled_back = handles.len();
                 let (_, rollback_error) = release_all(r, handles);
-                let mut message = format!("region {i} [{:#x}, +{}): {}", region.addr, region.len, f.message);
+                let mut message = format!(
+                    "region {i} [{:#x}, +{}): {}",
+                    region.addr, region.len, f.message
+                );
                 if let Some(e) = rollback_error {
                     message.push_str(&format!("; rollback also failed: {e}"));
                 }
-                return Err(GroupFailure { reason: f.reason, region: Some(i), message, rolled_back });
+                return Err(GroupFailure {
+                    reason: f.reason,
+                    region: Some(i),
+                    message,
+                    rolled_back,
+                });
             }
         }
     }
@@ -78,7 +90,10 @@ mod tests {
             Err(Reason::CudaUnavailable)
         }
         fn memlock(&self) -> Memlock {
-            Memlock { soft_limit: None, exempt: true }
+            Memlock {
+                soft_limit: None,
+                exempt: true,
+            }
         }
     }
 
@@ -91,7 +106,12 @@ mod tests {
         fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
             Ok(None)
         }
-        fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
+        fn allocate(
+            &mut self,
+            _: &GroupSpec,
+            _: usize,
+            _: usize,
+        ) -> Result<(Vec<Region>, ()), Failure> {
             Ok((vec![], ()))
         }
         fn probe(&self) -> &dyn MemoryProbe {
@@ -112,14 +132,20 @@ mod tests {
     }
 
     fn regions(n: usize) -> Vec<Region> {
-        (1..=n).map(|i| Region::new(i * 0x1000, 0x1000, 0)).collect()
+        (1..=n)
+            .map(|i| Region::new(i * 0x1000, 0x1000, 0))
+            .collect()
     }
 
     #[test]
     fn failure_in_the_middle_leaves_nothing_registered() {
         let spec = GroupSpec::provided("aux", Kind::Aux, MemType::Dram, regions(5));
         for fail in 1..=5 {
-            let mut l = Ledger { live: BTreeSet::new(), fail_at: Some(fail * 0x1000), order: vec![] };
+            let mut l = Ledger {
+                live: BTreeSet::new(),
+                fail_at: Some(fail * 0x1000),
+                order: vec![],
+            };
             let e = register_all(&mut l, &spec, &regions(5)).unwrap_err();
             assert!(l.live.is_empty(), "leaked {:?}", l.live);
             assert_eq!(e.region, Some(fail - 1));
@@ -136,7 +162,11 @@ mod tests {
     #[test]
     fn success_registers_all_and_release_reverses() {
         let spec = GroupSpec::provided("kv", Kind::Kv, MemType::Dram, regions(3));
-        let mut l = Ledger { live: BTreeSet::new(), fail_at: None, order: vec![] };
+        let mut l = Ledger {
+            live: BTreeSet::new(),
+            fail_at: None,
+            order: vec![],
+        };
         let h = register_all(&mut l, &spec, &regions(3)).unwrap();
         assert_eq!(l.live.len(), 3);
         assert_eq!(release_all(&mut l, h), (0, None));

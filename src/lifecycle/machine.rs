@@ -51,8 +51,13 @@ pub enum GroupState {
 pub enum Input {
     Start,
     PreflightFinished(Result<(), Reason>),
-    AttemptFinished { group: usize, result: Result<(), Reason> },
-    RetryDue { group: usize },
+    AttemptFinished {
+        group: usize,
+        result: Result<(), Reason>,
+    },
+    RetryDue {
+        group: usize,
+    },
     ShutdownRequested,
     DrainFinished,
 }
@@ -97,7 +102,11 @@ impl Machine {
                 last_reason: None,
             })
             .collect();
-        Machine { phase: Phase::Starting, groups, retry }
+        Machine {
+            phase: Phase::Starting,
+            groups,
+            retry,
+        }
     }
 
     pub fn phase(&self) -> Phase {
@@ -123,7 +132,11 @@ impl Machine {
     /// Ready: NIXL is up and every required group is registered.
     pub fn ready(&self) -> bool {
         self.phase == Phase::Running
-            && self.groups.iter().filter(|g| g.required).all(|g| g.state == GroupState::Registered)
+            && self
+                .groups
+                .iter()
+                .filter(|g| g.required)
+                .all(|g| g.state == GroupState::Registered)
     }
 
     /// Advances the machine. Inputs that make no sense in the current phase
@@ -133,7 +146,9 @@ impl Machine {
             (Phase::Starting, Input::Start) => vec![Action::Preflight],
             (Phase::Starting, Input::PreflightFinished(Ok(()))) => {
                 self.phase = Phase::Running;
-                (0..self.groups.len()).map(|g| self.begin_attempt(g)).collect()
+                (0..self.groups.len())
+                    .map(|g| self.begin_attempt(g))
+                    .collect()
             }
             (Phase::Starting, Input::PreflightFinished(Err(_))) => {
                 self.phase = Phase::Unavailable;
@@ -169,7 +184,9 @@ impl Machine {
                     }
                 }
             }
-            (Phase::Running, Input::RetryDue { group }) if self.groups[group].state == GroupState::Failed => {
+            (Phase::Running, Input::RetryDue { group })
+                if self.groups[group].state == GroupState::Failed =>
+            {
                 vec![self.begin_attempt(group)]
             }
             (Phase::Starting | Phase::Running | Phase::Unavailable, Input::ShutdownRequested) => {
@@ -193,7 +210,10 @@ impl Machine {
         let g = &mut self.groups[group];
         g.state = GroupState::Registering;
         g.attempts = g.attempts.saturating_add(1);
-        Action::Register { group, attempt: g.attempts }
+        Action::Register {
+            group,
+            attempt: g.attempts,
+        }
     }
 }
 

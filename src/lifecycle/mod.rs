@@ -23,7 +23,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(reason: Reason, message: impl Into<String>) -> Failure {
-        Failure { reason, message: message.into() }
+        Failure {
+            reason,
+            message: message.into(),
+        }
     }
 }
 
@@ -53,11 +56,20 @@ pub trait Registrar {
     /// created (in `t`), `Ok(None)` when it already existed.
     fn ensure_backend(&mut self, name: &str) -> Result<Option<Duration>, Failure>;
     /// Allocates `count` regions of `size` bytes for a group.
-    fn allocate(&mut self, spec: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Self::Backing), Failure>;
+    fn allocate(
+        &mut self,
+        spec: &GroupSpec,
+        count: usize,
+        size: usize,
+    ) -> Result<(Vec<Region>, Self::Backing), Failure>;
     /// Facts for validation.
     fn probe(&self) -> &dyn MemoryProbe;
     /// Registers one region with the group's backends.
-    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<Self::Handle, Failure>;
+    fn register_region(
+        &mut self,
+        spec: &GroupSpec,
+        region: &Region,
+    ) -> Result<Self::Handle, Failure>;
     /// Deregisters one region.
     fn deregister_region(&mut self, handle: Self::Handle) -> Result<(), Failure>;
 }

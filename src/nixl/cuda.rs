@@ -33,8 +33,13 @@ pub fn pointer(addr: usize) -> Result<DevicePointer, Reason> {
             addr as sys::CUdeviceptr,
         )
     };
-    if res != sys::CUresult::CUDA_SUCCESS || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-        return Ok(DevicePointer { is_device: false, device: 0 });
+    if res != sys::CUresult::CUDA_SUCCESS
+        || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+    {
+        return Ok(DevicePointer {
+            is_device: false,
+            device: 0,
+        });
     }
     let mut ordinal: i32 = -1;
     // Safety: as above; DEVICE_ORDINAL writes an int.
@@ -48,7 +53,10 @@ pub fn pointer(addr: usize) -> Result<DevicePointer, Reason> {
     if res != sys::CUresult::CUDA_SUCCESS || ordinal < 0 {
         return Err(Reason::Unknown);
     }
-    Ok(DevicePointer { is_device: true, device: ordinal as u32 })
+    Ok(DevicePointer {
+        is_device: true,
+        device: ordinal as u32,
+    })
 }
 
 /// Device memory the agent allocated for a VRAM group.
@@ -58,27 +66,54 @@ pub struct VramArea {
 }
 
 /// Allocates `count` device buffers of `size` bytes on `device`.
-pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, VramArea), (Reason, String)> {
+pub fn allocate(
+    device: u32,
+    count: usize,
+    size: usize,
+) -> Result<(Vec<usize>, VramArea), (Reason, String)> {
     if !driver_present() {
-        return Err((Reason::CudaUnavailable, "no CUDA driver (libcuda.so) could be loaded".to_string()));
+        return Err((
+            Reason::CudaUnavailable,
+            "no CUDA driver (libcuda.so) could be loaded".to_string(),
+        ));
     }
-    let n = CudaContext::device_count().map_err(|e| (Reason::CudaUnavailable, format!("cuDeviceGetCount: {e}")))?;
+    let n = CudaContext::device_count()
+        .map_err(|e| (Reason::CudaUnavailable, format!("cuDeviceGetCount: {e}")))?;
     if device as i64 >= n as i64 {
-        return Err((Reason::DeviceMismatch, format!("device {device} requested but {n} CUDA device(s) present")));
+        return Err((
+            Reason::DeviceMismatch,
+            format!("device {device} requested but {n} CUDA device(s) present"),
+        ));
     }
-    let ctx = CudaContext::new(device as usize).map_err(|e| (Reason::CudaUnavailable, format!("cuda context on device {device}: {e}")))?;
+    let ctx = CudaContext::new(device as usize).map_err(|e| {
+        (
+            Reason::CudaUnavailable,
+            format!("cuda context on device {device}: {e}"),
+        )
+    })?;
     let stream = ctx.default_stream();
     let mut addrs = Vec::with_capacity(count);
     let mut slices = Vec::with_capacity(count);
     for _ in 0..count {
-        let s = stream
-            .alloc_zeros::<u8>(size)
-            .map_err(|e| (Reason::AllocationFailed, format!("cuMemAlloc of {size} bytes on device {device}: {e}")))?;
+        let s = stream.alloc_zeros::<u8>(size).map_err(|e| {
+            (
+                Reason::AllocationFailed,
+                format!("cuMemAlloc of {size} bytes on device {device}: {e}"),
+            )
+        })?;
         let (ptr, _sync) = s.device_ptr(&stream);
         addrs.push(ptr as usize);
         drop(_sync);
         slices.push(s);
     }
-    stream.synchronize().map_err(|e| (Reason::Unknown, format!("cuda synchronize: {e}")))?;
-    Ok((addrs, VramArea { _ctx: ctx, _slices: slices }))
+    stream
+        .synchronize()
+        .map_err(|e| (Reason::Unknown, format!("cuda synchronize: {e}")))?;
+    Ok((
+        addrs,
+        VramArea {
+            _ctx: ctx,
+            _slices: slices,
+        },
+    ))
 }

@@ -13,7 +13,11 @@ use std::path::{Path, PathBuf};
 /// File name of the NIXL C API library.
 pub const CAPI_LIB: &str = "libnixl_capi.so";
 /// Library folders that the NIXL wheels install inside site-packages.
-pub const WHEEL_LIB_DIRS: &[&str] = &[".nixl_cu12.mesonpy.libs", ".nixl_cu13.mesonpy.libs", ".nixl.mesonpy.libs"];
+pub const WHEEL_LIB_DIRS: &[&str] = &[
+    ".nixl_cu12.mesonpy.libs",
+    ".nixl_cu13.mesonpy.libs",
+    ".nixl.mesonpy.libs",
+];
 /// Where NVIDIA's NIXL packages and containers install it.
 pub const OPT_PREFIX: &str = "/opt/nvidia/nvda_nixl";
 
@@ -72,9 +76,16 @@ pub fn discover(configured: Option<&Path>, env: &dyn Env) -> Result<Discovery, N
     if let Some(dir) = configured {
         let lib = dir.join(CAPI_LIB);
         return if lib.is_file() {
-            Ok(Discovery { version: wheel_version(dir), library: lib, found_by: FoundBy::Configured })
+            Ok(Discovery {
+                version: wheel_version(dir),
+                library: lib,
+                found_by: FoundBy::Configured,
+            })
         } else {
-            Err(NotFound { searched: vec![lib.display().to_string()], configured: true })
+            Err(NotFound {
+                searched: vec![lib.display().to_string()],
+                configured: true,
+            })
         };
     }
     let mut searched = Vec::new();
@@ -83,19 +94,35 @@ pub fn discover(configured: Option<&Path>, env: &dyn Env) -> Result<Discovery, N
             let dir = site.join(name);
             let lib = dir.join(CAPI_LIB);
             if lib.is_file() {
-                return Ok(Discovery { version: wheel_version(&dir), library: lib, found_by: FoundBy::Wheel });
+                return Ok(Discovery {
+                    version: wheel_version(&dir),
+                    library: lib,
+                    found_by: FoundBy::Wheel,
+                });
             }
             searched.push(lib.display().to_string());
         }
     }
-    for sub in ["lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib"] {
+    for sub in [
+        "lib/x86_64-linux-gnu",
+        "lib/aarch64-linux-gnu",
+        "lib64",
+        "lib",
+    ] {
         let lib = Path::new(OPT_PREFIX).join(sub).join(CAPI_LIB);
         if lib.is_file() {
-            return Ok(Discovery { library: lib, found_by: FoundBy::Opt, version: None });
+            return Ok(Discovery {
+                library: lib,
+                found_by: FoundBy::Opt,
+                version: None,
+            });
         }
         searched.push(lib.display().to_string());
     }
-    Err(NotFound { searched, configured: false })
+    Err(NotFound {
+        searched,
+        configured: false,
+    })
 }
 
 /// The version in `nixl*-VERSION.dist-info` beside a wheel's library folder.
@@ -105,7 +132,11 @@ pub fn wheel_version(lib_dir: &Path) -> Option<String> {
         .ok()?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.starts_with("nixl") && n.ends_with(".dist-info"))
-        .filter_map(|n| n.trim_end_matches(".dist-info").split_once('-').map(|(_, v)| v.to_string()))
+        .filter_map(|n| {
+            n.trim_end_matches(".dist-info")
+                .split_once('-')
+                .map(|(_, v)| v.to_string())
+        })
         .collect();
     found.sort();
     found.pop()
@@ -142,7 +173,9 @@ pub fn site_packages(env: &dyn Env) -> Vec<PathBuf> {
     prefixes.extend(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from));
     for prefix in prefixes {
         let lib = prefix.join("lib");
-        let Ok(entries) = std::fs::read_dir(&lib) else { continue };
+        let Ok(entries) = std::fs::read_dir(&lib) else {
+            continue;
+        };
         let mut pys: Vec<PathBuf> = entries
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
@@ -175,36 +208,59 @@ mod tests {
     #[test]
     fn configured_dir_wins_and_never_falls_back() {
         let t = tempfile::tempdir().unwrap();
-        let site = fake_wheel(t.path(), ".nixl_cu12.mesonpy.libs", "nixl_cu12-1.5.1.dist-info");
-        let env: HashMap<String, String> = [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
+        let site = fake_wheel(
+            t.path(),
+            ".nixl_cu12.mesonpy.libs",
+            "nixl_cu12-1.5.1.dist-info",
+        );
+        let env: HashMap<String, String> =
+            [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
         let dir = site.join(".nixl_cu12.mesonpy.libs");
         let d = discover(Some(&dir), &env).unwrap();
-        assert_eq!((d.found_by, d.version.as_deref()), (FoundBy::Configured, Some("1.5.1")));
+        assert_eq!(
+            (d.found_by, d.version.as_deref()),
+            (FoundBy::Configured, Some("1.5.1"))
+        );
         let missing = t.path().join("nope");
         let e = discover(Some(&missing), &env).unwrap_err();
         assert!(e.configured);
-        assert_eq!(e.searched, vec![missing.join(CAPI_LIB).display().to_string()]);
+        assert_eq!(
+            e.searched,
+            vec![missing.join(CAPI_LIB).display().to_string()]
+        );
     }
 
     #[test]
     fn wheel_in_a_virtualenv_is_found() {
         let t = tempfile::tempdir().unwrap();
-        fake_wheel(t.path(), ".nixl_cu13.mesonpy.libs", "nixl_cu13-2.0.0.dist-info");
-        let env: HashMap<String, String> = [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
+        fake_wheel(
+            t.path(),
+            ".nixl_cu13.mesonpy.libs",
+            "nixl_cu13-2.0.0.dist-info",
+        );
+        let env: HashMap<String, String> =
+            [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
         let d = discover(None, &env).unwrap();
         assert_eq!(d.found_by, FoundBy::Wheel);
         assert_eq!(d.version.as_deref(), Some("2.0.0"));
-        assert!(d.library.ends_with(".nixl_cu13.mesonpy.libs/libnixl_capi.so"));
+        assert!(d
+            .library
+            .ends_with(".nixl_cu13.mesonpy.libs/libnixl_capi.so"));
     }
 
     #[test]
     fn nothing_found_lists_where_it_looked() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("lib/python3.11/site-packages")).unwrap();
-        let env: HashMap<String, String> = [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
-        let e = discover(None, &env).expect_err("no NIXL may be installed system-wide on a test machine");
+        let env: HashMap<String, String> =
+            [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
+        let e = discover(None, &env)
+            .expect_err("no NIXL may be installed system-wide on a test machine");
         assert!(!e.configured);
-        assert!(e.searched.iter().any(|s| s.contains(".nixl_cu12.mesonpy.libs")));
+        assert!(e
+            .searched
+            .iter()
+            .any(|s| s.contains(".nixl_cu12.mesonpy.libs")));
         assert!(e.searched.iter().any(|s| s.starts_with(OPT_PREFIX)));
     }
 }

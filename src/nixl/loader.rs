@@ -21,7 +21,12 @@ pub struct Loaded {
     pub discovery: Discovery,
     /// The `plugins` folder beside the library, when there is one.
     pub plugin_dir: Option<PathBuf>,
+    /// The CUDA runtime preloaded for UCX's CUDA transports, if any.
+    pub cudart: Option<PathBuf>,
 }
+
+/// The CUDA runtime that the wheel's UCX CUDA modules (libucm_cuda) need.
+pub const CUDART_LIB: &str = "libcudart.so.12";
 
 /// Why the runtime could not be loaded, with every place that was tried.
 #[derive(Debug, Clone)]
@@ -38,14 +43,22 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
         Ok(d) => d,
         Err(nf) if nf.configured => {
             return Err(LoadError {
-                message: format!("{} not found in the configured NIXL library directory", CAPI_LIB),
+                message: format!(
+                    "{} not found in the configured NIXL library directory",
+                    CAPI_LIB
+                ),
                 searched: nf.searched,
             })
         }
         Err(mut nf) => {
-            nf.searched.push(format!("{CAPI_LIB} (dynamic loader search path)"));
+            nf.searched
+                .push(format!("{CAPI_LIB} (dynamic loader search path)"));
             match dlopen(CAPI_LIB) {
-                Ok(()) => Discovery { library: PathBuf::from(CAPI_LIB), found_by: FoundBy::Loader, version: None },
+                Ok(()) => Discovery {
+                    library: PathBuf::from(CAPI_LIB),
+                    found_by: FoundBy::Loader,
+                    version: None,
+                },
                 Err(e) => {
                     return Err(LoadError {
                         message: format!("{CAPI_LIB} not found (last dlopen error: {e})"),
@@ -64,16 +77,56 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
     // The stub's own dlopen now resolves to the object loaded above.
     if nixl_sys::is_stub() {
         return Err(LoadError {
-            message: format!("{} was loaded but nixl-sys still sees no NIXL runtime", discovery.library.display()),
+            message: format!(
+                "{} was loaded but nixl-sys still sees no NIXL runtime",
+                discovery.library.display()
+            ),
             searched: vec![discovery.library.display().to_string()],
         });
     }
-    let plugin_dir = discovery.lib_dir().map(|d| d.join("plugins")).filter(|p| p.is_dir());
-    Ok(Loaded { discovery, plugin_dir })
+    let plugin_dir = discovery
+        .lib_dir()
+        .map(|d| d.join("plugins"))
+        .filter(|p| p.is_dir());
+    let cudart = preload_cudart(discovery.lib_dir());
+    Ok(Loaded {
+        discovery,
+        plugin_dir,
+        cudart,
+    })
+}
+
+/// UCX's CUDA modules need libcudart.so.12, which a Python serving process
+/// has loaded through torch but a standalone agent has not: without it UCX
+/// sees VRAM as host memory ("VRAM memory is detected as host by UCX").
+/// On a machine with a CUDA driver, load it first from beside the wheel
+/// (`site-packages/nvidia/cuda_runtime/lib`), the CUDA toolkit, or the loader
+/// path. Best effort: absent, VRAM registration reports the UCX error.
+fn preload_cudart(lib_dir: Option<&std::path::Path>) -> Option<PathBuf> {
+    if !super::cuda::driver_present() {
+        return None;
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(site) = lib_dir.and_then(|d| d.parent()) {
+        candidates.push(site.join("nvidia/cuda_runtime/lib").join(CUDART_LIB));
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = std::env::var_os(var) {
+            candidates.push(PathBuf::from(root).join("lib64").join(CUDART_LIB));
+        }
+    }
+    candidates.push(PathBuf::from("/usr/local/cuda/lib64").join(CUDART_LIB));
+    for c in candidates.into_iter().filter(|c| c.is_file()) {
+        if dlopen(&c.display().to_string()).is_ok() {
+            return Some(c);
+        }
+    }
+    dlopen(CUDART_LIB).ok().map(|()| PathBuf::from(CUDART_LIB))
 }
 
 fn dlopen(path: &str) -> Result<(), String> {
-    let c = CString::new(std::ffi::OsStr::new(path).as_bytes()).map_err(|_| "path contains NUL".to_string())?;
+    let c = CString::new(std::ffi::OsStr::new(path).as_bytes())
+        .map_err(|_| "path contains NUL".to_string())?;
     // Safety: `c` is a valid NUL-terminated string that outlives the call.
     // The handle is deliberately never closed: NIXL stays loaded for the
     // life of the process, as nixl-sys expects.
@@ -86,7 +139,9 @@ fn dlopen(path: &str) -> Result<(), String> {
             "unknown dlopen error".to_string()
         } else {
             // Safety: non-null, NUL-terminated (see above).
-            unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(err) }
+                .to_string_lossy()
+                .into_owned()
         };
         return Err(msg);
     }

@@ -21,11 +21,19 @@ impl MemoryProbe for SystemProbe {
     }
 
     fn memlock(&self) -> Memlock {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         // Safety: getrlimit writes into the live `lim` struct only.
         let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
-        let soft_limit = if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY { None } else { Some(lim.rlim_cur) };
-        let exempt = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s));
+        let soft_limit = if rc != 0 || lim.rlim_cur == libc::RLIM_INFINITY {
+            None
+        } else {
+            Some(lim.rlim_cur)
+        };
+        let exempt =
+            std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s));
         Memlock { soft_limit, exempt }
     }
 }

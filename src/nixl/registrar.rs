@@ -51,9 +51,9 @@ pub fn reason_of(e: &NixlError) -> Reason {
         NixlError::NotFound => Reason::NixlNotFound,
         NixlError::InvalidDataPointer => Reason::InvalidAddress,
         NixlError::FailedToCreateBackend => Reason::BackendInitFailed,
-        NixlError::RegDescListCreationFailed | NixlError::RegDescAddFailed | NixlError::IndexOutOfBounds => {
-            Reason::NixlInvalidParam
-        }
+        NixlError::RegDescListCreationFailed
+        | NixlError::RegDescAddFailed
+        | NixlError::IndexOutOfBounds => Reason::NixlInvalidParam,
         NixlError::FailedToCreateXferRequest
         | NixlError::FailedToCreateXferDlistHandle
         | NixlError::NoTelemetry => Reason::Unknown,
@@ -61,7 +61,10 @@ pub fn reason_of(e: &NixlError) -> Reason {
 }
 
 fn failure(e: NixlError, what: &str) -> Failure {
-    Failure::new(reason_of(&e), format!("{what}: {e} (NIXL/UCX print the cause on stderr)"))
+    Failure::new(
+        reason_of(&e),
+        format!("{what}: {e} (NIXL/UCX print the cause on stderr)"),
+    )
 }
 
 struct Live {
@@ -85,7 +88,12 @@ impl NixlRegistrar {
     /// `loaded` is the outcome of [`super::load`]; an error surfaces at
     /// preflight as `nixl_unavailable`.
     pub fn new(agent_name: &str, loaded: Result<Loaded, LoadError>) -> NixlRegistrar {
-        NixlRegistrar { name: agent_name.to_string(), loaded, live: None, probe: SystemProbe }
+        NixlRegistrar {
+            name: agent_name.to_string(),
+            loaded,
+            live: None,
+            probe: SystemProbe,
+        }
     }
 
     /// The NIXL agent, for an embedding process that wants to use the
@@ -95,7 +103,9 @@ impl NixlRegistrar {
     }
 
     fn live(&mut self) -> Result<&mut Live, Failure> {
-        self.live.as_mut().ok_or_else(|| Failure::new(Reason::NixlUnavailable, "NIXL agent not created"))
+        self.live
+            .as_mut()
+            .ok_or_else(|| Failure::new(Reason::NixlUnavailable, "NIXL agent not created"))
     }
 }
 
@@ -112,11 +122,23 @@ impl Registrar for NixlRegistrar {
             return Err(Failure::new(Reason::NixlUnavailable, msg));
         }
         let agent = Agent::new(&self.name).map_err(|e| {
-            Failure::new(Reason::NixlUnavailable, format!("creating NIXL agent {:?}: {e}", self.name))
+            Failure::new(
+                Reason::NixlUnavailable,
+                format!("creating NIXL agent {:?}: {e}", self.name),
+            )
         })?;
-        let list = agent.get_available_plugins().map_err(|e| failure(e, "listing NIXL plugins"))?;
-        let plugins: Vec<String> = (0..list.len().unwrap_or(0)).filter_map(|i| list.get(i).ok().map(str::to_string)).collect();
-        self.live = Some(Live { agent, plugins: plugins.clone(), backends: HashMap::new(), opts: HashMap::new() });
+        let list = agent
+            .get_available_plugins()
+            .map_err(|e| failure(e, "listing NIXL plugins"))?;
+        let plugins: Vec<String> = (0..list.len().unwrap_or(0))
+            .filter_map(|i| list.get(i).ok().map(str::to_string))
+            .collect();
+        self.live = Some(Live {
+            agent,
+            plugins: plugins.clone(),
+            backends: HashMap::new(),
+            opts: HashMap::new(),
+        });
         Ok(RuntimeFacts { plugins })
     }
 
@@ -128,23 +150,35 @@ impl Registrar for NixlRegistrar {
         if !live.plugins.iter().any(|p| p == name) {
             return Err(Failure::new(
                 Reason::PluginUnavailable,
-                format!("no plugin named {name}; available: {}", live.plugins.join(", ")),
+                format!(
+                    "no plugin named {name}; available: {}",
+                    live.plugins.join(", ")
+                ),
             ));
         }
         let t0 = Instant::now();
-        let (_mems, params) = live
-            .agent
-            .get_plugin_params(name)
-            .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("plugin {name} parameters: {e}")))?;
-        let backend = live
-            .agent
-            .create_backend(name, &params)
-            .map_err(|e| Failure::new(Reason::BackendInitFailed, format!("creating backend {name}: {e}")))?;
+        let (_mems, params) = live.agent.get_plugin_params(name).map_err(|e| {
+            Failure::new(
+                Reason::PluginUnavailable,
+                format!("plugin {name} parameters: {e}"),
+            )
+        })?;
+        let backend = live.agent.create_backend(name, &params).map_err(|e| {
+            Failure::new(
+                Reason::BackendInitFailed,
+                format!("creating backend {name}: {e}"),
+            )
+        })?;
         live.backends.insert(name.to_string(), backend);
         Ok(Some(t0.elapsed()))
     }
 
-    fn allocate(&mut self, spec: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Backing), Failure> {
+    fn allocate(
+        &mut self,
+        spec: &GroupSpec,
+        count: usize,
+        size: usize,
+    ) -> Result<(Vec<Region>, Backing), Failure> {
         memory::allocate(spec.mem_type, spec.device, count, size)
     }
 
@@ -152,17 +186,21 @@ impl Registrar for NixlRegistrar {
         &self.probe
     }
 
-    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<RegistrationHandle, Failure> {
+    fn register_region(
+        &mut self,
+        spec: &GroupSpec,
+        region: &Region,
+    ) -> Result<RegistrationHandle, Failure> {
         let live = self.live()?;
         let key = spec.backend_label();
         if !live.opts.contains_key(&key) {
             let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
             for b in &spec.backends {
-                let backend = live
-                    .backends
-                    .get(b)
-                    .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
-                opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
+                let backend = live.backends.get(b).ok_or_else(|| {
+                    Failure::new(Reason::NixlNotFound, format!("backend {b} not created"))
+                })?;
+                opts.add_backend(backend)
+                    .map_err(|e| failure(e, "selecting backend"))?;
             }
             live.opts.insert(key.clone(), opts);
         }
@@ -175,10 +213,14 @@ impl Registrar for NixlRegistrar {
                 MemType::Vram => nixl_sys::MemType::Vram,
             },
         };
-        live.agent.register_memory(&desc, live.opts.get(&key)).map_err(|e| failure(e, "NIXL registerMem"))
+        live.agent
+            .register_memory(&desc, live.opts.get(&key))
+            .map_err(|e| failure(e, "NIXL registerMem"))
     }
 
     fn deregister_region(&mut self, mut handle: RegistrationHandle) -> Result<(), Failure> {
-        handle.deregister().map_err(|e| failure(e, "NIXL deregisterMem"))
+        handle
+            .deregister()
+            .map_err(|e| failure(e, "NIXL deregisterMem"))
     }
 }

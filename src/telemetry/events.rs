@@ -8,7 +8,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// libnixl_capi.so was found, loaded, and an agent created.
@@ -58,7 +60,11 @@ pub struct BackendCreated<'a> {
 impl BackendCreated<'_> {
     pub fn emit(&self, m: &Metrics) {
         m.set_backend_up(self.backend, true);
-        tracing::info!(backend = self.backend, elapsed_ms = self.elapsed.as_millis() as u64, "NIXL backend created");
+        tracing::info!(
+            backend = self.backend,
+            elapsed_ms = self.elapsed.as_millis() as u64,
+            "NIXL backend created"
+        );
     }
 }
 
@@ -72,7 +78,12 @@ pub struct BackendFailed<'a> {
 impl BackendFailed<'_> {
     pub fn emit(&self, m: &Metrics) {
         m.set_backend_up(self.backend, false);
-        tracing::error!(backend = self.backend, reason = self.reason.as_str(), error = self.message, "NIXL backend creation failed");
+        tracing::error!(
+            backend = self.backend,
+            reason = self.reason.as_str(),
+            error = self.message,
+            "NIXL backend creation failed"
+        );
     }
 }
 
@@ -145,7 +156,12 @@ pub struct RetryScheduled<'a> {
 
 impl RetryScheduled<'_> {
     pub fn emit(&self) {
-        tracing::info!(group = self.group, next_attempt = self.attempt + 1, after_ms = self.after.as_millis() as u64, "retry scheduled");
+        tracing::info!(
+            group = self.group,
+            next_attempt = self.attempt + 1,
+            after_ms = self.after.as_millis() as u64,
+            "retry scheduled"
+        );
     }
 }
 
@@ -200,7 +216,11 @@ pub struct MemlockObserved {
 impl MemlockObserved {
     pub fn emit(&self, m: &Metrics) {
         m.set_memlock_limit(self.soft_limit);
-        tracing::debug!(soft_limit = self.soft_limit, cap_ipc_lock = self.exempt, "memlock limit");
+        tracing::debug!(
+            soft_limit = self.soft_limit,
+            cap_ipc_lock = self.exempt,
+            "memlock limit"
+        );
     }
 }
 

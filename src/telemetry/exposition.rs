@@ -7,7 +7,8 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use std::fmt::Write;
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Which exposition format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,14 +21,18 @@ impl Format {
     /// OpenMetrics when the Accept header lists it with a non-zero q-value
     /// (as Prometheus does when it prefers it), else text 0.0.4.
     pub fn negotiate(accept: Option<&str>) -> Format {
-        let Some(accept) = accept else { return Format::Text };
+        let Some(accept) = accept else {
+            return Format::Text;
+        };
         for item in accept.split(',') {
             let mut parts = item.split(';').map(str::trim);
             if parts.next() != Some("application/openmetrics-text") {
                 continue;
             }
             let q_zero = parts.any(|p| {
-                p.strip_prefix("q=").and_then(|q| q.parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
             });
             if !q_zero {
                 return Format::OpenMetrics;
@@ -51,7 +56,9 @@ pub fn encode(registry: &Registry, format: Format) -> String {
         Format::Text => {
             let mut buf = Vec::with_capacity(16 * 1024);
             // Cannot fail: families come from a registry that validated them.
-            TextEncoder::new().encode(&families, &mut buf).expect("text encoding");
+            TextEncoder::new()
+                .encode(&families, &mut buf)
+                .expect("text encoding");
             String::from_utf8(buf).expect("text exposition is UTF-8")
         }
         Format::OpenMetrics => encode_openmetrics(&families),
@@ -80,19 +87,44 @@ pub fn encode_openmetrics(families: &[MetricFamily]) -> String {
             let _ = writeln!(out, "# UNIT {family} {unit}");
         }
         for m in mf.get_metric() {
-            let labels: Vec<(&str, &str)> = m.get_label().iter().map(|l| (l.name(), l.value())).collect();
+            let labels: Vec<(&str, &str)> = m
+                .get_label()
+                .iter()
+                .map(|l| (l.name(), l.value()))
+                .collect();
             match kind {
                 MetricType::COUNTER => {
-                    sample(&mut out, family, "_total", &labels, None, m.get_counter().get_value());
+                    sample(
+                        &mut out,
+                        family,
+                        "_total",
+                        &labels,
+                        None,
+                        m.get_counter().get_value(),
+                    );
                 }
                 MetricType::GAUGE | MetricType::UNTYPED => {
-                    sample(&mut out, family, "", &labels, None, m.get_gauge().get_value());
+                    sample(
+                        &mut out,
+                        family,
+                        "",
+                        &labels,
+                        None,
+                        m.get_gauge().get_value(),
+                    );
                 }
                 MetricType::HISTOGRAM => {
                     let h = m.get_histogram();
                     for b in h.get_bucket() {
                         let le = float_label(b.upper_bound());
-                        sample(&mut out, family, "_bucket", &labels, Some(&le), b.cumulative_count() as f64);
+                        sample(
+                            &mut out,
+                            family,
+                            "_bucket",
+                            &labels,
+                            Some(&le),
+                            b.cumulative_count() as f64,
+                        );
                     }
                     let count = h.get_sample_count() as f64;
                     sample(&mut out, family, "_bucket", &labels, Some("+Inf"), count);
@@ -102,7 +134,14 @@ pub fn encode_openmetrics(families: &[MetricFamily]) -> String {
                 MetricType::SUMMARY => {
                     let s = m.get_summary();
                     sample(&mut out, family, "_sum", &labels, None, s.sample_sum());
-                    sample(&mut out, family, "_count", &labels, None, s.sample_count() as f64);
+                    sample(
+                        &mut out,
+                        family,
+                        "_count",
+                        &labels,
+                        None,
+                        s.sample_count() as f64,
+                    );
                 }
             }
         }
@@ -113,10 +152,19 @@ pub fn encode_openmetrics(families: &[MetricFamily]) -> String {
 
 /// The OpenMetrics UNIT of a family whose name ends in a base unit.
 fn unit_of(family: &str) -> Option<&'static str> {
-    ["seconds", "bytes"].into_iter().find(|u| family.ends_with(&format!("_{u}")))
+    ["seconds", "bytes"]
+        .into_iter()
+        .find(|u| family.ends_with(&format!("_{u}")))
 }
 
-fn sample(out: &mut String, family: &str, suffix: &str, labels: &[(&str, &str)], le: Option<&str>, value: f64) {
+fn sample(
+    out: &mut String,
+    family: &str,
+    suffix: &str,
+    labels: &[(&str, &str)],
+    le: Option<&str>,
+    value: f64,
+) {
     out.push_str(family);
     out.push_str(suffix);
     if !labels.is_empty() || le.is_some() {
@@ -141,7 +189,11 @@ fn float_value(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
     } else {
         v.to_string()
     }
@@ -184,7 +236,10 @@ mod tests {
             Format::negotiate(Some("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1")),
             Format::OpenMetrics
         );
-        assert_eq!(Format::negotiate(Some("application/openmetrics-text; q=0")), Format::Text);
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text; q=0")),
+            Format::Text
+        );
     }
 
     #[test]
@@ -193,7 +248,11 @@ mod tests {
         let c = IntCounterVec::new(Opts::new("x_events_total", "Events."), &["who"]).unwrap();
         r.register(Box::new(c.clone())).unwrap();
         c.with_label_values(&["a\"b\\c\nd"]).inc();
-        let h = HistogramVec::new(HistogramOpts::new("x_wait_seconds", "Wait.").buckets(vec![0.5, 1.0]), &[]).unwrap();
+        let h = HistogramVec::new(
+            HistogramOpts::new("x_wait_seconds", "Wait.").buckets(vec![0.5, 1.0]),
+            &[],
+        )
+        .unwrap();
         r.register(Box::new(h.clone())).unwrap();
         h.with_label_values(&[] as &[&str]).observe(0.7);
         let text = encode(&r, Format::OpenMetrics);

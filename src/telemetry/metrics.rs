@@ -7,15 +7,18 @@
 use super::names::{self, Family, Reason};
 use crate::plan::{GroupSpec, Plan};
 use prometheus::{
-    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// Upper bounds of the registration duration histogram, in seconds.
-pub const DURATION_BUCKETS: &[f64] =
-    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 /// Upper bounds of the descriptors-per-attempt histogram.
-pub const DESCRIPTOR_BUCKETS: &[f64] =
-    &[1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0];
+pub const DESCRIPTOR_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+];
 
 /// Version facts exported as `nixl_agent_build_info`.
 #[derive(Debug, Clone)]
@@ -61,8 +64,14 @@ impl GroupLabels {
         [&self.group, &self.kind, self.mem_type, &self.backend]
     }
 
-    fn failure<'a>(&'a self, reason: Reason) -> [&'a str; 5] {
-        [&self.group, &self.kind, self.mem_type, &self.backend, reason.as_str()]
+    fn failure(&self, reason: Reason) -> [&str; 5] {
+        [
+            &self.group,
+            &self.kind,
+            self.mem_type,
+            &self.backend,
+            reason.as_str(),
+        ]
     }
 
     fn registered(&self) -> [&str; 4] {
@@ -100,7 +109,8 @@ fn opts(f: &Family) -> Opts {
 }
 
 fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
-    r.register(Box::new(c.clone())).expect("metric families are declared once");
+    r.register(Box::new(c.clone()))
+        .expect("metric families are declared once");
     c
 }
 
@@ -108,8 +118,18 @@ impl Metrics {
     /// Builds the registry for a plan and pre-creates its known series.
     pub fn new(plan: &Plan, build: &BuildInfo) -> Metrics {
         let r = Registry::new();
-        let counter = |name| register(&r, IntCounterVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap());
-        let int_gauge_vec = |name| register(&r, IntGaugeVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap());
+        let counter = |name| {
+            register(
+                &r,
+                IntCounterVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap(),
+            )
+        };
+        let int_gauge_vec = |name| {
+            register(
+                &r,
+                IntGaugeVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap(),
+            )
+        };
         let histogram = |name, buckets: &[f64]| {
             let f = Family::get(name);
             let o = HistogramOpts::new(f.name, f.help).buckets(buckets.to_vec());
@@ -125,16 +145,31 @@ impl Metrics {
             deregistrations: counter(names::DEREGISTRATIONS_TOTAL),
             deregistration_failures: counter(names::DEREGISTRATION_FAILURES_TOTAL),
             group_registered: int_gauge_vec(names::GROUP_REGISTERED),
-            ready: register(&r, IntGauge::with_opts(opts(Family::get(names::READY))).unwrap()),
-            nixl_available: register(&r, IntGauge::with_opts(opts(Family::get(names::NIXL_AVAILABLE))).unwrap()),
+            ready: register(
+                &r,
+                IntGauge::with_opts(opts(Family::get(names::READY))).unwrap(),
+            ),
+            nixl_available: register(
+                &r,
+                IntGauge::with_opts(opts(Family::get(names::NIXL_AVAILABLE))).unwrap(),
+            ),
             backend_up: int_gauge_vec(names::BACKEND_UP),
             last_failure: register(
                 &r,
-                GaugeVec::new(opts(Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS)), Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS).labels)
-                    .unwrap(),
+                GaugeVec::new(
+                    opts(Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS)),
+                    Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS).labels,
+                )
+                .unwrap(),
             ),
-            memlock_limit: register(&r, Gauge::with_opts(opts(Family::get(names::MEMLOCK_LIMIT_BYTES))).unwrap()),
-            time_to_ready: register(&r, Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap()),
+            memlock_limit: register(
+                &r,
+                Gauge::with_opts(opts(Family::get(names::MEMLOCK_LIMIT_BYTES))).unwrap(),
+            ),
+            time_to_ready: register(
+                &r,
+                Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap(),
+            ),
             registry: r.clone(),
         };
         int_gauge_vec(names::BUILD_INFO)
@@ -142,7 +177,9 @@ impl Metrics {
             .set(1);
         #[cfg(target_os = "linux")]
         m.registry
-            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
             .expect("process collector registers once");
 
         for spec in &plan.groups {
@@ -152,9 +189,16 @@ impl Metrics {
             m.duration.with_label_values(&l.attempt());
             for reason in Reason::ALL {
                 m.failures.with_label_values(&l.failure(reason));
-                m.deregistration_failures.with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
+                m.deregistration_failures.with_label_values(&[
+                    &l.group,
+                    &l.kind,
+                    l.mem_type,
+                    reason.as_str(),
+                ]);
             }
-            m.registered_descriptors.with_label_values(&l.registered()).set(0);
+            m.registered_descriptors
+                .with_label_values(&l.registered())
+                .set(0);
             m.registered_bytes.with_label_values(&l.registered()).set(0);
             m.deregistrations.with_label_values(&l.group());
             m.group_registered.with_label_values(&l.group()).set(0);
@@ -172,19 +216,31 @@ impl Metrics {
 
     pub(crate) fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: f64) {
         self.attempts.with_label_values(&l.attempt()).inc();
-        self.descriptors.with_label_values(&l.attempt()).observe(descriptors as f64);
-        self.duration.with_label_values(&l.attempt()).observe(seconds);
+        self.descriptors
+            .with_label_values(&l.attempt())
+            .observe(descriptors as f64);
+        self.duration
+            .with_label_values(&l.attempt())
+            .observe(seconds);
     }
 
     pub(crate) fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
         self.failures.with_label_values(&l.failure(reason)).inc();
-        self.last_failure.with_label_values(&[&l.group, reason.as_str()]).set(unix_seconds);
+        self.last_failure
+            .with_label_values(&[&l.group, reason.as_str()])
+            .set(unix_seconds);
     }
 
     pub(crate) fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
-        self.registered_descriptors.with_label_values(&l.registered()).set(descriptors as i64);
-        self.registered_bytes.with_label_values(&l.registered()).set(bytes as i64);
-        self.group_registered.with_label_values(&l.group()).set(i64::from(descriptors > 0));
+        self.registered_descriptors
+            .with_label_values(&l.registered())
+            .set(descriptors as i64);
+        self.registered_bytes
+            .with_label_values(&l.registered())
+            .set(bytes as i64);
+        self.group_registered
+            .with_label_values(&l.group())
+            .set(i64::from(descriptors > 0));
     }
 
     pub(crate) fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
@@ -206,7 +262,9 @@ impl Metrics {
     }
 
     pub(crate) fn set_backend_up(&self, backend: &str, up: bool) {
-        self.backend_up.with_label_values(&[backend]).set(i64::from(up));
+        self.backend_up
+            .with_label_values(&[backend])
+            .set(i64::from(up));
     }
 
     pub(crate) fn set_memlock_limit(&self, bytes: Option<u64>) {

@@ -4,8 +4,8 @@
 //! ([`events`]).
 
 pub mod events;
+pub mod exposition;
 pub mod metrics;
 pub mod names;
-pub mod exposition;
 
 pub use metrics::Metrics;

@@ -29,38 +29,102 @@ pub const BUILD_INFO: &str = "nixl_agent_build_info";
 /// Every metric family the agent exports under its own prefix, with its type
 /// and help text. The README metrics table is checked against this list.
 pub const FAMILIES: &[Family] = &[
-    Family::new(REGISTRATION_ATTEMPTS_TOTAL, Type::Counter, &["group", "kind", "mem_type", "backend"],
-        "Registration attempts per group, successful or not."),
-    Family::new(REGISTRATION_FAILURES_TOTAL, Type::Counter, &["group", "kind", "mem_type", "backend", "reason"],
-        "Failed registration attempts per group, by closed failure reason."),
-    Family::new(REGISTRATION_DESCRIPTORS, Type::Histogram, &["group", "kind", "mem_type", "backend"],
-        "Descriptors (regions) submitted per registration attempt."),
-    Family::new(REGISTRATION_DURATION_SECONDS, Type::Histogram, &["group", "kind", "mem_type", "backend"],
-        "Wall time of one registration attempt: validation plus NIXL registration (or rollback)."),
-    Family::new(REGISTERED_DESCRIPTORS, Type::Gauge, &["group", "kind", "mem_type", "device"],
-        "Descriptors registered with NIXL now."),
-    Family::new(REGISTERED_BYTES, Type::Gauge, &["group", "kind", "mem_type", "device"],
-        "Bytes registered with NIXL now."),
-    Family::new(DEREGISTRATIONS_TOTAL, Type::Counter, &["group", "kind", "mem_type"],
-        "Group deregistrations (drain, rollback excluded)."),
-    Family::new(DEREGISTRATION_FAILURES_TOTAL, Type::Counter, &["group", "kind", "mem_type", "reason"],
-        "Group deregistrations that reported an error, by closed reason."),
-    Family::new(GROUP_REGISTERED, Type::Gauge, &["group", "kind", "mem_type"],
-        "1 while every region of the group is registered, else 0."),
-    Family::new(READY, Type::Gauge, &[],
-        "1 while NIXL is available and every required group is registered (what /readyz reports)."),
-    Family::new(NIXL_AVAILABLE, Type::Gauge, &[],
-        "1 when the NIXL runtime library was found, loaded and an agent was created."),
-    Family::new(BACKEND_UP, Type::Gauge, &["backend"],
-        "1 when the NIXL backend was created, else 0."),
-    Family::new(LAST_FAILURE_TIMESTAMP_SECONDS, Type::Gauge, &["group", "reason"],
-        "Unix time of the group's last failed attempt with this reason."),
-    Family::new(MEMLOCK_LIMIT_BYTES, Type::Gauge, &[],
-        "Soft RLIMIT_MEMLOCK of the process in bytes (-1 when unlimited)."),
-    Family::new(TIME_TO_READY_SECONDS, Type::Gauge, &[],
-        "Seconds from agent start to first readiness (0 until ready)."),
-    Family::new(BUILD_INFO, Type::Gauge, &["version", "revision", "nixl_version"],
-        "Always 1; labels carry the agent version, git revision and NIXL runtime version."),
+    Family::new(
+        REGISTRATION_ATTEMPTS_TOTAL,
+        Type::Counter,
+        &["group", "kind", "mem_type", "backend"],
+        "Registration attempts per group, successful or not.",
+    ),
+    Family::new(
+        REGISTRATION_FAILURES_TOTAL,
+        Type::Counter,
+        &["group", "kind", "mem_type", "backend", "reason"],
+        "Failed registration attempts per group, by closed failure reason.",
+    ),
+    Family::new(
+        REGISTRATION_DESCRIPTORS,
+        Type::Histogram,
+        &["group", "kind", "mem_type", "backend"],
+        "Descriptors (regions) submitted per registration attempt.",
+    ),
+    Family::new(
+        REGISTRATION_DURATION_SECONDS,
+        Type::Histogram,
+        &["group", "kind", "mem_type", "backend"],
+        "Wall time of one registration attempt: validation plus NIXL registration (or rollback).",
+    ),
+    Family::new(
+        REGISTERED_DESCRIPTORS,
+        Type::Gauge,
+        &["group", "kind", "mem_type", "device"],
+        "Descriptors registered with NIXL now.",
+    ),
+    Family::new(
+        REGISTERED_BYTES,
+        Type::Gauge,
+        &["group", "kind", "mem_type", "device"],
+        "Bytes registered with NIXL now.",
+    ),
+    Family::new(
+        DEREGISTRATIONS_TOTAL,
+        Type::Counter,
+        &["group", "kind", "mem_type"],
+        "Group deregistrations (drain, rollback excluded).",
+    ),
+    Family::new(
+        DEREGISTRATION_FAILURES_TOTAL,
+        Type::Counter,
+        &["group", "kind", "mem_type", "reason"],
+        "Group deregistrations that reported an error, by closed reason.",
+    ),
+    Family::new(
+        GROUP_REGISTERED,
+        Type::Gauge,
+        &["group", "kind", "mem_type"],
+        "1 while every region of the group is registered, else 0.",
+    ),
+    Family::new(
+        READY,
+        Type::Gauge,
+        &[],
+        "1 while NIXL is available and every required group is registered (what /readyz reports).",
+    ),
+    Family::new(
+        NIXL_AVAILABLE,
+        Type::Gauge,
+        &[],
+        "1 when the NIXL runtime library was found, loaded and an agent was created.",
+    ),
+    Family::new(
+        BACKEND_UP,
+        Type::Gauge,
+        &["backend"],
+        "1 when the NIXL backend was created, else 0.",
+    ),
+    Family::new(
+        LAST_FAILURE_TIMESTAMP_SECONDS,
+        Type::Gauge,
+        &["group", "reason"],
+        "Unix time of the group's last failed attempt with this reason.",
+    ),
+    Family::new(
+        MEMLOCK_LIMIT_BYTES,
+        Type::Gauge,
+        &[],
+        "Soft RLIMIT_MEMLOCK of the process in bytes (-1 when unlimited).",
+    ),
+    Family::new(
+        TIME_TO_READY_SECONDS,
+        Type::Gauge,
+        &[],
+        "Seconds from agent start to first readiness (0 until ready).",
+    ),
+    Family::new(
+        BUILD_INFO,
+        Type::Gauge,
+        &["version", "revision", "nixl_version"],
+        "Always 1; labels carry the agent version, git revision and NIXL runtime version.",
+    ),
 ];
 
 /// Metric type, as written on the `# TYPE` line.
@@ -97,7 +161,12 @@ impl Family {
         labels: &'static [&'static str],
         help: &'static str,
     ) -> Self {
-        Family { name, kind, labels, help }
+        Family {
+            name,
+            kind,
+            labels,
+            help,
+        }
     }
 
     /// The family's entry in [`FAMILIES`]; panics on a name not declared there,
@@ -265,11 +334,22 @@ mod tests {
             assert!(!f.help.is_empty());
         }
         for name in [
-            REGISTRATION_ATTEMPTS_TOTAL, REGISTRATION_FAILURES_TOTAL, REGISTRATION_DESCRIPTORS,
-            REGISTRATION_DURATION_SECONDS, REGISTERED_DESCRIPTORS, REGISTERED_BYTES,
-            DEREGISTRATIONS_TOTAL, DEREGISTRATION_FAILURES_TOTAL, GROUP_REGISTERED, READY,
-            NIXL_AVAILABLE, BACKEND_UP, LAST_FAILURE_TIMESTAMP_SECONDS, MEMLOCK_LIMIT_BYTES,
-            TIME_TO_READY_SECONDS, BUILD_INFO,
+            REGISTRATION_ATTEMPTS_TOTAL,
+            REGISTRATION_FAILURES_TOTAL,
+            REGISTRATION_DESCRIPTORS,
+            REGISTRATION_DURATION_SECONDS,
+            REGISTERED_DESCRIPTORS,
+            REGISTERED_BYTES,
+            DEREGISTRATIONS_TOTAL,
+            DEREGISTRATION_FAILURES_TOTAL,
+            GROUP_REGISTERED,
+            READY,
+            NIXL_AVAILABLE,
+            BACKEND_UP,
+            LAST_FAILURE_TIMESTAMP_SECONDS,
+            MEMLOCK_LIMIT_BYTES,
+            TIME_TO_READY_SECONDS,
+            BUILD_INFO,
         ] {
             Family::get(name);
         }

@@ -22,44 +22,85 @@ impl MemoryProbe for Fake {
 fn probe() -> Fake {
     Fake {
         maps: vec![(0x1000, 0x10000), (0x20000, 0x30000)],
-        memlock: Memlock { soft_limit: None, exempt: false },
+        memlock: Memlock {
+            soft_limit: None,
+            exempt: false,
+        },
         cuda: Err(Reason::CudaUnavailable),
     }
 }
 
 fn dram(regions: &[(usize, usize)]) -> (GroupSpec, Vec<Region>) {
     let r: Vec<Region> = regions.iter().map(|&(a, l)| Region::new(a, l, 0)).collect();
-    (GroupSpec::provided("g", Kind::Aux, MemType::Dram, r.clone()), r)
+    (
+        GroupSpec::provided("g", Kind::Aux, MemType::Dram, r.clone()),
+        r,
+    )
 }
 
-fn reason(regions: &[(usize, usize)], p: &Fake, pinned: u64) -> Result<(), (Reason, Option<usize>)> {
+fn reason(
+    regions: &[(usize, usize)],
+    p: &Fake,
+    pinned: u64,
+) -> Result<(), (Reason, Option<usize>)> {
     let (spec, r) = dram(regions);
     validate_group(&spec, &r, p, pinned).map_err(|e| (e.reason, e.region))
 }
 
 #[test]
 fn good_regions_pass() {
-    assert_eq!(reason(&[(0x1000, 0x1000), (0x2000, 0x1000), (0x20000, 0x10000)], &probe(), 0), Ok(()));
+    assert_eq!(
+        reason(
+            &[(0x1000, 0x1000), (0x2000, 0x1000), (0x20000, 0x10000)],
+            &probe(),
+            0
+        ),
+        Ok(())
+    );
 }
 
 #[test]
 fn each_rule_names_its_reason_and_region() {
     let p = probe();
-    assert_eq!(reason(&[(0x1000, 16), (0, 4096)], &p, 0), Err((Reason::InvalidAddress, Some(1))));
-    assert_eq!(reason(&[(0x1000, 0)], &p, 0), Err((Reason::ZeroLength, Some(0))));
-    assert_eq!(reason(&[(usize::MAX - 1, 16)], &p, 0), Err((Reason::InvalidAddress, Some(0))));
-    assert_eq!(reason(&[(0x3000, 0x1000), (0x1000, 0x2001)], &p, 0), Err((Reason::OverlappingRegions, Some(1))));
+    assert_eq!(
+        reason(&[(0x1000, 16), (0, 4096)], &p, 0),
+        Err((Reason::InvalidAddress, Some(1)))
+    );
+    assert_eq!(
+        reason(&[(0x1000, 0)], &p, 0),
+        Err((Reason::ZeroLength, Some(0)))
+    );
+    assert_eq!(
+        reason(&[(usize::MAX - 1, 16)], &p, 0),
+        Err((Reason::InvalidAddress, Some(0)))
+    );
+    assert_eq!(
+        reason(&[(0x3000, 0x1000), (0x1000, 0x2001)], &p, 0),
+        Err((Reason::OverlappingRegions, Some(1)))
+    );
     // Straddles the gap between two mappings.
-    assert_eq!(reason(&[(0xf000, 0x2000)], &p, 0), Err((Reason::UnmappedAddress, Some(0))));
-    assert_eq!(reason(&[(0x1000, 16), (0x40000, 16)], &p, 0), Err((Reason::UnmappedAddress, Some(1))));
+    assert_eq!(
+        reason(&[(0xf000, 0x2000)], &p, 0),
+        Err((Reason::UnmappedAddress, Some(0)))
+    );
+    assert_eq!(
+        reason(&[(0x1000, 16), (0x40000, 16)], &p, 0),
+        Err((Reason::UnmappedAddress, Some(1)))
+    );
 }
 
 #[test]
 fn memlock_counts_what_is_already_pinned() {
     let mut p = probe();
-    p.memlock = Memlock { soft_limit: Some(0x2000), exempt: false };
+    p.memlock = Memlock {
+        soft_limit: Some(0x2000),
+        exempt: false,
+    };
     assert_eq!(reason(&[(0x1000, 0x1000)], &p, 0), Ok(()));
-    assert_eq!(reason(&[(0x1000, 0x1000)], &p, 0x1001), Err((Reason::MemlockLimit, None)));
+    assert_eq!(
+        reason(&[(0x1000, 0x1000)], &p, 0x1001),
+        Err((Reason::MemlockLimit, None))
+    );
     p.memlock.exempt = true;
     assert_eq!(reason(&[(0x1000, 0x1000)], &p, 0x1001), Ok(()));
 }
@@ -71,11 +112,20 @@ fn vram_rules() {
     let mut p = probe();
     let check = |spec: &GroupSpec, p: &Fake| validate_group(spec, &r, p, 0).map_err(|e| e.reason);
     assert_eq!(check(&spec, &p), Err(Reason::CudaUnavailable));
-    p.cuda = Ok(DevicePointer { is_device: false, device: 0 });
+    p.cuda = Ok(DevicePointer {
+        is_device: false,
+        device: 0,
+    });
     assert_eq!(check(&spec, &p), Err(Reason::MemTypeMismatch));
-    p.cuda = Ok(DevicePointer { is_device: true, device: 0 });
+    p.cuda = Ok(DevicePointer {
+        is_device: true,
+        device: 0,
+    });
     assert_eq!(check(&spec, &p), Err(Reason::DeviceMismatch));
-    p.cuda = Ok(DevicePointer { is_device: true, device: 1 });
+    p.cuda = Ok(DevicePointer {
+        is_device: true,
+        device: 1,
+    });
     assert_eq!(check(&spec, &p), Ok(()));
     spec.device = 2;
     assert_eq!(check(&spec, &p), Err(Reason::DeviceMismatch));
@@ -90,7 +140,14 @@ fn maps_parse_and_merge() {
 7ffc1000-7ffc2000 rw-p 00000000 00:00 0 [stack]
 garbage line
 ";
-    assert_eq!(parse_maps(text), vec![(0x400000, 0x452000), (0x651000, 0x655000), (0x7ffc1000, 0x7ffc2000)]);
+    assert_eq!(
+        parse_maps(text),
+        vec![
+            (0x400000, 0x452000),
+            (0x651000, 0x655000),
+            (0x7ffc1000, 0x7ffc2000)
+        ]
+    );
 }
 
 #[test]

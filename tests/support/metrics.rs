@@ -23,19 +23,30 @@ impl Scrape {
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(|l| parse_line(l).unwrap_or_else(|| panic!("unparseable sample line: {l}")))
             .collect();
-        Scrape { samples, text: text.to_string() }
+        Scrape {
+            samples,
+            text: text.to_string(),
+        }
     }
 
     /// Starts a match on samples named `name`.
     pub fn metric(&self, name: &str) -> Match<'_> {
-        Match { scrape: self, name: name.to_string(), labels: vec![] }
+        Match {
+            scrape: self,
+            name: name.to_string(),
+            labels: vec![],
+        }
     }
 
     /// Names of every `# TYPE` family.
     pub fn families(&self) -> Vec<String> {
         self.text
             .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE ").and_then(|r| r.split_whitespace().next()).map(String::from))
+            .filter_map(|l| {
+                l.strip_prefix("# TYPE ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .map(String::from)
+            })
             .collect()
     }
 }
@@ -58,7 +69,13 @@ impl Match<'_> {
         self.scrape
             .samples
             .iter()
-            .filter(|s| s.name == self.name && self.labels.iter().all(|(k, v)| s.labels.iter().any(|(k2, v2)| k == k2 && v == v2)))
+            .filter(|s| {
+                s.name == self.name
+                    && self
+                        .labels
+                        .iter()
+                        .all(|(k, v)| s.labels.iter().any(|(k2, v2)| k == k2 && v == v2))
+            })
             .collect()
     }
 
@@ -67,7 +84,12 @@ impl Match<'_> {
         match self.samples().as_slice() {
             [s] => s.value,
             [] => panic!("no sample {} {:?}", self.name, self.labels),
-            many => panic!("{} samples match {} {:?}: {many:?}", many.len(), self.name, self.labels),
+            many => panic!(
+                "{} samples match {} {:?}: {many:?}",
+                many.len(),
+                self.name,
+                self.labels
+            ),
         }
     }
 
@@ -104,7 +126,11 @@ fn parse_line(l: &str) -> Option<Sample> {
         Some((n, rest)) => (n.to_string(), parse_labels(rest.strip_suffix('}')?)?),
         None => (name_labels.to_string(), vec![]),
     };
-    Some(Sample { name, labels, value })
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
 }
 
 fn parse_labels(s: &str) -> Option<Vec<(String, String)>> {

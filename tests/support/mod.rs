@@ -18,8 +18,14 @@ fn repo() -> PathBuf {
 }
 
 fn required_path(var: &str, default: &str) -> PathBuf {
-    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| repo().join(default));
-    assert!(p.exists(), "{var}: {} does not exist; run `bash scripts/setup.sh` (make test does)", p.display());
+    let p = std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(default));
+    assert!(
+        p.exists(),
+        "{var}: {} does not exist; run `bash scripts/setup.sh` (make test does)",
+        p.display()
+    );
     p
 }
 
@@ -40,7 +46,10 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < end,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -55,7 +64,10 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -64,7 +76,12 @@ pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
     request(addr, "GET", path, &[])
 }
 
-pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Response> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -78,13 +95,30 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &st
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
         .collect();
-    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked { dechunk(body) } else { body.to_string() };
-    Ok(Response { status, headers, body })
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
 }
 
 fn dechunk(mut s: &str) -> String {
@@ -134,20 +168,26 @@ impl AgentProcess {
     pub fn spawn(s: Spawn) -> AgentProcess {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = binary();
-        cmd.env_remove("NIXL_LIB_DIR").env_remove("NIXL_AGENT_CONFIG").env_remove("NIXL_PLUGIN_DIR");
+        cmd.env_remove("NIXL_LIB_DIR")
+            .env_remove("NIXL_AGENT_CONFIG")
+            .env_remove("NIXL_PLUGIN_DIR");
         if !s.no_nixl {
             cmd.env("NIXL_LIB_DIR", nixl_lib_dir());
         }
         for (k, v) in s.env {
             cmd.env(k, v);
         }
-        cmd.arg("run").args(["--listen", "127.0.0.1:0", "--log-format", "json"]);
+        cmd.arg("run")
+            .args(["--listen", "127.0.0.1:0", "--log-format", "json"]);
         if let Some(text) = s.config {
             let path = dir.path().join("agent.toml");
             std::fs::write(&path, text).unwrap();
             cmd.arg("--config").arg(path);
         }
-        cmd.args(s.args).stdout(Stdio::null()).stderr(Stdio::piped()).stdin(Stdio::null());
+        cmd.args(s.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn nixl-agent");
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
@@ -159,14 +199,23 @@ impl AgentProcess {
         });
         let addr = {
             let log = log.clone();
-            wait_for(Duration::from_secs(20), "the agent's listen address in its log", || {
-                log.lock().unwrap().iter().find_map(|l| {
-                    let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                    v.get("listen")?.as_str()?.parse().ok()
-                })
-            })
+            wait_for(
+                Duration::from_secs(20),
+                "the agent's listen address in its log",
+                || {
+                    log.lock().unwrap().iter().find_map(|l| {
+                        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                        v.get("listen")?.as_str()?.parse().ok()
+                    })
+                },
+            )
         };
-        AgentProcess { child, addr, log, _dir: dir }
+        AgentProcess {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
     }
 
     /// Log lines so far (JSON).
@@ -184,7 +233,8 @@ impl AgentProcess {
     }
 
     pub fn get(&self, path: &str) -> Response {
-        get(self.addr, path).unwrap_or_else(|e| panic!("GET {path}: {e}\nlog:\n{}", self.log().join("\n")))
+        get(self.addr, path)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}\nlog:\n{}", self.log().join("\n")))
     }
 
     pub fn scrape(&self) -> Scrape {
@@ -196,11 +246,18 @@ impl AgentProcess {
     }
 
     pub fn wait_ready(&self, timeout: Duration) {
-        wait_for(timeout, "readyz 200", || (self.get("/readyz").status == 200).then_some(()));
+        wait_for(timeout, "readyz 200", || {
+            (self.get("/readyz").status == 200).then_some(())
+        });
     }
 
     /// Waits until `f(scrape)` holds.
-    pub fn wait_metrics(&self, what: &str, timeout: Duration, f: impl Fn(&Scrape) -> bool) -> Scrape {
+    pub fn wait_metrics(
+        &self,
+        what: &str,
+        timeout: Duration,
+        f: impl Fn(&Scrape) -> bool,
+    ) -> Scrape {
         wait_for(timeout, what, || {
             let s = self.scrape();
             f(&s).then_some(s)
@@ -208,7 +265,10 @@ impl AgentProcess {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args(["-s", sig, &self.child.id().to_string()]).status().unwrap();
+        let ok = Command::new("kill")
+            .args(["-s", sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
         assert!(ok.success());
     }
 

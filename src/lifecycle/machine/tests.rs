@@ -18,11 +18,29 @@ fn started(required: &[bool], max_attempts: u32) -> Machine {
 fn happy_path_to_ready_and_drained() {
     let mut m = started(&[true, false], 0);
     let acts = m.handle(Input::PreflightFinished(Ok(())));
-    assert_eq!(acts, vec![Action::Register { group: 0, attempt: 1 }, Action::Register { group: 1, attempt: 1 }]);
+    assert_eq!(
+        acts,
+        vec![
+            Action::Register {
+                group: 0,
+                attempt: 1
+            },
+            Action::Register {
+                group: 1,
+                attempt: 1
+            }
+        ]
+    );
     assert!(!m.ready());
-    m.handle(Input::AttemptFinished { group: 0, result: Ok(()) });
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Ok(()),
+    });
     assert!(m.ready(), "optional group 1 does not gate readiness");
-    m.handle(Input::AttemptFinished { group: 1, result: Ok(()) });
+    m.handle(Input::AttemptFinished {
+        group: 1,
+        result: Ok(()),
+    });
     assert_eq!(m.handle(Input::ShutdownRequested), vec![Action::Drain]);
     assert!(!m.ready(), "not ready the moment shutdown is requested");
     assert_eq!(m.handle(Input::DrainFinished), vec![Action::Stop]);
@@ -36,16 +54,28 @@ fn failures_back_off_with_a_cap_and_recover() {
     m.handle(Input::PreflightFinished(Ok(())));
     let mut delays = vec![];
     for attempt in 1..=4 {
-        let acts = m.handle(Input::AttemptFinished { group: 0, result: Err(Reason::NixlBackendError) });
+        let acts = m.handle(Input::AttemptFinished {
+            group: 0,
+            result: Err(Reason::NixlBackendError),
+        });
         match acts.as_slice() {
             [Action::ScheduleRetry { group: 0, after }] => delays.push(after.as_millis()),
             other => panic!("{other:?}"),
         }
         assert_eq!(m.group_state(0), GroupState::Failed);
-        assert_eq!(m.handle(Input::RetryDue { group: 0 }), vec![Action::Register { group: 0, attempt: attempt + 1 }]);
+        assert_eq!(
+            m.handle(Input::RetryDue { group: 0 }),
+            vec![Action::Register {
+                group: 0,
+                attempt: attempt + 1
+            }]
+        );
     }
     assert_eq!(delays, [100, 200, 300, 300]);
-    m.handle(Input::AttemptFinished { group: 0, result: Ok(()) });
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Ok(()),
+    });
     assert!(m.ready());
     assert_eq!(m.attempts(0), 5);
     assert_eq!(m.consecutive_failures(0), 0);
@@ -56,9 +86,18 @@ fn failures_back_off_with_a_cap_and_recover() {
 fn max_attempts_gives_up() {
     let mut m = started(&[true], 2);
     m.handle(Input::PreflightFinished(Ok(())));
-    m.handle(Input::AttemptFinished { group: 0, result: Err(Reason::InvalidAddress) });
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Err(Reason::InvalidAddress),
+    });
     m.handle(Input::RetryDue { group: 0 });
-    assert_eq!(m.handle(Input::AttemptFinished { group: 0, result: Err(Reason::InvalidAddress) }), vec![]);
+    assert_eq!(
+        m.handle(Input::AttemptFinished {
+            group: 0,
+            result: Err(Reason::InvalidAddress)
+        }),
+        vec![]
+    );
     assert_eq!(m.group_state(0), GroupState::GaveUp);
     assert_eq!(m.handle(Input::RetryDue { group: 0 }), vec![]);
 }
@@ -66,7 +105,10 @@ fn max_attempts_gives_up() {
 #[test]
 fn unavailable_nixl_never_registers_but_drains() {
     let mut m = started(&[true], 0);
-    assert_eq!(m.handle(Input::PreflightFinished(Err(Reason::NixlUnavailable))), vec![]);
+    assert_eq!(
+        m.handle(Input::PreflightFinished(Err(Reason::NixlUnavailable))),
+        vec![]
+    );
     assert_eq!(m.phase(), Phase::Unavailable);
     assert!(!m.ready());
     assert_eq!(m.handle(Input::RetryDue { group: 0 }), vec![]);
@@ -83,7 +125,13 @@ fn stale_and_repeated_inputs_are_ignored() {
     // Second signal, late timers and late results during drain: nothing.
     assert_eq!(m.handle(Input::ShutdownRequested), vec![]);
     assert_eq!(m.handle(Input::RetryDue { group: 0 }), vec![]);
-    assert_eq!(m.handle(Input::AttemptFinished { group: 0, result: Ok(()) }), vec![]);
+    assert_eq!(
+        m.handle(Input::AttemptFinished {
+            group: 0,
+            result: Ok(())
+        }),
+        vec![]
+    );
     assert_eq!(m.handle(Input::Start), vec![]);
     assert!(!m.ready());
 }

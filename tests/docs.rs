@@ -1,0 +1,105 @@
+//! Keeps the documentation true: the README metrics and reason tables, the
+//! example config, and the endpoint list against the code.
+
+use nixl_agent::config::Config;
+use nixl_agent::telemetry::names::{Reason, FAMILIES};
+use std::path::Path;
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+}
+
+/// Rows of the README table whose first cell is a backticked word starting with `prefix`.
+fn rows(readme: &str, prefix: &str) -> Vec<Vec<String>> {
+    readme
+        .lines()
+        .filter(|l| l.starts_with(&format!("| `{prefix}")))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn readme_metrics_table_matches_the_code() {
+    let readme = read("README.md");
+    let table = rows(&readme, "nixl_agent_");
+    let names: Vec<&str> = table.iter().map(|r| r[0].trim_matches('`')).collect();
+    let want: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+    assert_eq!(names, want, "README metrics table rows, in order");
+    for (row, f) in table.iter().zip(FAMILIES) {
+        assert_eq!(row[1], f.kind.as_str(), "{}: type", f.name);
+        let labels: Vec<String> = f.labels.iter().map(|l| format!("`{l}`")).collect();
+        let labels = if labels.is_empty() {
+            "—".to_string()
+        } else {
+            labels.join(", ")
+        };
+        assert_eq!(row[2], labels, "{}: labels", f.name);
+        assert_eq!(row[3], f.help, "{}: help", f.name);
+    }
+}
+
+#[test]
+fn readme_reason_table_matches_the_vocabulary() {
+    let readme = read("README.md");
+    let table: Vec<Vec<String>> = rows(&readme, "")
+        .into_iter()
+        .filter(|r| {
+            Reason::ALL
+                .iter()
+                .any(|x| r[0] == format!("`{}`", x.as_str()))
+        })
+        .collect();
+    assert_eq!(table.len(), Reason::ALL.len(), "one README row per reason");
+    for (row, r) in table.iter().zip(Reason::ALL) {
+        assert_eq!(row[0], format!("`{}`", r.as_str()));
+        assert_eq!(row[1], r.describe());
+    }
+}
+
+#[test]
+fn example_config_is_the_default_and_names_every_key() {
+    let text = read("examples/agent.toml");
+    let parsed = Config::from_toml(&text, Path::new("examples/agent.toml")).unwrap();
+    assert_eq!(
+        parsed,
+        Config::default(),
+        "examples/agent.toml drifted from the defaults"
+    );
+    // Every key the defaults serialize appears set (not only commented out).
+    let defaults = toml::to_string(&Config::default()).unwrap();
+    for line in defaults.lines() {
+        if let Some((key, _)) = line.split_once(" = ") {
+            assert!(
+                text.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{key} ="))),
+                "examples/agent.toml does not set `{key}`"
+            );
+        }
+    }
+    assert!(
+        text.contains("# nixl_lib_dir ="),
+        "the optional key is documented"
+    );
+}
+
+#[test]
+fn readme_lists_every_endpoint_and_the_two_commands() {
+    let readme = read("README.md");
+    for (path, _) in nixl_agent::http::ENDPOINTS {
+        assert!(
+            readme.contains(&format!("| `{path}` |")),
+            "README endpoint table lacks {path}"
+        );
+    }
+    assert!(readme.contains("make run") && readme.contains("make test"));
+    assert!(
+        read(".ci/run").contains("make test"),
+        ".ci/run calls the README's test command"
+    );
+    assert!(readme.contains(nixl_agent::config::DEFAULT_LISTEN));
+}

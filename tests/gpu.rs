@@ -1,0 +1,101 @@
+//! VRAM registration on a machine with a CUDA GPU. Gated on detecting a CUDA
+//! driver: on CPU-only machines (CI) each test says it skipped and returns.
+//! Run on a GPU host with `scripts/gpu-check.sh`.
+
+mod support;
+
+use nixl_agent::config::Config;
+use nixl_agent::{Agent, GroupSpec, Kind, MemType, Plan, Region};
+use std::time::Duration;
+use support::{AgentProcess, Spawn};
+
+fn gpu() -> bool {
+    let present = nixl_agent::nixl::cuda_driver_present();
+    if !present {
+        eprintln!("skipped: no CUDA driver on this machine (GPU-only test; run scripts/gpu-check.sh on a GPU host)");
+    }
+    present
+}
+
+#[test]
+fn vram_group_registers_and_drains_on_a_gpu() {
+    if !gpu() {
+        return;
+    }
+    let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='VRAM'\ndevice=0\ncount=4\nsize='2MiB'\n\
+               [[group]]\nname='aux'\nkind='aux'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\n";
+    let mut agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
+    let s = agent.wait_metrics("kv registered or failed", Duration::from_secs(60), |s| {
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "kv")
+            .value()
+            >= 1.0
+    });
+    let st = agent.status();
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "kv")
+            .label("mem_type", "VRAM")
+            .value(),
+        4.0,
+        "status: {st:#}\nlog:\n{}",
+        agent.log().join("\n")
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registered_bytes")
+            .label("group", "kv")
+            .value(),
+        (8 << 20) as f64
+    );
+    agent.wait_ready(Duration::from_secs(30));
+    agent.signal("TERM");
+    assert_eq!(agent.wait_exit(Duration::from_secs(30)).code(), Some(0));
+    let total: u64 = agent
+        .events("group deregistered")
+        .iter()
+        .map(|e| e["descriptors"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_pointer_in_a_vram_group_is_mem_type_mismatch() {
+    if !gpu() {
+        return;
+    }
+    let host = vec![0u8; 1 << 16];
+    let plan = Plan {
+        groups: vec![GroupSpec::provided(
+            "state",
+            Kind::State,
+            MemType::Vram,
+            vec![Region::new(host.as_ptr() as usize, host.len(), 0)],
+        )],
+    };
+    let config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        nixl_lib_dir: Some(support::nixl_lib_dir()),
+        groups: vec![],
+        ..Config::default()
+    };
+    let agent = Agent::start(config, plan).await.unwrap();
+    let mut reason = None;
+    for _ in 0..500 {
+        reason = agent.status().groups[0].last_reason;
+        if reason.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        reason.map(|r| r.as_str()),
+        Some("mem_type_mismatch"),
+        "{:#?}",
+        agent.status().groups[0]
+    );
+    agent.shutdown().await.unwrap();
+    drop(host);
+}
