@@ -16,7 +16,7 @@
 use crate::config::{Config, ConfigError, ProcessEnv};
 use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
-use crate::nixl::{self, Discovery, NixlRegistrar, NotFound};
+use crate::nixl::{self, Discovery, NixlRegistrar, NotFound, StderrTap};
 use crate::plan::Plan;
 use crate::status::{Status, StatusBoard};
 use crate::telemetry::metrics::BuildInfo;
@@ -33,10 +33,7 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("cannot start the lifecycle thread: {0}")]
     Thread(std::io::Error),
 }
@@ -57,9 +54,16 @@ pub struct Prepared {
     plan: Plan,
     found: Result<Discovery, NotFound>,
     started: Instant,
+    tap: Option<StderrTap>,
 }
 
 impl Prepared {
+    /// Attributes what NIXL/UCX print on stderr to the attempt that failed.
+    pub fn with_stderr_tap(mut self, tap: Option<StderrTap>) -> Self {
+        self.tap = tap;
+        self
+    }
+
     /// The `plugins` folder beside the library found, for `NIXL_PLUGIN_DIR`.
     pub fn plugin_dir(&self) -> Option<PathBuf> {
         self.found
@@ -86,6 +90,7 @@ impl Agent {
             plan,
             found,
             started,
+            tap: None,
         })
     }
 
@@ -104,6 +109,7 @@ impl Prepared {
             plan,
             found,
             started,
+            tap,
         } = self;
         let addr = config.listen;
         let listener = tokio::net::TcpListener::bind(addr)
@@ -113,21 +119,12 @@ impl Prepared {
             .local_addr()
             .map_err(|source| StartError::Bind { addr, source })?;
 
-        let searched = found
-            .as_ref()
-            .err()
-            .map(|nf| nf.searched.clone())
-            .unwrap_or_default();
+        let searched = found.as_ref().err().map(|nf| nf.searched.clone()).unwrap_or_default();
         let loaded = tokio::task::spawn_blocking(move || nixl::load(found))
             .await
             .expect("NIXL loading does not panic");
 
-        let build = BuildInfo::current(
-            loaded
-                .as_ref()
-                .ok()
-                .and_then(|l| l.discovery.version.as_deref()),
-        );
+        let build = BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref()));
         let metrics = Metrics::new(&plan, &build);
         let mut initial = Status::initial(&plan);
         match &loaded {
@@ -157,17 +154,14 @@ impl Prepared {
             let shutdown = async {
                 let _ = stop_rx.await;
             };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         });
 
         let agent_name = config.agent_name.clone();
         let spawned = driver::spawn(
-            move || NixlRegistrar::new(&agent_name, loaded),
+            move || NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
             plan,
             config.retry.clone(),
             metrics.clone(),

@@ -48,10 +48,7 @@ impl Opts {
     /// Builds the effective config: defaults, the file, the environment,
     /// then these flags; validated.
     pub fn load_config(&self, env: &dyn Env) -> Result<Config, ConfigError> {
-        let path = self
-            .config
-            .clone()
-            .or_else(|| env.var(ENV_CONFIG).map(PathBuf::from));
+        let path = self.config.clone().or_else(|| env.var(ENV_CONFIG).map(PathBuf::from));
         let mut config = match path {
             Some(p) => Config::load(&p)?,
             None => Config::default(),

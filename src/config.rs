@@ -60,6 +60,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// How failed groups are retried.
     pub retry: RetryConfig,
+    /// OpenTelemetry trace export (the standard OTEL_* variables override it).
+    pub tracing: TracingConfig,
     /// The registration plan: one entry per named group of regions.
     #[serde(rename = "group")]
     pub groups: Vec<GroupConfig>,
@@ -94,6 +96,75 @@ impl Default for RetryConfig {
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+/// OTLP protocol for trace export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum OtlpProtocol {
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+/// Default service.name of exported traces.
+pub const DEFAULT_SERVICE_NAME: &str = "nixl-agent";
+/// Default sampler (the OTel SDK default).
+pub const DEFAULT_SAMPLER: &str = "parentbased_always_on";
+/// Default bound of the span export queue.
+pub const DEFAULT_TRACE_QUEUE: usize = 2048;
+/// Default timeout of one export request.
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Samplers the agent understands (OTEL_TRACES_SAMPLER values).
+pub const SAMPLERS: &[&str] = &[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+];
+
+/// Trace export over OTLP. Without an endpoint nothing is exported and
+/// nothing is slowed: spans are not even built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Collector base URL, e.g. "http://127.0.0.1:4318" for http/protobuf
+    /// (`/v1/traces` is appended) or "http://127.0.0.1:4317" for grpc.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// "http/protobuf" or "grpc".
+    pub protocol: OtlpProtocol,
+    /// The service.name resource attribute.
+    pub service_name: String,
+    /// always_on, always_off, traceidratio or their parentbased_ forms.
+    pub sampler: String,
+    /// Ratio for the traceidratio samplers, 0.0 to 1.0.
+    pub sampler_arg: f64,
+    /// Extra resource attributes, e.g. { role = "decode", rank = "0" }.
+    pub resource: std::collections::BTreeMap<String, String>,
+    /// Spans buffered for export; beyond it spans are dropped and counted.
+    pub queue_size: usize,
+    /// Timeout of one export request.
+    #[serde(with = "units::duration")]
+    pub export_timeout: Duration,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            endpoint: None,
+            protocol: OtlpProtocol::HttpProtobuf,
+            service_name: DEFAULT_SERVICE_NAME.to_string(),
+            sampler: DEFAULT_SAMPLER.to_string(),
+            sampler_arg: 1.0,
+            resource: Default::default(),
+            queue_size: DEFAULT_TRACE_QUEUE,
+            export_timeout: DEFAULT_EXPORT_TIMEOUT,
         }
     }
 }
@@ -138,14 +209,13 @@ fn default_true() -> bool {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            listen: DEFAULT_LISTEN
-                .parse()
-                .expect("DEFAULT_LISTEN is a socket address"),
+            listen: DEFAULT_LISTEN.parse().expect("DEFAULT_LISTEN is a socket address"),
             agent_name: DEFAULT_AGENT_NAME.to_string(),
             nixl_lib_dir: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             log_format: LogFormat::Text,
             retry: RetryConfig::default(),
+            tracing: TracingConfig::default(),
             groups: default_groups(),
         }
     }
@@ -173,10 +243,7 @@ pub fn default_groups() -> Vec<GroupConfig> {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config key `{key}`: {message}")]
@@ -231,26 +298,19 @@ impl Config {
     /// Applies environment overrides on top of the file.
     pub fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
         if let Some(v) = env.var(ENV_LISTEN) {
-            self.listen = v.parse().map_err(|_| {
-                invalid(
-                    ENV_LISTEN,
-                    format!("`{v}` is not an ADDR:PORT socket address"),
-                )
-            })?;
+            self.listen = v
+                .parse()
+                .map_err(|_| invalid(ENV_LISTEN, format!("`{v}` is not an ADDR:PORT socket address")))?;
         }
         if let Some(v) = env.var(ENV_NIXL_LIB_DIR) {
             self.nixl_lib_dir = Some(PathBuf::from(v));
         }
+        self.tracing.apply_env(env)?;
         if let Some(v) = env.var(ENV_LOG_FORMAT) {
             self.log_format = match v.as_str() {
                 "text" => LogFormat::Text,
                 "json" => LogFormat::Json,
-                _ => {
-                    return Err(invalid(
-                        ENV_LOG_FORMAT,
-                        format!("`{v}` is neither text nor json"),
-                    ))
-                }
+                _ => return Err(invalid(ENV_LOG_FORMAT, format!("`{v}` is neither text nor json"))),
             };
         }
         Ok(())
@@ -269,10 +329,31 @@ impl Config {
             return Err(invalid("retry.initial_backoff", "must be greater than 0"));
         }
         if r.max_backoff < r.initial_backoff {
+            return Err(invalid("retry.max_backoff", "must be at least retry.initial_backoff"));
+        }
+        let t = &self.tracing;
+        if let Some(e) = &t.endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(invalid(
+                    "tracing.endpoint",
+                    format!("`{e}` must start with http:// or https://"),
+                ));
+            }
+        }
+        if !SAMPLERS.contains(&t.sampler.as_str()) {
             return Err(invalid(
-                "retry.max_backoff",
-                "must be at least retry.initial_backoff",
+                "tracing.sampler",
+                format!("`{}` is not one of {}", t.sampler, SAMPLERS.join(", ")),
             ));
+        }
+        if !(0.0..=1.0).contains(&t.sampler_arg) {
+            return Err(invalid("tracing.sampler_arg", "must be between 0.0 and 1.0"));
+        }
+        if t.queue_size == 0 || t.queue_size > 1 << 20 {
+            return Err(invalid("tracing.queue_size", "must be 1..=1048576"));
+        }
+        if t.export_timeout.is_zero() {
+            return Err(invalid("tracing.export_timeout", "must be greater than 0"));
         }
         if self.groups.len() > MAX_GROUPS {
             return Err(invalid(
@@ -285,10 +366,7 @@ impl Config {
             let key = |field: &str| format!("group[{i}].{field}");
             validate_group_words(&g.name, &g.kind, &g.backends, &key)?;
             if !names.insert(g.name.as_str()) {
-                return Err(invalid(
-                    key("name"),
-                    format!("`{}` is used by another group", g.name),
-                ));
+                return Err(invalid(key("name"), format!("`{}` is used by another group", g.name)));
             }
             if g.mem_type == MemType::Dram && g.device != 0 {
                 return Err(invalid(key("device"), "DRAM groups use device 0"));
@@ -307,13 +385,63 @@ impl Config {
                 _ => {
                     return Err(invalid(
                         key("size"),
-                        format!(
-                            "count × size exceeds {} per group",
-                            units::format_size(MAX_GROUP_BYTES)
-                        ),
+                        format!("count × size exceeds {} per group", units::format_size(MAX_GROUP_BYTES)),
                     ))
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl TracingConfig {
+    /// The standard OpenTelemetry variables, read through [`Env`].
+    fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
+        if let Some(v) = env
+            .var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .or_else(|| env.var("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        {
+            self.endpoint = Some(v);
+        }
+        let protocol = env
+            .var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| env.var("OTEL_EXPORTER_OTLP_PROTOCOL"));
+        if let Some(p) = protocol {
+            self.protocol = match p.as_str() {
+                "http/protobuf" => OtlpProtocol::HttpProtobuf,
+                "grpc" => OtlpProtocol::Grpc,
+                _ => {
+                    return Err(invalid(
+                        "OTEL_EXPORTER_OTLP_PROTOCOL",
+                        format!("`{p}`: use http/protobuf or grpc"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = env.var("OTEL_SERVICE_NAME") {
+            self.service_name = v;
+        }
+        if let Some(v) = env.var("OTEL_RESOURCE_ATTRIBUTES") {
+            for kv in v.split(',').filter(|kv| !kv.trim().is_empty()) {
+                let (k, val) = kv
+                    .split_once('=')
+                    .ok_or_else(|| invalid("OTEL_RESOURCE_ATTRIBUTES", format!("`{kv}` is not key=value")))?;
+                self.resource.insert(k.trim().to_string(), val.trim().to_string());
+            }
+        }
+        if let Some(v) = env.var("OTEL_TRACES_SAMPLER") {
+            self.sampler = v;
+        }
+        if let Some(v) = env.var("OTEL_TRACES_SAMPLER_ARG") {
+            self.sampler_arg = v
+                .parse()
+                .map_err(|_| invalid("OTEL_TRACES_SAMPLER_ARG", format!("`{v}` is not a number")))?;
+        }
+        if let Some(v) = env.var("OTEL_EXPORTER_OTLP_TIMEOUT") {
+            let ms: u64 = v
+                .parse()
+                .map_err(|_| invalid("OTEL_EXPORTER_OTLP_TIMEOUT", format!("`{v}` is not milliseconds")))?;
+            self.export_timeout = Duration::from_millis(ms);
         }
         Ok(())
     }
@@ -334,25 +462,15 @@ pub(crate) fn validate_group_words(
         c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
     })?;
     if backends.is_empty() {
-        return Err(invalid(
-            key("backends"),
-            "needs at least one backend, e.g. [\"UCX\"]",
-        ));
+        return Err(invalid(key("backends"), "needs at least one backend, e.g. [\"UCX\"]"));
     }
     for b in backends {
-        check_word(&key("backends"), b, 32, |c| {
-            c.is_ascii_alphanumeric() || c == '_'
-        })?;
+        check_word(&key("backends"), b, 32, |c| c.is_ascii_alphanumeric() || c == '_')?;
     }
     Ok(())
 }
 
-fn check_word(
-    key: &str,
-    value: &str,
-    max: usize,
-    ok: impl Fn(char) -> bool,
-) -> Result<(), ConfigError> {
+fn check_word(key: &str, value: &str, max: usize, ok: impl Fn(char) -> bool) -> Result<(), ConfigError> {
     if value.is_empty() || value.len() > max {
         return Err(invalid(key, format!("must be 1 to {max} bytes long")));
     }

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod diagnose;
 pub mod http;
 pub mod lifecycle;
 pub mod nixl;

@@ -4,15 +4,18 @@
 
 use clap::Parser;
 use nixl_agent::cli::{Cli, Command};
-use nixl_agent::config::{LogFormat, ProcessEnv};
-use nixl_agent::nixl::PLUGIN_DIR_ENV;
-use nixl_agent::{Agent, Plan};
+use nixl_agent::config::ProcessEnv;
+use nixl_agent::nixl::{StderrTap, PLUGIN_DIR_ENV};
+use nixl_agent::{telemetry, Agent, Plan};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 /// Exit code for bad usage or bad config (as clap uses for usage errors).
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when the agent could not start or drain cleanly.
 const EXIT_FAILURE: u8 = 1;
+/// Least time given to flushing spans after the drain.
+const MIN_TRACE_FLUSH: Duration = Duration::from_millis(200);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -24,16 +27,10 @@ fn main() -> ExitCode {
         }
     };
     if let Some(Command::Config) = cli.command {
-        print!(
-            "{}",
-            toml::to_string_pretty(&config).expect("config serializes")
-        );
+        print!("{}", toml::to_string_pretty(&config).expect("config serializes"));
         return ExitCode::SUCCESS;
     }
-    init_logging(config.log_format);
-
-    let plan = Plan::from_config(&config);
-    let prepared = match Agent::prepare(config, plan) {
+    let prepared = match Agent::prepare(config.clone(), Plan::from_config(&config)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("nixl-agent: {e}");
@@ -41,12 +38,19 @@ fn main() -> ExitCode {
         }
     };
     // NIXL reads its plugin directory from the environment in C++. Set it
-    // once, here, before the runtime starts any thread, unless already set.
+    // once, here, while this is the only thread, unless already set.
     if std::env::var_os(PLUGIN_DIR_ENV).is_none() {
         if let Some(dir) = prepared.plugin_dir() {
             std::env::set_var(PLUGIN_DIR_ENV, dir);
         }
     }
+    // Route fd 2 through a tap so what NIXL/UCX print is attributed to the
+    // failing attempt; the agent's own logs go to the real stderr.
+    let tap = StderrTap::install()
+        .map_err(|e| eprintln!("nixl-agent: stderr capture off: {e}"))
+        .ok();
+    let traces = telemetry::logs::init(&config, tap.as_ref().map(StderrTap::original));
+    let prepared = prepared.with_stderr_tap(tap.clone());
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -55,11 +59,11 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("nixl-agent: cannot start the async runtime: {e}");
+            tracing::error!(error = %e, "cannot start the async runtime");
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let agent = match prepared.start().await {
             Ok(a) => a,
             Err(e) => {
@@ -75,28 +79,30 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_FAILURE)
             }
         }
-    })
+    });
+    if let Some(t) = traces {
+        let left = config.shutdown_grace.saturating_sub(shutdown_started().elapsed());
+        t.shutdown(left.max(MIN_TRACE_FLUSH));
+    }
+    if let Some(t) = tap {
+        t.flush();
+    }
+    code
 }
 
+/// When the shutdown signal arrived (process start until then).
+fn shutdown_started() -> Instant {
+    *SIGNALLED.get().unwrap_or(&Instant::now())
+}
+
+static SIGNALLED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler installs");
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
     tokio::select! {
         _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
         _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
     }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-        LogFormat::Text => builder.init(),
-    }
+    let _ = SIGNALLED.set(Instant::now());
 }

@@ -221,19 +221,11 @@ mod tests {
         let plan = Plan {
             groups: vec![g("a"), g("a")],
         };
-        assert!(plan
-            .check()
-            .unwrap_err()
-            .to_string()
-            .contains("groups[1].name"));
+        assert!(plan.check().unwrap_err().to_string().contains("groups[1].name"));
         let plan = Plan {
             groups: vec![g("bad\"name")],
         };
-        assert!(plan
-            .check()
-            .unwrap_err()
-            .to_string()
-            .contains("groups[0].name"));
+        assert!(plan.check().unwrap_err().to_string().contains("groups[0].name"));
         let plan = Plan {
             groups: vec![g("x").with_backends(&[])],
         };

@@ -58,6 +58,8 @@ pub struct GroupStatus {
     pub consecutive_failures: u32,
     pub last_reason: Option<Reason>,
     pub last_error: Option<String>,
+    /// What NIXL/UCX printed during the last failed attempt.
+    pub last_diagnostics: Vec<String>,
     /// Index of the region that failed the last attempt, if one was to blame.
     pub failed_region: Option<usize>,
     pub next_retry_seconds: Option<f64>,
@@ -126,6 +128,7 @@ impl Status {
                         consecutive_failures: 0,
                         last_reason: None,
                         last_error: None,
+                        last_diagnostics: Vec::new(),
                         failed_region: None,
                         next_retry_seconds: None,
                     }

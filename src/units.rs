@@ -10,11 +10,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     if digits.is_empty() {
-        return Err(format!("`{text}` is not a size: expected a whole number with an optional unit such as 64KiB or 1MiB"));
+        return Err(format!(
+            "`{text}` is not a size: expected a whole number with an optional unit such as 64KiB or 1MiB"
+        ));
     }
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is too large"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("`{text}` is too large"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "kib" | "k" => 1 << 10,
@@ -27,12 +27,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "tb" => 1_000_000_000_000,
         other => {
             return Err(format!(
-            "`{text}`: unknown size unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
-        ))
+                "`{text}`: unknown size unit `{other}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+            ))
         }
     };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{text}` is too large"))
+    n.checked_mul(mult).ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// Formats a byte size with the largest binary unit that divides it exactly.
@@ -64,11 +63,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "m" => Duration::from_secs(n.saturating_mul(60)),
         "h" => Duration::from_secs(n.saturating_mul(3600)),
         "" => return Err(format!("`{text}`: a duration needs a unit (ms, s, m or h)")),
-        other => {
-            return Err(format!(
-                "`{text}`: unknown duration unit `{other}` (use ms, s, m or h)"
-            ))
-        }
+        other => return Err(format!("`{text}`: unknown duration unit `{other}` (use ms, s, m or h)")),
     };
     Ok(d)
 }

@@ -90,10 +90,7 @@ pub fn validate_group(
             return Err(reject(
                 Reason::InvalidAddress,
                 Some(i),
-                format!(
-                    "region {i} at {:#x} + {} wraps the address space",
-                    r.addr, r.len
-                ),
+                format!("region {i} at {:#x} + {} wraps the address space", r.addr, r.len),
             ));
         }
         if r.device != spec.device {
@@ -122,10 +119,7 @@ pub fn validate_group(
                     return Err(reject(
                         Reason::UnmappedAddress,
                         Some(i),
-                        format!(
-                            "region {i} [{:#x}, +{}) is not mapped in this process",
-                            r.addr, r.len
-                        ),
+                        format!("region {i} [{:#x}, +{}) is not mapped in this process", r.addr, r.len),
                     ));
                 }
             }
@@ -156,10 +150,7 @@ pub fn validate_group(
                     return Err(reject(
                         Reason::MemTypeMismatch,
                         Some(i),
-                        format!(
-                            "region {i} at {:#x} is not device memory but the group is VRAM",
-                            r.addr
-                        ),
+                        format!("region {i} at {:#x} is not device memory but the group is VRAM", r.addr),
                     ));
                 }
                 if p.device != spec.device {
@@ -213,10 +204,7 @@ pub fn parse_maps(text: &str) -> Vec<(usize, usize)> {
         .filter_map(|l| {
             let range = l.split_whitespace().next()?;
             let (a, b) = range.split_once('-')?;
-            Some((
-                usize::from_str_radix(a, 16).ok()?,
-                usize::from_str_radix(b, 16).ok()?,
-            ))
+            Some((usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?))
         })
         .collect();
     out.sort_unstable();

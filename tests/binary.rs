@@ -36,12 +36,7 @@ fn default_plan_becomes_ready_with_descriptors_and_bytes_per_group() {
     );
     assert_eq!(s.metric("nixl_agent_ready").value(), 1.0);
     assert_eq!(s.metric("nixl_agent_nixl_available").value(), 1.0);
-    assert_eq!(
-        s.metric("nixl_agent_backend_up")
-            .label("backend", "UCX")
-            .value(),
-        1.0
-    );
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
     assert_eq!(
         s.metric(M_ATTEMPTS)
             .label("group", "kv")
@@ -51,10 +46,7 @@ fn default_plan_becomes_ready_with_descriptors_and_bytes_per_group() {
     );
     assert_eq!(s.metric(M_FAILURES).label("group", "kv").sum(), 0.0);
     // Pre-declared: every reason exists at 0 before any failure.
-    assert_eq!(
-        s.metric(M_FAILURES).label("group", "aux").samples().len(),
-        17
-    );
+    assert_eq!(s.metric(M_FAILURES).label("group", "aux").samples().len(), 17);
     assert_eq!(
         s.metric("nixl_agent_registration_descriptors_count")
             .label("group", "kv")
@@ -77,19 +69,12 @@ fn default_plan_becomes_ready_with_descriptors_and_bytes_per_group() {
 
     let verbose = agent.get("/readyz?verbose");
     assert_eq!(verbose.status, 200);
-    assert_eq!(
-        verbose.body,
-        "[+]nixl ok\n[+]group:kv ok\n[+]group:aux ok\nok\n"
-    );
+    assert_eq!(verbose.body, "[+]nixl ok\n[+]group:kv ok\n[+]group:aux ok\nok\n");
     assert_eq!(agent.get("/livez").status, 200);
     let st = agent.status();
     assert_eq!(st["nixl"]["found_by"], "configured");
     assert_eq!(st["nixl"]["version"], "1.5.1");
-    assert!(st["nixl"]["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|p| p == "UCX"));
+    assert!(st["nixl"]["plugins"].as_array().unwrap().iter().any(|p| p == "UCX"));
     assert_eq!(st["groups"][0]["state"], "registered");
     assert_eq!(st["groups"][0]["descriptors"], 8);
 }
@@ -116,9 +101,7 @@ fn promtool_check_metrics_is_clean_on_a_live_scrape() {
                     .unwrap()
                     .starts_with("application/openmetrics-text; version=1.0.0"));
                 assert!(r.body.ends_with("# EOF\n"));
-                assert!(r
-                    .body
-                    .contains("# TYPE nixl_agent_registration_attempts counter"));
+                assert!(r.body.contains("# TYPE nixl_agent_registration_attempts counter"));
             }
         }
         if accept.is_some() {
@@ -154,10 +137,7 @@ fn sigterm_drains_every_registration_and_exits_zero() {
     let status = agent.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "log:\n{}", agent.log().join("\n"));
     let groups = agent.events("group deregistered");
-    let total: u64 = groups
-        .iter()
-        .map(|e| e["descriptors"].as_u64().unwrap())
-        .sum();
+    let total: u64 = groups.iter().map(|e| e["descriptors"].as_u64().unwrap()).sum();
     assert_eq!(total, 12, "kv 8 + aux 4 deregistered");
     assert!(groups.iter().all(|e| e["failed"] == 0));
     let done = agent.events("drain complete");
@@ -193,9 +173,7 @@ fn vram_group_without_cuda_is_cuda_unavailable() {
         0.0
     );
     assert_eq!(
-        s.metric("nixl_agent_group_registered")
-            .label("group", "kv")
-            .value(),
+        s.metric("nixl_agent_group_registered").label("group", "kv").value(),
         0.0
     );
     let s = agent.wait_metrics("aux registered", READY, |s| {
@@ -204,11 +182,7 @@ fn vram_group_without_cuda_is_cuda_unavailable() {
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
     let r = agent.get("/readyz?verbose");
     assert_eq!(r.status, 503);
-    assert!(
-        r.body.contains("[-]group:kv failed: cuda_unavailable"),
-        "{}",
-        r.body
-    );
+    assert!(r.body.contains("[-]group:kv failed: cuda_unavailable"), "{}", r.body);
     assert!(r.body.contains("[+]group:aux ok"), "{}", r.body);
 }
 
@@ -230,18 +204,11 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
         .as_str()
         .unwrap()
         .starts_with("/nonexistent/nixl/lib/libnixl_capi.so"));
-    assert!(st["nixl"]["error"]
-        .as_str()
-        .unwrap()
-        .contains("/nonexistent/nixl/lib"));
+    assert!(st["nixl"]["error"].as_str().unwrap().contains("/nonexistent/nixl/lib"));
     assert_eq!(agent.get("/livez").status, 200);
     let r = agent.get("/readyz?verbose");
     assert_eq!(r.status, 503);
-    assert!(
-        r.body.starts_with("[-]nixl failed: nixl_unavailable\n"),
-        "{}",
-        r.body
-    );
+    assert!(r.body.starts_with("[-]nixl failed: nixl_unavailable\n"), "{}", r.body);
     let s = agent.scrape();
     assert_eq!(s.metric("nixl_agent_nixl_available").value(), 0.0);
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
@@ -274,18 +241,13 @@ fn absent_backend_plugin_is_plugin_unavailable() {
             >= 1.0
     });
     assert_eq!(
-        s.metric("nixl_agent_backend_up")
-            .label("backend", "MOONCAKE")
-            .value(),
+        s.metric("nixl_agent_backend_up").label("backend", "MOONCAKE").value(),
         0.0
     );
     assert_eq!(s.metric(M_REG_DESC).label("group", "kv").value(), 0.0);
     let st = agent.status();
     assert_eq!(st["backends"][0]["reason"], "plugin_unavailable");
-    assert!(st["groups"][0]["last_error"]
-        .as_str()
-        .unwrap()
-        .contains("MOONCAKE"));
+    assert!(st["groups"][0]["last_error"].as_str().unwrap().contains("MOONCAKE"));
     assert_eq!(agent.get("/readyz").status, 503);
 }
 
@@ -324,10 +286,7 @@ fn failing_group_is_retried_with_capped_backoff_while_others_stay_registered() {
         .collect();
     for (pair, want) in ts.windows(2).zip([200u64, 400, 400]) {
         let gap = pair[1].0 - pair[0].0;
-        assert!(
-            gap + 5 >= want as i64,
-            "attempts {gap} ms apart, backoff was {want} ms"
-        );
+        assert!(gap + 5 >= want as i64, "attempts {gap} ms apart, backoff was {want} ms");
     }
     assert_eq!(agent.status()["groups"][1]["state"], "failed");
 }
@@ -361,10 +320,7 @@ fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{text:?}: {err}");
-        assert!(
-            err.contains(key),
-            "{text:?}: stderr does not name {key}: {err}"
-        );
+        assert!(err.contains(key), "{text:?}: stderr does not name {key}: {err}");
         assert!(!err.contains("serving"), "nothing may start: {err}");
     }
     let out = support::binary()
@@ -386,10 +342,7 @@ fn port_in_use_fails_fast_and_registers_nothing() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&addr) && err.contains("cannot listen"),
-        "{err}"
-    );
+    assert!(err.contains(&addr) && err.contains("cannot listen"), "{err}");
     assert!(!err.contains("group registered"), "{err}");
 }
 
@@ -402,8 +355,7 @@ fn help_matches_the_snapshot() {
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&path, &help).unwrap();
     }
-    let want = std::fs::read_to_string(&path)
-        .expect("tests/snapshots/help.txt (UPDATE_SNAPSHOTS=1 writes it)");
+    let want = std::fs::read_to_string(&path).expect("tests/snapshots/help.txt (UPDATE_SNAPSHOTS=1 writes it)");
     assert_eq!(
         help, want,
         "--help changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff"

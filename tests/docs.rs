@@ -14,12 +14,7 @@ fn rows(readme: &str, prefix: &str) -> Vec<Vec<String>> {
     readme
         .lines()
         .filter(|l| l.starts_with(&format!("| `{prefix}")))
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_string())
-                .collect()
-        })
+        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
         .collect()
 }
 
@@ -48,11 +43,7 @@ fn readme_reason_table_matches_the_vocabulary() {
     let readme = read("README.md");
     let table: Vec<Vec<String>> = rows(&readme, "")
         .into_iter()
-        .filter(|r| {
-            Reason::ALL
-                .iter()
-                .any(|x| r[0] == format!("`{}`", x.as_str()))
-        })
+        .filter(|r| Reason::ALL.iter().any(|x| r[0] == format!("`{}`", x.as_str())))
         .collect();
     assert_eq!(table.len(), Reason::ALL.len(), "one README row per reason");
     for (row, r) in table.iter().zip(Reason::ALL) {
@@ -75,16 +66,12 @@ fn example_config_is_the_default_and_names_every_key() {
     for line in defaults.lines() {
         if let Some((key, _)) = line.split_once(" = ") {
             assert!(
-                text.lines()
-                    .any(|l| l.trim_start().starts_with(&format!("{key} ="))),
+                text.lines().any(|l| l.trim_start().starts_with(&format!("{key} ="))),
                 "examples/agent.toml does not set `{key}`"
             );
         }
     }
-    assert!(
-        text.contains("# nixl_lib_dir ="),
-        "the optional key is documented"
-    );
+    assert!(text.contains("# nixl_lib_dir ="), "the optional key is documented");
 }
 
 #[test]

@@ -45,9 +45,7 @@ fn vram_group_registers_and_drains_on_a_gpu() {
         agent.log().join("\n")
     );
     assert_eq!(
-        s.metric("nixl_agent_registered_bytes")
-            .label("group", "kv")
-            .value(),
+        s.metric("nixl_agent_registered_bytes").label("group", "kv").value(),
         (8 << 20) as f64
     );
     agent.wait_ready(Duration::from_secs(30));

@@ -92,9 +92,7 @@ async fn null_aux(validate: bool, expect: &str) {
         .unwrap();
     wait_registered(&agent, "kv").await;
     let s = wait_failure(&agent, "aux").await;
-    let failures = s
-        .metric("nixl_agent_registration_failures_total")
-        .label("group", "aux");
+    let failures = s.metric("nixl_agent_registration_failures_total").label("group", "aux");
     assert_eq!(
         failures.clone().label("reason", expect).value(),
         failures.sum(),
@@ -107,15 +105,11 @@ async fn null_aux(validate: bool, expect: &str) {
         0.0
     );
     assert_eq!(
-        s.metric("nixl_agent_registered_bytes")
-            .label("group", "aux")
-            .value(),
+        s.metric("nixl_agent_registered_bytes").label("group", "aux").value(),
         0.0
     );
     assert_eq!(
-        s.metric("nixl_agent_group_registered")
-            .label("group", "aux")
-            .value(),
+        s.metric("nixl_agent_group_registered").label("group", "aux").value(),
         0.0
     );
     assert_eq!(
@@ -136,28 +130,18 @@ async fn null_aux(validate: bool, expect: &str) {
     // The HTTP surface says the same, and keeps serving.
     let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
     assert_eq!(r.status, 503);
-    assert!(
-        r.body.contains(&format!("[-]group:aux failed: {expect}")),
-        "{}",
-        r.body
-    );
+    assert!(r.body.contains(&format!("[-]group:aux failed: {expect}")), "{}", r.body);
     assert!(r.body.contains("[+]group:kv ok"), "{}", r.body);
     let st = agent.status();
     let aux_st = &st.groups[1];
     assert_eq!(aux_st.failed_region, Some(1));
     let err = aux_st.last_error.clone().unwrap();
     assert!(err.contains("region 1"), "{err}");
-    assert_eq!(
-        support::get(agent.local_addr(), "/livez").unwrap().status,
-        200
-    );
+    assert_eq!(support::get(agent.local_addr(), "/livez").unwrap().status, 200);
 
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
-    assert_eq!(
-        report.deregistered, 2,
-        "only kv's two regions were ever held"
-    );
+    assert_eq!(report.deregistered, 2, "only kv's two regions were ever held");
     let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
     assert_eq!(s.metric("nixl_agent_registered_descriptors").sum(), 0.0);
     drop((kv, aux)); // freed only after the agent deregistered them
@@ -191,26 +175,16 @@ async fn validation_catches_what_nixl_would_accept() {
             "overlap",
             Kind::Kv,
             MemType::Dram,
-            vec![
-                Region::new(base, 8192, 0),
-                Region::new(base + 4096, 8192, 0),
-            ],
+            vec![Region::new(base, 8192, 0), Region::new(base + 4096, 8192, 0)],
         ),
-        GroupSpec::provided(
-            "empty",
-            Kind::State,
-            MemType::Dram,
-            vec![Region::new(base, 0, 0)],
-        ),
+        GroupSpec::provided("empty", Kind::State, MemType::Dram, vec![Region::new(base, 0, 0)]),
     ];
     let expect = [
         ("unmapped", "unmapped_address"),
         ("overlap", "overlapping_regions"),
         ("empty", "zero_length"),
     ];
-    let agent = Agent::start(config("validation"), Plan { groups })
-        .await
-        .unwrap();
+    let agent = Agent::start(config("validation"), Plan { groups }).await.unwrap();
     for (group, reason) in expect {
         let s = wait_failure(&agent, group).await;
         assert!(
@@ -248,9 +222,7 @@ async fn shutdown_drains_to_zero_and_stops_serving() {
         16.0
     );
     assert_eq!(
-        s.metric("nixl_agent_registered_bytes")
-            .label("group", "kv")
-            .value(),
+        s.metric("nixl_agent_registered_bytes").label("group", "kv").value(),
         (16 * (64 << 10)) as f64
     );
     let addr = agent.local_addr();
@@ -265,9 +237,7 @@ async fn shutdown_drains_to_zero_and_stops_serving() {
         0.0
     );
     assert_eq!(
-        s.metric("nixl_agent_registered_bytes")
-            .label("group", "kv")
-            .value(),
+        s.metric("nixl_agent_registered_bytes").label("group", "kv").value(),
         0.0
     );
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
@@ -277,10 +247,7 @@ async fn shutdown_drains_to_zero_and_stops_serving() {
             .value(),
         1.0
     );
-    assert!(
-        support::get(addr, "/livez").is_err(),
-        "server stopped after drain"
-    );
+    assert!(support::get(addr, "/livez").is_err(), "server stopped after drain");
     drop(bufs);
 }
 

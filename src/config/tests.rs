@@ -41,10 +41,7 @@ fn bad_values_name_their_key() {
         (g("count=1\nsize=0"), "group[0].size"),
         (g("count=1\nsize='4KiB'\ndevice=1"), "group[0].device"),
         (g("count=1\nsize='4KiB'\nbackends=[]"), "group[0].backends"),
-        (
-            g("count=1\nsize='4KiB'\nbackends=['U CX']"),
-            "group[0].backends",
-        ),
+        (g("count=1\nsize='4KiB'\nbackends=['U CX']"), "group[0].backends"),
         (
             "[[group]]\nname='a b'\nkind='kv'\nmem_type='DRAM'\ncount=1\nsize=1".to_string(),
             "group[0].name",
@@ -89,9 +86,5 @@ fn env_overrides_file() {
     assert_eq!(c.nixl_lib_dir.as_deref(), Some(Path::new("/x")));
     assert_eq!(c.log_format, LogFormat::Json);
     let bad: HashMap<String, String> = [(ENV_LISTEN.to_string(), "nope".to_string())].into();
-    assert!(c
-        .apply_env(&bad)
-        .unwrap_err()
-        .to_string()
-        .contains(ENV_LISTEN));
+    assert!(c.apply_env(&bad).unwrap_err().to_string().contains(ENV_LISTEN));
 }

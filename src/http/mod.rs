@@ -5,7 +5,7 @@
 //! lifecycle thread, and a scrape costs one registry encode.
 
 use crate::status::Status;
-use crate::telemetry::exposition::{self, Format};
+use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -23,10 +23,19 @@ pub struct AppState {
 
 /// Every endpoint, with its one-line description (rendered on `/`).
 pub const ENDPOINTS: &[(&str, &str)] = &[
-    ("/metrics", "Prometheus metrics (OpenMetrics when the Accept header asks for it)"),
+    (
+        "/metrics",
+        "Prometheus metrics (OpenMetrics when the Accept header asks for it)",
+    ),
     ("/livez", "200 while the process and its runtime answer"),
-    ("/readyz", "200 when NIXL is available and every required group is registered, else 503; ?verbose lists checks"),
-    ("/v1/status", "JSON: groups, backends, NIXL library, last reasons and error text"),
+    (
+        "/readyz",
+        "200 when NIXL is available and every required group is registered, else 503; ?verbose lists checks",
+    ),
+    (
+        "/v1/status",
+        "JSON: groups, backends, NIXL library, last reasons and error text",
+    ),
 ];
 
 pub fn router(state: AppState) -> Router {
@@ -41,9 +50,8 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn index() -> Html<String> {
-    let mut page = String::from(
-        "<!doctype html><html><head><title>nixl-agent</title></head><body><h1>nixl-agent</h1><ul>",
-    );
+    let mut page =
+        String::from("<!doctype html><html><head><title>nixl-agent</title></head><body><h1>nixl-agent</h1><ul>");
     for (path, what) in ENDPOINTS {
         page.push_str(&format!("<li><a href=\"{path}\">{path}</a> — {what}</li>"));
     }
@@ -54,7 +62,7 @@ async fn index() -> Html<String> {
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
-    let body = exposition::encode(s.metrics.registry(), format);
+    let body = s.metrics.encode(format);
     ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
@@ -63,10 +71,7 @@ async fn livez() -> &'static str {
 }
 
 async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    let verbose = query.is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == "verbose" || kv.starts_with("verbose="))
-    });
+    let verbose = query.is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
     let (ready, body) = {
         let st = s.status.borrow();
         let ready = st.ready;
@@ -87,17 +92,11 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        code,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        body,
-    )
-        .into_response()
+    (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 
 async fn status(State(s): State<AppState>) -> Response {
-    let body = serde_json::to_string_pretty(&*s.status.borrow())
-        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let body = serde_json::to_string_pretty(&*s.status.borrow()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

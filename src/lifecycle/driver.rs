@@ -3,21 +3,25 @@
 //! NIXL calls block, so they never run on the async runtime: this thread owns
 //! the NIXL agent, every registration handle and every allocation. It talks to
 //! the rest of the agent through a control channel (in) and the status board
-//! and metrics (out, via events).
+//! and metrics (out, via events). Each step is a tracing span:
+//! `nixl.lifecycle` ⊃ `nixl.preflight`, `nixl.backend.create`,
+//! `nixl.group.register` (one per attempt), `nixl.group.deregister`.
 
 use super::group::{register_all, release_all, GroupFailure};
 use super::machine::{Action, GroupState, Input, Machine, Phase};
 use super::{Failure, Registrar};
 use crate::config::RetryConfig;
+use crate::diagnose;
 use crate::plan::{Plan, Region, RegionSource};
 use crate::status::StatusBoard;
 use crate::telemetry::events;
 use crate::telemetry::metrics::{GroupLabels, Metrics};
-use crate::telemetry::names::MemType;
+use crate::telemetry::names::{MemType, Reason};
 use crate::validate;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
+use tracing::field::Empty;
 
 /// Messages to the lifecycle thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +54,7 @@ pub struct Driver<R: Registrar> {
     board: StatusBoard,
     labels: Vec<GroupLabels>,
     slots: Vec<Slot<R>>,
+    backends_up: HashSet<String>,
     timers: Vec<(Instant, usize)>,
     control: Receiver<Control>,
     started: Instant,
@@ -111,6 +116,7 @@ impl<R: Registrar> Driver<R> {
             board,
             labels,
             slots,
+            backends_up: HashSet::new(),
             timers: Vec::new(),
             control,
             started,
@@ -122,6 +128,8 @@ impl<R: Registrar> Driver<R> {
     /// Runs until shutdown is requested (or the control channel closes) and
     /// everything is drained.
     pub fn run(mut self) -> DrainReport {
+        let root = tracing::info_span!("nixl.lifecycle", groups = self.plan.groups.len());
+        let _root = root.enter();
         let mut report = DrainReport::default();
         let mut queue: VecDeque<Action> = self.step(Input::Start).into();
         loop {
@@ -143,15 +151,15 @@ impl<R: Registrar> Driver<R> {
                     }
                     Action::ScheduleRetry { group, after } => {
                         self.timers.push((Instant::now() + after, group));
+                        let attempt = self.machine.attempts(group);
                         events::RetryScheduled {
                             group: &self.labels[group].group,
-                            attempt: self.machine.attempts(group),
+                            attempt,
                             after,
                         }
                         .emit();
-                        self.board.update(|s| {
-                            s.groups[group].next_retry_seconds = Some(after.as_secs_f64())
-                        });
+                        self.board
+                            .update(|s| s.groups[group].next_retry_seconds = Some(after.as_secs_f64()));
                     }
                     Action::Drain => {
                         report = self.drain();
@@ -175,15 +183,10 @@ impl<R: Registrar> Driver<R> {
             }
             let msg = match self.timers.iter().map(|(at, _)| *at).min() {
                 Some(at) => self.control.recv_timeout(at.saturating_duration_since(now)),
-                None => self
-                    .control
-                    .recv()
-                    .map_err(|_| RecvTimeoutError::Disconnected),
+                None => self.control.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
             match msg {
-                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    return Input::ShutdownRequested
-                }
+                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return Input::ShutdownRequested,
                 Err(RecvTimeoutError::Timeout) => continue,
             }
         }
@@ -197,14 +200,9 @@ impl<R: Registrar> Driver<R> {
             let time_to_ready = (ready && !self.ever_ready).then(|| self.started.elapsed());
             self.ever_ready |= ready;
             self.was_ready = ready;
-            events::ReadinessChanged {
-                ready,
-                time_to_ready,
-            }
-            .emit(&self.metrics);
+            events::ReadinessChanged { ready, time_to_ready }.emit(&self.metrics);
             if let Some(t) = time_to_ready {
-                self.board
-                    .update(|s| s.time_to_ready_seconds = Some(t.as_secs_f64()));
+                self.board.update(|s| s.time_to_ready_seconds = Some(t.as_secs_f64()));
             }
         }
         let m = &self.machine;
@@ -223,17 +221,24 @@ impl<R: Registrar> Driver<R> {
         actions
     }
 
-    fn preflight(&mut self) -> Result<(), crate::telemetry::names::Reason> {
+    fn preflight(&mut self) -> Result<(), Reason> {
+        let span = tracing::info_span!(
+            "nixl.preflight",
+            outcome = Empty,
+            "error.type" = Empty,
+            "otel.status_code" = Empty
+        );
+        let _e = span.enter();
         let memlock = self.registrar.probe().memlock();
         events::MemlockObserved {
             soft_limit: memlock.soft_limit,
             exempt: memlock.exempt,
         }
         .emit(&self.metrics);
-        self.board
-            .update(|s| s.memlock_limit_bytes = memlock.soft_limit);
+        self.board.update(|s| s.memlock_limit_bytes = memlock.soft_limit);
         match self.registrar.preflight() {
             Ok(facts) => {
+                span.record("outcome", "success");
                 let snapshot = self.board.snapshot();
                 let library = snapshot.nixl.library.unwrap_or_default();
                 events::NixlLoaded {
@@ -250,6 +255,9 @@ impl<R: Registrar> Driver<R> {
                 Ok(())
             }
             Err(f) => {
+                span.record("outcome", "failure");
+                span.record("error.type", f.reason.as_str());
+                span.record("otel.status_code", "ERROR");
                 events::NixlUnavailable {
                     reason: f.reason,
                     message: &f.message,
@@ -265,11 +273,27 @@ impl<R: Registrar> Driver<R> {
         }
     }
 
-    fn attempt(
-        &mut self,
-        group: usize,
-        attempt: u32,
-    ) -> Result<(), crate::telemetry::names::Reason> {
+    fn attempt(&mut self, group: usize, attempt: u32) -> Result<(), Reason> {
+        let spec = &self.plan.groups[group];
+        let (descriptors, planned_bytes) = spec.totals();
+        let span = tracing::info_span!(
+            "nixl.group.register",
+            group = %spec.name,
+            kind = %spec.kind,
+            mem_type = spec.mem_type.as_str(),
+            backend = %spec.backend_label(),
+            device = spec.device,
+            descriptor_count = descriptors,
+            bytes = planned_bytes,
+            attempt,
+            outcome = Empty,
+            "error.type" = Empty,
+            "error.message" = Empty,
+            "otel.status_code" = Empty,
+            "otel.status_message" = Empty,
+        );
+        let _e = span.enter();
+        self.registrar.capture_begin();
         // Backend creation is a one-time cost (UCX: ~0.5 s), not part of the
         // attempt's duration; the attempt is timed from allocation onwards.
         let (result, elapsed) = match self.ensure_backends(group) {
@@ -280,10 +304,11 @@ impl<R: Registrar> Driver<R> {
                 (r, t0.elapsed())
             }
         };
-        let (descriptors, _) = self.plan.groups[group].totals();
+        let lines = self.registrar.capture_end();
         let labels = &self.labels[group];
         match result {
             Ok(()) => {
+                span.record("outcome", "success");
                 let slot = &self.slots[group];
                 let (n, bytes) = (slot.handles.len(), slot.bytes);
                 events::RegistrationSucceeded {
@@ -302,7 +327,26 @@ impl<R: Registrar> Driver<R> {
                 });
                 Ok(())
             }
-            Err(f) => {
+            Err(mut f) => {
+                f.reason = diagnose::refine(f.reason, &lines);
+                f.diagnostics = lines;
+                span.record("outcome", "failure");
+                span.record("error.type", f.reason.as_str());
+                span.record("error.message", f.message.as_str());
+                span.record("otel.status_code", "ERROR");
+                span.record("otel.status_message", f.message.as_str());
+                if let Some(i) = f.region {
+                    let r = self.slots[group].regions.as_ref().and_then(|r| r.get(i)).copied();
+                    events::RegionRejected {
+                        group: &labels.group,
+                        index: i,
+                        address: r.map_or(0, |r| r.addr),
+                        length: r.map_or(0, |r| r.len),
+                        reason: f.reason,
+                        diagnostics: &f.diagnostics,
+                    }
+                    .emit();
+                }
                 events::RegistrationFailed {
                     labels,
                     attempt,
@@ -310,6 +354,7 @@ impl<R: Registrar> Driver<R> {
                     reason: f.reason,
                     region: f.region,
                     message: &f.message,
+                    diagnostics: &f.diagnostics,
                     rolled_back: f.rolled_back,
                     elapsed,
                 }
@@ -320,6 +365,7 @@ impl<R: Registrar> Driver<R> {
                     g.bytes = 0;
                     g.last_reason = Some(f.reason);
                     g.last_error = Some(f.message.clone());
+                    g.last_diagnostics = f.diagnostics.clone();
                     g.failed_region = f.region;
                 });
                 Err(f.reason)
@@ -329,21 +375,33 @@ impl<R: Registrar> Driver<R> {
 
     fn ensure_backends(&mut self, group: usize) -> Result<(), GroupFailure> {
         for backend in &self.plan.groups[group].backends {
+            if self.backends_up.contains(backend) {
+                continue;
+            }
+            let span = tracing::info_span!("nixl.backend.create", backend = %backend, outcome = Empty, "error.type" = Empty, "otel.status_code" = Empty);
+            let _e = span.enter();
             match self.registrar.ensure_backend(backend) {
-                Ok(Some(elapsed)) => {
-                    events::BackendCreated { backend, elapsed }.emit(&self.metrics);
+                Ok(elapsed) => {
+                    span.record("outcome", "success");
+                    self.backends_up.insert(backend.clone());
+                    events::BackendCreated {
+                        backend,
+                        elapsed: elapsed.unwrap_or_default(),
+                    }
+                    .emit(&self.metrics);
                     self.board.update(|s| set_backend(s, backend, true, None));
                 }
-                Ok(None) => {}
                 Err(f) => {
+                    span.record("outcome", "failure");
+                    span.record("error.type", f.reason.as_str());
+                    span.record("otel.status_code", "ERROR");
                     events::BackendFailed {
                         backend,
                         reason: f.reason,
                         message: &f.message,
                     }
                     .emit(&self.metrics);
-                    self.board
-                        .update(|s| set_backend(s, backend, false, Some(&f)));
+                    self.board.update(|s| set_backend(s, backend, false, Some(&f)));
                     let message = format!("backend {backend}: {}", f.message);
                     return Err(whole(Failure::new(f.reason, message)));
                 }
@@ -358,10 +416,7 @@ impl<R: Registrar> Driver<R> {
             let regions = match &spec.source {
                 RegionSource::Provided(r) => r.clone(),
                 RegionSource::Allocate { count, size } => {
-                    let (regions, backing) = self
-                        .registrar
-                        .allocate(spec, *count, *size)
-                        .map_err(whole)?;
+                    let (regions, backing) = self.registrar.allocate(spec, *count, *size).map_err(whole)?;
                     self.slots[group].backing = Some(backing);
                     regions
                 }
@@ -377,14 +432,13 @@ impl<R: Registrar> Driver<R> {
                 .filter(|(_, g)| g.mem_type == MemType::Dram)
                 .map(|(s, _)| s.bytes)
                 .sum();
-            validate::validate_group(spec, regions, self.registrar.probe(), pinned).map_err(
-                |r| GroupFailure {
-                    reason: r.reason,
-                    region: r.region,
-                    message: r.message,
-                    rolled_back: 0,
-                },
-            )?;
+            validate::validate_group(spec, regions, self.registrar.probe(), pinned).map_err(|r| GroupFailure {
+                reason: r.reason,
+                region: r.region,
+                message: r.message,
+                rolled_back: 0,
+                diagnostics: vec![],
+            })?;
         }
         let handles = register_all(&mut self.registrar, spec, regions)?;
         let bytes = regions.iter().map(|r| r.len as u64).sum();
@@ -404,13 +458,28 @@ impl<R: Registrar> Driver<R> {
                 continue;
             }
             let n = handles.len();
+            let labels = &self.labels[group];
+            let span = tracing::info_span!(
+                "nixl.group.deregister",
+                group = %labels.group,
+                kind = %labels.kind,
+                mem_type = labels.mem_type,
+                descriptor_count = n,
+                failed = Empty,
+                "otel.status_code" = Empty,
+            );
+            let _e = span.enter();
             let g0 = Instant::now();
             let (failed, first) = release_all(&mut self.registrar, handles);
+            span.record("failed", failed);
+            if failed > 0 {
+                span.record("otel.status_code", "ERROR");
+            }
             self.slots[group].bytes = 0;
             report.deregistered += n - failed;
             report.failed += failed;
             events::GroupDeregistered {
-                labels: &self.labels[group],
+                labels,
                 descriptors: n,
                 failed,
                 failure: first.as_ref().map(|f| f.reason),
@@ -441,6 +510,7 @@ fn whole(f: Failure) -> GroupFailure {
         region: None,
         message: f.message,
         rolled_back: 0,
+        diagnostics: vec![],
     }
 }
 

@@ -17,6 +17,8 @@ pub struct GroupFailure {
     pub message: String,
     /// Regions registered before the failure and deregistered again.
     pub rolled_back: usize,
+    /// What NIXL/UCX printed during the attempt (see `crate::diagnose`).
+    pub diagnostics: Vec<String>,
 }
 
 /// Registers every region, or none.
@@ -32,10 +34,7 @@ pub fn register_all<R: Registrar>(
             Err(f) => {
                 let rolled_back = handles.len();
                 let (_, rollback_error) = release_all(r, handles);
-                let mut message = format!(
-                    "region {i} [{:#x}, +{}): {}",
-                    region.addr, region.len, f.message
-                );
+                let mut message = format!("region {i} [{:#x}, +{}): {}", region.addr, region.len, f.message);
                 if let Some(e) = rollback_error {
                     message.push_str(&format!("; rollback also failed: {e}"));
                 }
@@ -44,6 +43,7 @@ pub fn register_all<R: Registrar>(
                     region: Some(i),
                     message,
                     rolled_back,
+                    diagnostics: vec![],
                 });
             }
         }
@@ -106,12 +106,7 @@ mod tests {
         fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
             Ok(None)
         }
-        fn allocate(
-            &mut self,
-            _: &GroupSpec,
-            _: usize,
-            _: usize,
-        ) -> Result<(Vec<Region>, ()), Failure> {
+        fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
             Ok((vec![], ()))
         }
         fn probe(&self) -> &dyn MemoryProbe {
@@ -132,9 +127,7 @@ mod tests {
     }
 
     fn regions(n: usize) -> Vec<Region> {
-        (1..=n)
-            .map(|i| Region::new(i * 0x1000, 0x1000, 0))
-            .collect()
+        (1..=n).map(|i| Region::new(i * 0x1000, 0x1000, 0)).collect()
     }
 
     #[test]

@@ -51,13 +51,8 @@ pub enum GroupState {
 pub enum Input {
     Start,
     PreflightFinished(Result<(), Reason>),
-    AttemptFinished {
-        group: usize,
-        result: Result<(), Reason>,
-    },
-    RetryDue {
-        group: usize,
-    },
+    AttemptFinished { group: usize, result: Result<(), Reason> },
+    RetryDue { group: usize },
     ShutdownRequested,
     DrainFinished,
 }
@@ -146,9 +141,7 @@ impl Machine {
             (Phase::Starting, Input::Start) => vec![Action::Preflight],
             (Phase::Starting, Input::PreflightFinished(Ok(()))) => {
                 self.phase = Phase::Running;
-                (0..self.groups.len())
-                    .map(|g| self.begin_attempt(g))
-                    .collect()
+                (0..self.groups.len()).map(|g| self.begin_attempt(g)).collect()
             }
             (Phase::Starting, Input::PreflightFinished(Err(_))) => {
                 self.phase = Phase::Unavailable;
@@ -184,9 +177,7 @@ impl Machine {
                     }
                 }
             }
-            (Phase::Running, Input::RetryDue { group })
-                if self.groups[group].state == GroupState::Failed =>
-            {
+            (Phase::Running, Input::RetryDue { group }) if self.groups[group].state == GroupState::Failed => {
                 vec![self.begin_attempt(group)]
             }
             (Phase::Starting | Phase::Running | Phase::Unavailable, Input::ShutdownRequested) => {

@@ -65,11 +65,13 @@ pub trait Registrar {
     /// Facts for validation.
     fn probe(&self) -> &dyn MemoryProbe;
     /// Registers one region with the group's backends.
-    fn register_region(
-        &mut self,
-        spec: &GroupSpec,
-        region: &Region,
-    ) -> Result<Self::Handle, Failure>;
+    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<Self::Handle, Failure>;
     /// Deregisters one region.
     fn deregister_region(&mut self, handle: Self::Handle) -> Result<(), Failure>;
+    /// Starts collecting what the runtime prints (NIXL/UCX stderr).
+    fn capture_begin(&mut self) {}
+    /// Stops collecting; returns the lines printed since `capture_begin`.
+    fn capture_end(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }

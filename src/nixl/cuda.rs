@@ -33,9 +33,7 @@ pub fn pointer(addr: usize) -> Result<DevicePointer, Reason> {
             addr as sys::CUdeviceptr,
         )
     };
-    if res != sys::CUresult::CUDA_SUCCESS
-        || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
-    {
+    if res != sys::CUresult::CUDA_SUCCESS || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
         return Ok(DevicePointer {
             is_device: false,
             device: 0,
@@ -66,31 +64,22 @@ pub struct VramArea {
 }
 
 /// Allocates `count` device buffers of `size` bytes on `device`.
-pub fn allocate(
-    device: u32,
-    count: usize,
-    size: usize,
-) -> Result<(Vec<usize>, VramArea), (Reason, String)> {
+pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, VramArea), (Reason, String)> {
     if !driver_present() {
         return Err((
             Reason::CudaUnavailable,
             "no CUDA driver (libcuda.so) could be loaded".to_string(),
         ));
     }
-    let n = CudaContext::device_count()
-        .map_err(|e| (Reason::CudaUnavailable, format!("cuDeviceGetCount: {e}")))?;
+    let n = CudaContext::device_count().map_err(|e| (Reason::CudaUnavailable, format!("cuDeviceGetCount: {e}")))?;
     if device as i64 >= n as i64 {
         return Err((
             Reason::DeviceMismatch,
             format!("device {device} requested but {n} CUDA device(s) present"),
         ));
     }
-    let ctx = CudaContext::new(device as usize).map_err(|e| {
-        (
-            Reason::CudaUnavailable,
-            format!("cuda context on device {device}: {e}"),
-        )
-    })?;
+    let ctx = CudaContext::new(device as usize)
+        .map_err(|e| (Reason::CudaUnavailable, format!("cuda context on device {device}: {e}")))?;
     let stream = ctx.default_stream();
     let mut addrs = Vec::with_capacity(count);
     let mut slices = Vec::with_capacity(count);

@@ -103,12 +103,7 @@ pub fn discover(configured: Option<&Path>, env: &dyn Env) -> Result<Discovery, N
             searched.push(lib.display().to_string());
         }
     }
-    for sub in [
-        "lib/x86_64-linux-gnu",
-        "lib/aarch64-linux-gnu",
-        "lib64",
-        "lib",
-    ] {
+    for sub in ["lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib"] {
         let lib = Path::new(OPT_PREFIX).join(sub).join(CAPI_LIB);
         if lib.is_file() {
             return Ok(Discovery {
@@ -208,59 +203,36 @@ mod tests {
     #[test]
     fn configured_dir_wins_and_never_falls_back() {
         let t = tempfile::tempdir().unwrap();
-        let site = fake_wheel(
-            t.path(),
-            ".nixl_cu12.mesonpy.libs",
-            "nixl_cu12-1.5.1.dist-info",
-        );
-        let env: HashMap<String, String> =
-            [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
+        let site = fake_wheel(t.path(), ".nixl_cu12.mesonpy.libs", "nixl_cu12-1.5.1.dist-info");
+        let env: HashMap<String, String> = [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
         let dir = site.join(".nixl_cu12.mesonpy.libs");
         let d = discover(Some(&dir), &env).unwrap();
-        assert_eq!(
-            (d.found_by, d.version.as_deref()),
-            (FoundBy::Configured, Some("1.5.1"))
-        );
+        assert_eq!((d.found_by, d.version.as_deref()), (FoundBy::Configured, Some("1.5.1")));
         let missing = t.path().join("nope");
         let e = discover(Some(&missing), &env).unwrap_err();
         assert!(e.configured);
-        assert_eq!(
-            e.searched,
-            vec![missing.join(CAPI_LIB).display().to_string()]
-        );
+        assert_eq!(e.searched, vec![missing.join(CAPI_LIB).display().to_string()]);
     }
 
     #[test]
     fn wheel_in_a_virtualenv_is_found() {
         let t = tempfile::tempdir().unwrap();
-        fake_wheel(
-            t.path(),
-            ".nixl_cu13.mesonpy.libs",
-            "nixl_cu13-2.0.0.dist-info",
-        );
-        let env: HashMap<String, String> =
-            [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
+        fake_wheel(t.path(), ".nixl_cu13.mesonpy.libs", "nixl_cu13-2.0.0.dist-info");
+        let env: HashMap<String, String> = [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
         let d = discover(None, &env).unwrap();
         assert_eq!(d.found_by, FoundBy::Wheel);
         assert_eq!(d.version.as_deref(), Some("2.0.0"));
-        assert!(d
-            .library
-            .ends_with(".nixl_cu13.mesonpy.libs/libnixl_capi.so"));
+        assert!(d.library.ends_with(".nixl_cu13.mesonpy.libs/libnixl_capi.so"));
     }
 
     #[test]
     fn nothing_found_lists_where_it_looked() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("lib/python3.11/site-packages")).unwrap();
-        let env: HashMap<String, String> =
-            [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
-        let e = discover(None, &env)
-            .expect_err("no NIXL may be installed system-wide on a test machine");
+        let env: HashMap<String, String> = [("VIRTUAL_ENV".into(), t.path().display().to_string())].into();
+        let e = discover(None, &env).expect_err("no NIXL may be installed system-wide on a test machine");
         assert!(!e.configured);
-        assert!(e
-            .searched
-            .iter()
-            .any(|s| s.contains(".nixl_cu12.mesonpy.libs")));
+        assert!(e.searched.iter().any(|s| s.contains(".nixl_cu12.mesonpy.libs")));
         assert!(e.searched.iter().any(|s| s.starts_with(OPT_PREFIX)));
     }
 }

@@ -43,16 +43,12 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
         Ok(d) => d,
         Err(nf) if nf.configured => {
             return Err(LoadError {
-                message: format!(
-                    "{} not found in the configured NIXL library directory",
-                    CAPI_LIB
-                ),
+                message: format!("{} not found in the configured NIXL library directory", CAPI_LIB),
                 searched: nf.searched,
             })
         }
         Err(mut nf) => {
-            nf.searched
-                .push(format!("{CAPI_LIB} (dynamic loader search path)"));
+            nf.searched.push(format!("{CAPI_LIB} (dynamic loader search path)"));
             match dlopen(CAPI_LIB) {
                 Ok(()) => Discovery {
                     library: PathBuf::from(CAPI_LIB),
@@ -84,10 +80,7 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
             searched: vec![discovery.library.display().to_string()],
         });
     }
-    let plugin_dir = discovery
-        .lib_dir()
-        .map(|d| d.join("plugins"))
-        .filter(|p| p.is_dir());
+    let plugin_dir = discovery.lib_dir().map(|d| d.join("plugins")).filter(|p| p.is_dir());
     let cudart = preload_cudart(discovery.lib_dir());
     Ok(Loaded {
         discovery,
@@ -125,8 +118,7 @@ fn preload_cudart(lib_dir: Option<&std::path::Path>) -> Option<PathBuf> {
 }
 
 fn dlopen(path: &str) -> Result<(), String> {
-    let c = CString::new(std::ffi::OsStr::new(path).as_bytes())
-        .map_err(|_| "path contains NUL".to_string())?;
+    let c = CString::new(std::ffi::OsStr::new(path).as_bytes()).map_err(|_| "path contains NUL".to_string())?;
     // Safety: `c` is a valid NUL-terminated string that outlives the call.
     // The handle is deliberately never closed: NIXL stays loaded for the
     // life of the process, as nixl-sys expects.
@@ -139,9 +131,7 @@ fn dlopen(path: &str) -> Result<(), String> {
             "unknown dlopen error".to_string()
         } else {
             // Safety: non-null, NUL-terminated (see above).
-            unsafe { CStr::from_ptr(err) }
-                .to_string_lossy()
-                .into_owned()
+            unsafe { CStr::from_ptr(err) }.to_string_lossy().into_owned()
         };
         return Err(msg);
     }

@@ -44,21 +44,14 @@ pub fn page_size() -> usize {
 }
 
 /// Allocates `count` regions of `size` bytes (rounded up to the page size).
-pub fn allocate(
-    mem_type: MemType,
-    device: u32,
-    count: usize,
-    size: usize,
-) -> Result<(Vec<Region>, Backing), Failure> {
+pub fn allocate(mem_type: MemType, device: u32, count: usize, size: usize) -> Result<(Vec<Region>, Backing), Failure> {
     let page = page_size();
     let stride = size
         .checked_next_multiple_of(page)
         .ok_or_else(|| too_large(count, size))?;
     match mem_type {
         MemType::Dram => {
-            let len = stride
-                .checked_mul(count)
-                .ok_or_else(|| too_large(count, size))?;
+            let len = stride.checked_mul(count).ok_or_else(|| too_large(count, size))?;
             // Safety: a fresh anonymous private mapping; no existing memory
             // is touched. The result is checked against MAP_FAILED.
             let ptr = unsafe {
@@ -79,18 +72,12 @@ pub fn allocate(
                 ));
             }
             let base = ptr as usize;
-            let regions = (0..count)
-                .map(|i| Region::new(base + i * stride, stride, 0))
-                .collect();
+            let regions = (0..count).map(|i| Region::new(base + i * stride, stride, 0)).collect();
             Ok((regions, Backing::Dram(MmapArea { ptr, len })))
         }
         MemType::Vram => {
-            let (addrs, area) =
-                cuda::allocate(device, count, stride).map_err(|(r, m)| Failure::new(r, m))?;
-            let regions = addrs
-                .into_iter()
-                .map(|a| Region::new(a, stride, device))
-                .collect();
+            let (addrs, area) = cuda::allocate(device, count, stride).map_err(|(r, m)| Failure::new(r, m))?;
+            let regions = addrs.into_iter().map(|a| Region::new(a, stride, device)).collect();
             Ok((regions, Backing::Vram(area)))
         }
     }

@@ -15,12 +15,14 @@ mod loader;
 mod memory;
 mod probe;
 mod registrar;
+mod stderr;
 
 pub use discover::{discover, Discovery, FoundBy, NotFound};
 pub use loader::{load, Loaded, PLUGIN_DIR_ENV};
 pub use memory::Backing;
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;
+pub use stderr::StderrTap;
 
 /// Whether a CUDA driver library can be loaded in this process.
 pub fn cuda_driver_present() -> bool {

@@ -32,8 +32,7 @@ impl MemoryProbe for SystemProbe {
         } else {
             Some(lim.rlim_cur)
         };
-        let exempt =
-            std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s));
+        let exempt = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s));
         Memlock { soft_limit, exempt }
     }
 }

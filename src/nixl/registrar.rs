@@ -3,6 +3,7 @@
 use super::loader::{LoadError, Loaded};
 use super::memory::{self, Backing};
 use super::probe::SystemProbe;
+use super::stderr::StderrTap;
 use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
 use crate::plan::{GroupSpec, Region};
 use crate::telemetry::names::{MemType, Reason};
@@ -51,12 +52,12 @@ pub fn reason_of(e: &NixlError) -> Reason {
         NixlError::NotFound => Reason::NixlNotFound,
         NixlError::InvalidDataPointer => Reason::InvalidAddress,
         NixlError::FailedToCreateBackend => Reason::BackendInitFailed,
-        NixlError::RegDescListCreationFailed
-        | NixlError::RegDescAddFailed
-        | NixlError::IndexOutOfBounds => Reason::NixlInvalidParam,
-        NixlError::FailedToCreateXferRequest
-        | NixlError::FailedToCreateXferDlistHandle
-        | NixlError::NoTelemetry => Reason::Unknown,
+        NixlError::RegDescListCreationFailed | NixlError::RegDescAddFailed | NixlError::IndexOutOfBounds => {
+            Reason::NixlInvalidParam
+        }
+        NixlError::FailedToCreateXferRequest | NixlError::FailedToCreateXferDlistHandle | NixlError::NoTelemetry => {
+            Reason::Unknown
+        }
     }
 }
 
@@ -82,6 +83,7 @@ pub struct NixlRegistrar {
     loaded: Result<Loaded, LoadError>,
     live: Option<Live>,
     probe: SystemProbe,
+    tap: Option<StderrTap>,
 }
 
 impl NixlRegistrar {
@@ -93,7 +95,14 @@ impl NixlRegistrar {
             loaded,
             live: None,
             probe: SystemProbe,
+            tap: None,
         }
+    }
+
+    /// Attributes what NIXL/UCX print during failed calls, through the tap.
+    pub fn with_tap(mut self, tap: Option<StderrTap>) -> Self {
+        self.tap = tap;
+        self
     }
 
     /// The NIXL agent, for an embedding process that wants to use the
@@ -150,35 +159,23 @@ impl Registrar for NixlRegistrar {
         if !live.plugins.iter().any(|p| p == name) {
             return Err(Failure::new(
                 Reason::PluginUnavailable,
-                format!(
-                    "no plugin named {name}; available: {}",
-                    live.plugins.join(", ")
-                ),
+                format!("no plugin named {name}; available: {}", live.plugins.join(", ")),
             ));
         }
         let t0 = Instant::now();
-        let (_mems, params) = live.agent.get_plugin_params(name).map_err(|e| {
-            Failure::new(
-                Reason::PluginUnavailable,
-                format!("plugin {name} parameters: {e}"),
-            )
-        })?;
-        let backend = live.agent.create_backend(name, &params).map_err(|e| {
-            Failure::new(
-                Reason::BackendInitFailed,
-                format!("creating backend {name}: {e}"),
-            )
-        })?;
+        let (_mems, params) = live
+            .agent
+            .get_plugin_params(name)
+            .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("plugin {name} parameters: {e}")))?;
+        let backend = live
+            .agent
+            .create_backend(name, &params)
+            .map_err(|e| Failure::new(Reason::BackendInitFailed, format!("creating backend {name}: {e}")))?;
         live.backends.insert(name.to_string(), backend);
         Ok(Some(t0.elapsed()))
     }
 
-    fn allocate(
-        &mut self,
-        spec: &GroupSpec,
-        count: usize,
-        size: usize,
-    ) -> Result<(Vec<Region>, Backing), Failure> {
+    fn allocate(&mut self, spec: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Backing), Failure> {
         memory::allocate(spec.mem_type, spec.device, count, size)
     }
 
@@ -186,21 +183,17 @@ impl Registrar for NixlRegistrar {
         &self.probe
     }
 
-    fn register_region(
-        &mut self,
-        spec: &GroupSpec,
-        region: &Region,
-    ) -> Result<RegistrationHandle, Failure> {
+    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<RegistrationHandle, Failure> {
         let live = self.live()?;
         let key = spec.backend_label();
         if !live.opts.contains_key(&key) {
             let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
             for b in &spec.backends {
-                let backend = live.backends.get(b).ok_or_else(|| {
-                    Failure::new(Reason::NixlNotFound, format!("backend {b} not created"))
-                })?;
-                opts.add_backend(backend)
-                    .map_err(|e| failure(e, "selecting backend"))?;
+                let backend = live
+                    .backends
+                    .get(b)
+                    .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
+                opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
             }
             live.opts.insert(key.clone(), opts);
         }
@@ -219,8 +212,16 @@ impl Registrar for NixlRegistrar {
     }
 
     fn deregister_region(&mut self, mut handle: RegistrationHandle) -> Result<(), Failure> {
-        handle
-            .deregister()
-            .map_err(|e| failure(e, "NIXL deregisterMem"))
+        handle.deregister().map_err(|e| failure(e, "NIXL deregisterMem"))
+    }
+
+    fn capture_begin(&mut self) {
+        if let Some(t) = &self.tap {
+            t.open();
+        }
+    }
+
+    fn capture_end(&mut self) -> Vec<String> {
+        self.tap.as_ref().map(StderrTap::close).unwrap_or_default()
     }
 }

@@ -122,6 +122,8 @@ pub struct RegistrationFailed<'a> {
     pub reason: Reason,
     pub region: Option<usize>,
     pub message: &'a str,
+    /// What NIXL/UCX printed during the attempt.
+    pub diagnostics: &'a [String],
     pub rolled_back: usize,
     pub elapsed: Duration,
 }
@@ -142,7 +144,32 @@ impl RegistrationFailed<'_> {
             region = self.region.map(|r| r as i64).unwrap_or(-1),
             rolled_back = self.rolled_back,
             error = self.message,
+            diagnostics = %self.diagnostics.join("\n"),
             "group registration failed"
+        );
+    }
+}
+
+/// One region was to blame for a failed attempt (a span event on the attempt).
+pub struct RegionRejected<'a> {
+    pub group: &'a str,
+    pub index: usize,
+    pub address: usize,
+    pub length: usize,
+    pub reason: Reason,
+    pub diagnostics: &'a [String],
+}
+
+impl RegionRejected<'_> {
+    pub fn emit(&self) {
+        tracing::warn!(
+            group = self.group,
+            "region.index" = self.index,
+            "region.address" = %format_args!("{:#x}", self.address),
+            "region.length" = self.length,
+            reason = self.reason.as_str(),
+            diagnostics = %self.diagnostics.join("\n"),
+            "region rejected"
         );
     }
 }

@@ -2,13 +2,14 @@
 //! OpenMetrics 1.0 text (encoded here from the same gathered families), chosen
 //! by the scraper's Accept header.
 
+use super::metrics::Exemplars;
+use super::names;
 use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::{Encoder, Registry, TextEncoder};
 use std::fmt::Write;
 
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Which exposition format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,23 +52,27 @@ impl Format {
 
 /// Encodes the registry in the given format.
 pub fn encode(registry: &Registry, format: Format) -> String {
+    encode_with(registry, format, None)
+}
+
+/// Encodes the registry; OpenMetrics output carries the exemplars of the
+/// registration duration histogram.
+pub fn encode_with(registry: &Registry, format: Format, exemplars: Option<&Exemplars>) -> String {
     let families = registry.gather();
     match format {
         Format::Text => {
             let mut buf = Vec::with_capacity(16 * 1024);
             // Cannot fail: families come from a registry that validated them.
-            TextEncoder::new()
-                .encode(&families, &mut buf)
-                .expect("text encoding");
+            TextEncoder::new().encode(&families, &mut buf).expect("text encoding");
             String::from_utf8(buf).expect("text exposition is UTF-8")
         }
-        Format::OpenMetrics => encode_openmetrics(&families),
+        Format::OpenMetrics => encode_openmetrics(&families, exemplars),
     }
 }
 
 /// OpenMetrics text: counters are declared without `_total` and sampled with
 /// it, histograms end with a `+Inf` bucket, and the body ends with `# EOF`.
-pub fn encode_openmetrics(families: &[MetricFamily]) -> String {
+pub fn encode_openmetrics(families: &[MetricFamily], exemplars: Option<&Exemplars>) -> String {
     let mut out = String::with_capacity(16 * 1024);
     for mf in families {
         let name = mf.name();
@@ -87,35 +92,19 @@ pub fn encode_openmetrics(families: &[MetricFamily]) -> String {
             let _ = writeln!(out, "# UNIT {family} {unit}");
         }
         for m in mf.get_metric() {
-            let labels: Vec<(&str, &str)> = m
-                .get_label()
-                .iter()
-                .map(|l| (l.name(), l.value()))
-                .collect();
+            let labels: Vec<(&str, &str)> = m.get_label().iter().map(|l| (l.name(), l.value())).collect();
             match kind {
                 MetricType::COUNTER => {
-                    sample(
-                        &mut out,
-                        family,
-                        "_total",
-                        &labels,
-                        None,
-                        m.get_counter().get_value(),
-                    );
+                    sample(&mut out, family, "_total", &labels, None, m.get_counter().get_value());
                 }
                 MetricType::GAUGE | MetricType::UNTYPED => {
-                    sample(
-                        &mut out,
-                        family,
-                        "",
-                        &labels,
-                        None,
-                        m.get_gauge().get_value(),
-                    );
+                    sample(&mut out, family, "", &labels, None, m.get_gauge().get_value());
                 }
                 MetricType::HISTOGRAM => {
                     let h = m.get_histogram();
-                    for b in h.get_bucket() {
+                    let ex = exemplars.filter(|_| name == names::REGISTRATION_DURATION_SECONDS);
+                    let buckets = h.get_bucket();
+                    for (i, b) in buckets.iter().enumerate() {
                         let le = float_label(b.upper_bound());
                         sample(
                             &mut out,
@@ -125,29 +114,41 @@ pub fn encode_openmetrics(families: &[MetricFamily]) -> String {
                             Some(&le),
                             b.cumulative_count() as f64,
                         );
+                        exemplar(&mut out, ex, &labels, i);
                     }
                     let count = h.get_sample_count() as f64;
                     sample(&mut out, family, "_bucket", &labels, Some("+Inf"), count);
+                    exemplar(&mut out, ex, &labels, buckets.len());
                     sample(&mut out, family, "_sum", &labels, None, h.get_sample_sum());
                     sample(&mut out, family, "_count", &labels, None, count);
                 }
                 MetricType::SUMMARY => {
                     let s = m.get_summary();
                     sample(&mut out, family, "_sum", &labels, None, s.sample_sum());
-                    sample(
-                        &mut out,
-                        family,
-                        "_count",
-                        &labels,
-                        None,
-                        s.sample_count() as f64,
-                    );
+                    sample(&mut out, family, "_count", &labels, None, s.sample_count() as f64);
                 }
             }
         }
     }
     out.push_str("# EOF\n");
     out
+}
+
+/// Appends ` # {trace_id=..,span_id=..} value timestamp` to the sample line
+/// just written, when the bucket has an exemplar.
+fn exemplar(out: &mut String, ex: Option<&Exemplars>, labels: &[(&str, &str)], bucket: usize) {
+    let Some(e) = ex.and_then(|ex| ex.get(labels, bucket)) else {
+        return;
+    };
+    out.pop(); // the newline
+    let _ = writeln!(
+        out,
+        " # {{trace_id=\"{}\",span_id=\"{}\"}} {} {:.3}",
+        e.trace_id,
+        e.span_id,
+        float_value(e.value),
+        e.unix_seconds
+    );
 }
 
 /// The OpenMetrics UNIT of a family whose name ends in a base unit.
@@ -157,14 +158,7 @@ fn unit_of(family: &str) -> Option<&'static str> {
         .find(|u| family.ends_with(&format!("_{u}")))
 }
 
-fn sample(
-    out: &mut String,
-    family: &str,
-    suffix: &str,
-    labels: &[(&str, &str)],
-    le: Option<&str>,
-    value: f64,
-) {
+fn sample(out: &mut String, family: &str, suffix: &str, labels: &[(&str, &str)], le: Option<&str>, value: f64) {
     out.push_str(family);
     out.push_str(suffix);
     if !labels.is_empty() || le.is_some() {
@@ -233,7 +227,9 @@ mod tests {
         assert_eq!(Format::negotiate(None), Format::Text);
         assert_eq!(Format::negotiate(Some("text/plain")), Format::Text);
         assert_eq!(
-            Format::negotiate(Some("application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1")),
+            Format::negotiate(Some(
+                "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+            )),
             Format::OpenMetrics
         );
         assert_eq!(

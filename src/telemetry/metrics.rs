@@ -6,10 +6,9 @@
 
 use super::names::{self, Family, Reason};
 use crate::plan::{GroupSpec, Plan};
-use prometheus::{
-    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
-};
+use prometheus::{Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Upper bounds of the registration duration histogram, in seconds.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -19,6 +18,47 @@ pub const DURATION_BUCKETS: &[f64] = &[
 pub const DESCRIPTOR_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
 ];
+
+/// A sampled trace behind one histogram observation (OpenMetrics exemplar).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exemplar {
+    pub trace_id: String,
+    pub span_id: String,
+    pub value: f64,
+    pub unix_seconds: f64,
+}
+
+/// The latest exemplar per series and bucket of the duration histogram.
+#[derive(Clone, Default)]
+pub struct Exemplars(Arc<Mutex<HashMap<String, Vec<Option<Exemplar>>>>>);
+
+impl Exemplars {
+    /// The exemplar of bucket `bucket` (`DURATION_BUCKETS.len()` is +Inf)
+    /// of the series with these label pairs.
+    pub fn get(&self, labels: &[(&str, &str)], bucket: usize) -> Option<Exemplar> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&series_key(labels))?.get(bucket)?.clone()
+    }
+
+    fn record(&self, labels: &[(&str, &str)], value: f64, ex: Exemplar) {
+        let bucket = DURATION_BUCKETS
+            .iter()
+            .position(|b| value <= *b)
+            .unwrap_or(DURATION_BUCKETS.len());
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = map
+            .entry(series_key(labels))
+            .or_insert_with(|| vec![None; DURATION_BUCKETS.len() + 1]);
+        slots[bucket] = Some(ex);
+    }
+}
+
+/// Label pairs sorted by name, as the registry orders them.
+fn series_key(labels: &[(&str, &str)]) -> String {
+    let mut pairs: Vec<_> = labels.to_vec();
+    pairs.sort_unstable();
+    pairs.iter().map(|(k, v)| format!("{k}={v}\u{1f}")).collect()
+}
 
 /// Version facts exported as `nixl_agent_build_info`.
 #[derive(Debug, Clone)]
@@ -65,13 +105,7 @@ impl GroupLabels {
     }
 
     fn failure(&self, reason: Reason) -> [&str; 5] {
-        [
-            &self.group,
-            &self.kind,
-            self.mem_type,
-            &self.backend,
-            reason.as_str(),
-        ]
+        [&self.group, &self.kind, self.mem_type, &self.backend, reason.as_str()]
     }
 
     fn registered(&self) -> [&str; 4] {
@@ -102,6 +136,7 @@ pub struct Metrics {
     last_failure: GaugeVec,
     memlock_limit: Gauge,
     time_to_ready: Gauge,
+    exemplars: Exemplars,
 }
 
 fn opts(f: &Family) -> Opts {
@@ -145,10 +180,7 @@ impl Metrics {
             deregistrations: counter(names::DEREGISTRATIONS_TOTAL),
             deregistration_failures: counter(names::DEREGISTRATION_FAILURES_TOTAL),
             group_registered: int_gauge_vec(names::GROUP_REGISTERED),
-            ready: register(
-                &r,
-                IntGauge::with_opts(opts(Family::get(names::READY))).unwrap(),
-            ),
+            ready: register(&r, IntGauge::with_opts(opts(Family::get(names::READY))).unwrap()),
             nixl_available: register(
                 &r,
                 IntGauge::with_opts(opts(Family::get(names::NIXL_AVAILABLE))).unwrap(),
@@ -171,15 +203,20 @@ impl Metrics {
                 Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap(),
             ),
             registry: r.clone(),
+            exemplars: Exemplars::default(),
         };
         int_gauge_vec(names::BUILD_INFO)
             .with_label_values(&[build.version, build.revision, &build.nixl_version])
             .set(1);
+        let traces = super::traces::counters();
+        for c in [&traces.dropped, &traces.export_failures] {
+            m.registry
+                .register(Box::new(c.clone()))
+                .expect("trace counters register once per registry");
+        }
         #[cfg(target_os = "linux")]
         m.registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("process collector registers once");
 
         for spec in &plan.groups {
@@ -189,16 +226,10 @@ impl Metrics {
             m.duration.with_label_values(&l.attempt());
             for reason in Reason::ALL {
                 m.failures.with_label_values(&l.failure(reason));
-                m.deregistration_failures.with_label_values(&[
-                    &l.group,
-                    &l.kind,
-                    l.mem_type,
-                    reason.as_str(),
-                ]);
+                m.deregistration_failures
+                    .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
             }
-            m.registered_descriptors
-                .with_label_values(&l.registered())
-                .set(0);
+            m.registered_descriptors.with_label_values(&l.registered()).set(0);
             m.registered_bytes.with_label_values(&l.registered()).set(0);
             m.deregistrations.with_label_values(&l.group());
             m.group_registered.with_label_values(&l.group()).set(0);
@@ -214,14 +245,35 @@ impl Metrics {
         &self.registry
     }
 
+    /// Encodes every metric; OpenMetrics carries exemplars.
+    pub fn encode(&self, format: super::exposition::Format) -> String {
+        super::exposition::encode_with(&self.registry, format, Some(&self.exemplars))
+    }
+
     pub(crate) fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: f64) {
         self.attempts.with_label_values(&l.attempt()).inc();
         self.descriptors
             .with_label_values(&l.attempt())
             .observe(descriptors as f64);
-        self.duration
-            .with_label_values(&l.attempt())
-            .observe(seconds);
+        self.duration.with_label_values(&l.attempt()).observe(seconds);
+        if let Some((trace, span)) = super::traces::current_ids() {
+            let labels = [
+                ("group", l.group.as_str()),
+                ("kind", &l.kind),
+                ("mem_type", l.mem_type),
+                ("backend", &l.backend),
+            ];
+            let unix_seconds = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let ex = Exemplar {
+                trace_id: trace.to_string(),
+                span_id: span.to_string(),
+                value: seconds,
+                unix_seconds,
+            };
+            self.exemplars.record(&labels, seconds, ex);
+        }
     }
 
     pub(crate) fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
@@ -262,9 +314,7 @@ impl Metrics {
     }
 
     pub(crate) fn set_backend_up(&self, backend: &str, up: bool) {
-        self.backend_up
-            .with_label_values(&[backend])
-            .set(i64::from(up));
+        self.backend_up.with_label_values(&[backend]).set(i64::from(up));
     }
 
     pub(crate) fn set_memlock_limit(&self, bytes: Option<u64>) {

@@ -5,7 +5,9 @@
 
 pub mod events;
 pub mod exposition;
+pub mod logs;
 pub mod metrics;
 pub mod names;
+pub mod traces;
 
 pub use metrics::Metrics;

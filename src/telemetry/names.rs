@@ -25,6 +25,8 @@ pub const LAST_FAILURE_TIMESTAMP_SECONDS: &str = "nixl_agent_last_failure_timest
 pub const MEMLOCK_LIMIT_BYTES: &str = "nixl_agent_memlock_limit_bytes";
 pub const TIME_TO_READY_SECONDS: &str = "nixl_agent_time_to_ready_seconds";
 pub const BUILD_INFO: &str = "nixl_agent_build_info";
+pub const TRACE_SPANS_DROPPED_TOTAL: &str = "nixl_agent_trace_spans_dropped_total";
+pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_total";
 
 /// Every metric family the agent exports under its own prefix, with its type
 /// and help text. The README metrics table is checked against this list.
@@ -125,6 +127,18 @@ pub const FAMILIES: &[Family] = &[
         &["version", "revision", "nixl_version"],
         "Always 1; labels carry the agent version, git revision and NIXL runtime version.",
     ),
+    Family::new(
+        TRACE_SPANS_DROPPED_TOTAL,
+        Type::Counter,
+        &[],
+        "Spans dropped because the OTLP export queue was full (collector down or slow).",
+    ),
+    Family::new(
+        TRACE_EXPORT_FAILURES_TOTAL,
+        Type::Counter,
+        &[],
+        "OTLP export requests that failed.",
+    ),
 ];
 
 /// Metric type, as written on the `# TYPE` line.
@@ -155,12 +169,7 @@ pub struct Family {
 }
 
 impl Family {
-    const fn new(
-        name: &'static str,
-        kind: Type,
-        labels: &'static [&'static str],
-        help: &'static str,
-    ) -> Self {
+    const fn new(name: &'static str, kind: Type, labels: &'static [&'static str], help: &'static str) -> Self {
         Family {
             name,
             kind,
@@ -253,7 +262,9 @@ impl Reason {
     /// One line for operators: what the reason means and where to look.
     pub const fn describe(self) -> &'static str {
         match self {
-            Reason::NixlUnavailable => "libnixl_capi.so was not found or could not be loaded, or no NIXL agent could be created",
+            Reason::NixlUnavailable => {
+                "libnixl_capi.so was not found or could not be loaded, or no NIXL agent could be created"
+            }
             Reason::PluginUnavailable => "the group's backend has no plugin in the NIXL plugin directory",
             Reason::BackendInitFailed => "the backend plugin exists but NIXL could not create the backend",
             Reason::CudaUnavailable => "a VRAM group needs a CUDA driver and device, and none was found",
@@ -262,7 +273,9 @@ impl Reason {
             Reason::ZeroLength => "a region has length 0",
             Reason::UnmappedAddress => "a DRAM region is not (fully) mapped in the process",
             Reason::OverlappingRegions => "two regions of the group overlap",
-            Reason::MemTypeMismatch => "a region's memory is not of the group's mem_type (e.g. a host pointer in a VRAM group)",
+            Reason::MemTypeMismatch => {
+                "a region's memory is not of the group's mem_type (e.g. a host pointer in a VRAM group)"
+            }
             Reason::DeviceMismatch => "a VRAM region lives on another device than the group's device",
             Reason::MemlockLimit => "registering the group would pin more bytes than RLIMIT_MEMLOCK allows",
             Reason::NixlInvalidParam => "NIXL rejected the registration as an invalid parameter",
@@ -350,6 +363,8 @@ mod tests {
             MEMLOCK_LIMIT_BYTES,
             TIME_TO_READY_SECONDS,
             BUILD_INFO,
+            TRACE_SPANS_DROPPED_TOTAL,
+            TRACE_EXPORT_FAILURES_TOTAL,
         ] {
             Family::get(name);
         }

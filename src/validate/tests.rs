@@ -32,17 +32,10 @@ fn probe() -> Fake {
 
 fn dram(regions: &[(usize, usize)]) -> (GroupSpec, Vec<Region>) {
     let r: Vec<Region> = regions.iter().map(|&(a, l)| Region::new(a, l, 0)).collect();
-    (
-        GroupSpec::provided("g", Kind::Aux, MemType::Dram, r.clone()),
-        r,
-    )
+    (GroupSpec::provided("g", Kind::Aux, MemType::Dram, r.clone()), r)
 }
 
-fn reason(
-    regions: &[(usize, usize)],
-    p: &Fake,
-    pinned: u64,
-) -> Result<(), (Reason, Option<usize>)> {
+fn reason(regions: &[(usize, usize)], p: &Fake, pinned: u64) -> Result<(), (Reason, Option<usize>)> {
     let (spec, r) = dram(regions);
     validate_group(&spec, &r, p, pinned).map_err(|e| (e.reason, e.region))
 }
@@ -50,11 +43,7 @@ fn reason(
 #[test]
 fn good_regions_pass() {
     assert_eq!(
-        reason(
-            &[(0x1000, 0x1000), (0x2000, 0x1000), (0x20000, 0x10000)],
-            &probe(),
-            0
-        ),
+        reason(&[(0x1000, 0x1000), (0x2000, 0x1000), (0x20000, 0x10000)], &probe(), 0),
         Ok(())
     );
 }
@@ -66,10 +55,7 @@ fn each_rule_names_its_reason_and_region() {
         reason(&[(0x1000, 16), (0, 4096)], &p, 0),
         Err((Reason::InvalidAddress, Some(1)))
     );
-    assert_eq!(
-        reason(&[(0x1000, 0)], &p, 0),
-        Err((Reason::ZeroLength, Some(0)))
-    );
+    assert_eq!(reason(&[(0x1000, 0)], &p, 0), Err((Reason::ZeroLength, Some(0))));
     assert_eq!(
         reason(&[(usize::MAX - 1, 16)], &p, 0),
         Err((Reason::InvalidAddress, Some(0)))
@@ -142,11 +128,7 @@ garbage line
 ";
     assert_eq!(
         parse_maps(text),
-        vec![
-            (0x400000, 0x452000),
-            (0x651000, 0x655000),
-            (0x7ffc1000, 0x7ffc2000)
-        ]
+        vec![(0x400000, 0x452000), (0x651000, 0x655000), (0x7ffc1000, 0x7ffc2000)]
     );
 }
 

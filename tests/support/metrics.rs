@@ -84,12 +84,7 @@ impl Match<'_> {
         match self.samples().as_slice() {
             [s] => s.value,
             [] => panic!("no sample {} {:?}", self.name, self.labels),
-            many => panic!(
-                "{} samples match {} {:?}: {many:?}",
-                many.len(),
-                self.name,
-                self.labels
-            ),
+            many => panic!("{} samples match {} {:?}: {many:?}", many.len(), self.name, self.labels),
         }
     }
 
@@ -126,11 +121,7 @@ fn parse_line(l: &str) -> Option<Sample> {
         Some((n, rest)) => (n.to_string(), parse_labels(rest.strip_suffix('}')?)?),
         None => (name_labels.to_string(), vec![]),
     };
-    Some(Sample {
-        name,
-        labels,
-        value,
-    })
+    Some(Sample { name, labels, value })
 }
 
 fn parse_labels(s: &str) -> Option<Vec<(String, String)>> {

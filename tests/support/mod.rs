@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod metrics;
+pub mod otlp;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -46,10 +47,7 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            Instant::now() < end,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -76,12 +74,7 @@ pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<Response> {
     request(addr, "GET", path, &[])
 }
 
-pub fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> std::io::Result<Response> {
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<Response> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -109,16 +102,8 @@ pub fn request(
     let chunked = headers
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok(Response {
-        status,
-        headers,
-        body,
-    })
+    let body = if chunked { dechunk(body) } else { body.to_string() };
+    Ok(Response { status, headers, body })
 }
 
 fn dechunk(mut s: &str) -> String {
@@ -177,8 +162,7 @@ impl AgentProcess {
         for (k, v) in s.env {
             cmd.env(k, v);
         }
-        cmd.arg("run")
-            .args(["--listen", "127.0.0.1:0", "--log-format", "json"]);
+        cmd.arg("run").args(["--listen", "127.0.0.1:0", "--log-format", "json"]);
         if let Some(text) = s.config {
             let path = dir.path().join("agent.toml");
             std::fs::write(&path, text).unwrap();
@@ -199,16 +183,12 @@ impl AgentProcess {
         });
         let addr = {
             let log = log.clone();
-            wait_for(
-                Duration::from_secs(20),
-                "the agent's listen address in its log",
-                || {
-                    log.lock().unwrap().iter().find_map(|l| {
-                        let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                        v.get("listen")?.as_str()?.parse().ok()
-                    })
-                },
-            )
+            wait_for(Duration::from_secs(20), "the agent's listen address in its log", || {
+                log.lock().unwrap().iter().find_map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                    v.get("listen")?.as_str()?.parse().ok()
+                })
+            })
         };
         AgentProcess {
             child,
@@ -233,8 +213,7 @@ impl AgentProcess {
     }
 
     pub fn get(&self, path: &str) -> Response {
-        get(self.addr, path)
-            .unwrap_or_else(|e| panic!("GET {path}: {e}\nlog:\n{}", self.log().join("\n")))
+        get(self.addr, path).unwrap_or_else(|e| panic!("GET {path}: {e}\nlog:\n{}", self.log().join("\n")))
     }
 
     pub fn scrape(&self) -> Scrape {
@@ -252,12 +231,7 @@ impl AgentProcess {
     }
 
     /// Waits until `f(scrape)` holds.
-    pub fn wait_metrics(
-        &self,
-        what: &str,
-        timeout: Duration,
-        f: impl Fn(&Scrape) -> bool,
-    ) -> Scrape {
+    pub fn wait_metrics(&self, what: &str, timeout: Duration, f: impl Fn(&Scrape) -> bool) -> Scrape {
         wait_for(timeout, what, || {
             let s = self.scrape();
             f(&s).then_some(s)
@@ -276,6 +250,10 @@ impl AgentProcess {
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let child = &mut self.child;
         wait_for(timeout, "the agent to exit", || child.try_wait().unwrap())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn is_running(&mut self) -> bool {

@@ -21,14 +21,8 @@ fn happy_path_to_ready_and_drained() {
     assert_eq!(
         acts,
         vec![
-            Action::Register {
-                group: 0,
-                attempt: 1
-            },
-            Action::Register {
-                group: 1,
-                attempt: 1
-            }
+            Action::Register { group: 0, attempt: 1 },
+            Action::Register { group: 1, attempt: 1 }
         ]
     );
     assert!(!m.ready());
@@ -105,10 +99,7 @@ fn max_attempts_gives_up() {
 #[test]
 fn unavailable_nixl_never_registers_but_drains() {
     let mut m = started(&[true], 0);
-    assert_eq!(
-        m.handle(Input::PreflightFinished(Err(Reason::NixlUnavailable))),
-        vec![]
-    );
+    assert_eq!(m.handle(Input::PreflightFinished(Err(Reason::NixlUnavailable))), vec![]);
     assert_eq!(m.phase(), Phase::Unavailable);
     assert!(!m.ready());
     assert_eq!(m.handle(Input::RetryDue { group: 0 }), vec![]);
