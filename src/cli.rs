@@ -24,6 +24,14 @@ pub enum Command {
     /// Print the effective configuration (file, environment and flags
     /// applied) as TOML and exit
     Config,
+    /// Check the NIXL runtime, UCX, memlock and CUDA, and register and
+    /// deregister every group of the plan once; exit 0 when every required
+    /// check passed, 1 when one failed, 2 on bad usage or config
+    Check {
+        /// Print the report as JSON (progress still goes to stderr)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Options shared by every command.

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod diagnose;

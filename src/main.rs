@@ -6,7 +6,7 @@ use clap::Parser;
 use nixl_agent::cli::{Cli, Command};
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::nixl::{StderrTap, PLUGIN_DIR_ENV};
-use nixl_agent::{telemetry, Agent, Plan};
+use nixl_agent::{check, telemetry, Agent, Plan};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,10 @@ fn main() -> ExitCode {
         print!("{}", toml::to_string_pretty(&config).expect("config serializes"));
         return ExitCode::SUCCESS;
     }
+    let check_json = match cli.command {
+        Some(Command::Check { json }) => Some(json),
+        _ => None,
+    };
     let prepared = match Agent::prepare(config.clone(), Plan::from_config(&config)) {
         Ok(p) => p,
         Err(e) => {
@@ -49,6 +53,9 @@ fn main() -> ExitCode {
     let tap = StderrTap::install()
         .map_err(|e| eprintln!("nixl-agent: stderr capture off: {e}"))
         .ok();
+    if let Some(json) = check_json {
+        return check(&config, tap, json);
+    }
     let traces = telemetry::logs::init(&config, tap.as_ref().map(StderrTap::original));
     let prepared = prepared.with_stderr_tap(tap.clone());
 
@@ -88,6 +95,35 @@ fn main() -> ExitCode {
         t.flush();
     }
     code
+}
+
+/// `nixl-agent check`: progress on stderr, the report on stdout.
+fn check(config: &nixl_agent::Config, tap: Option<StderrTap>, json: bool) -> ExitCode {
+    use std::io::IsTerminal;
+    let err: Box<dyn std::io::Write + Send> = match tap.as_ref().map(StderrTap::original) {
+        Some(f) => Box::new(f.try_clone().expect("dup stderr")),
+        None => Box::new(std::io::stderr()),
+    };
+    let tty = tap
+        .as_ref()
+        .map_or(std::io::stderr().is_terminal(), |t| t.original().is_terminal());
+    let mut progress = check::Progress::new(err, tty);
+    let report = check::run(config, &Plan::from_config(config), tap.clone(), &mut progress);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+    } else {
+        print!("{}", check::render_human(&report, std::io::stdout().is_terminal()));
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    if let Some(t) = tap {
+        t.flush();
+    }
+    if report.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILURE)
+    }
 }
 
 /// When the shutdown signal arrived (process start until then).

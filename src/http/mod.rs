@@ -1,4 +1,5 @@
-//! The HTTP surface: /, /metrics, /livez, /readyz, /v1/status.
+//! The HTTP surface: /, /metrics, /livez, /readyz, /v1/status, and the
+//! Grafana dashboard and Prometheus rules built into this binary.
 //!
 //! Architecture invariant: handlers only read recorded state (the metric
 //! registry and the status snapshot). They never call NIXL, never wait on the
@@ -36,7 +37,19 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
         "/v1/status",
         "JSON: groups, backends, NIXL library, last reasons and error text",
     ),
+    (DASHBOARD_PATH, "Grafana dashboard (JSON) matching this build"),
+    (ALERT_RULES_PATH, "Prometheus alerting rules (YAML) matching this build"),
 ];
+
+/// Where the dashboard and the rules are served.
+pub const DASHBOARD_PATH: &str = "/dashboards/nixl-agent.json";
+pub const ALERT_RULES_PATH: &str = "/alerts/nixl-agent.rules.yml";
+
+/// The Grafana dashboard and the Prometheus alerting rules, embedded at build
+/// time so that a Grafana sidecar or a provisioning job fetches the versions
+/// that match the agent it is looking at. Served byte for byte.
+pub const DASHBOARD_JSON: &str = include_str!("../../dashboards/nixl-agent.json");
+pub const ALERT_RULES_YAML: &str = include_str!("../../alerts/nixl-agent.rules.yml");
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -45,6 +58,8 @@ pub fn router(state: AppState) -> Router {
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/v1/status", get(status))
+        .route(DASHBOARD_PATH, get(dashboard))
+        .route(ALERT_RULES_PATH, get(alert_rules))
         .fallback(not_found)
         .with_state(state)
 }
@@ -98,6 +113,14 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
 async fn status(State(s): State<AppState>) -> Response {
     let body = serde_json::to_string_pretty(&*s.status.borrow()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn dashboard() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], DASHBOARD_JSON).into_response()
+}
+
+async fn alert_rules() -> Response {
+    ([(header::CONTENT_TYPE, "application/yaml")], ALERT_RULES_YAML).into_response()
 }
 
 async fn not_found() -> (StatusCode, &'static str) {

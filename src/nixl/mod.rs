@@ -11,6 +11,7 @@
 
 mod cuda;
 pub mod discover;
+pub mod facts;
 mod loader;
 mod memory;
 mod probe;

@@ -8,7 +8,7 @@ use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
 use crate::plan::{GroupSpec, Region};
 use crate::telemetry::names::{MemType, Reason};
 use crate::validate::MemoryProbe;
-use nixl_sys::{Agent, Backend, NixlError, OptArgs, RegistrationHandle};
+use nixl_sys::{Agent, AgentConfig, Backend, NixlError, OptArgs, RegistrationHandle};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -130,7 +130,14 @@ impl Registrar for NixlRegistrar {
             }
             return Err(Failure::new(Reason::NixlUnavailable, msg));
         }
-        let agent = Agent::new(&self.name).map_err(|e| {
+        // No progress or listen thread: the agent only registers memory, and
+        // NIXL's default progress thread busy-polls a whole core when idle.
+        let cfg = AgentConfig {
+            enable_prog_thread: false,
+            enable_listen_thread: false,
+            ..AgentConfig::default()
+        };
+        let agent = Agent::new_configured(&self.name, &cfg).map_err(|e| {
             Failure::new(
                 Reason::NixlUnavailable,
                 format!("creating NIXL agent {:?}: {e}", self.name),

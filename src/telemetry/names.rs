@@ -287,6 +287,31 @@ impl Reason {
     }
 }
 
+impl Reason {
+    /// What to do about it, in one line (shown by `nixl-agent check`).
+    pub const fn advice(self) -> &'static str {
+        match self {
+            Reason::NixlUnavailable => "install NIXL (pip install nixl-cu12) or point --nixl-lib-dir / NIXL_LIB_DIR at the folder holding libnixl_capi.so",
+            Reason::PluginUnavailable => "check the backend name and NIXL_PLUGIN_DIR (the plugins folder beside libnixl_capi.so)",
+            Reason::BackendInitFailed => "run with UCX_LOG_LEVEL=info; check UCX_TLS / UCX_NET_DEVICES and that the NIC/driver stack is present",
+            Reason::CudaUnavailable => "run on a host with a CUDA driver and expose the GPU to the container (--gpus, nvidia device plugin)",
+            Reason::AllocationFailed => "lower count × size or free host/GPU memory",
+            Reason::InvalidAddress => "the buffer pointer is null: the serving process handed over an unallocated tensor",
+            Reason::ZeroLength => "a buffer length is 0: skip empty tensors before registering",
+            Reason::UnmappedAddress => "the pointer is stale or from another process: register buffers while they are allocated",
+            Reason::OverlappingRegions => "two buffers of the group overlap: register each allocation once",
+            Reason::MemTypeMismatch => "use the right mem_type; for VRAM, UCX needs CUDA support (libcudart.so.12 loadable, UCX_TLS with cuda)",
+            Reason::DeviceMismatch => "set the group's device to the GPU the buffers live on (CUDA_VISIBLE_DEVICES renumbers GPUs)",
+            Reason::MemlockLimit => "raise the memlock limit: ulimit -l unlimited, docker --ulimit memlock=-1, systemd LimitMEMLOCK=infinity",
+            Reason::NixlInvalidParam => "NIXL rejected the request: check mem_type, device ids and backend names",
+            Reason::NixlNotFound => "the backend was not created or was dropped: check the backend list and its creation error",
+            Reason::NixlBackendError => "read the NIXL/UCX lines attached to the failure (diagnostics); UCX_LOG_LEVEL=debug tells more",
+            Reason::Timeout => "the step exceeded its deadline: check for a hung driver or collector",
+            Reason::Unknown => "see the log and /v1/status for the error text",
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -378,6 +403,7 @@ mod tests {
             assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");
             assert!(seen.insert(s));
             assert!(!r.describe().is_empty());
+            assert!(!r.advice().is_empty());
             // serde and as_str agree, so /v1/status and the label never differ.
             assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{s}\""));
         }

@@ -1,0 +1,395 @@
+//! `nixl-agent check`: a preflight and registration smoke test for
+//! deployment images, init containers and nodes. It walks the same path as
+//! the agent (discovery, loading, backends, allocation, validation,
+//! registration) once, deregisters everything, and reports in plain words
+//! what is wrong and what to do.
+
+mod render;
+
+pub use render::{render_human, Progress};
+
+use crate::config::Config;
+use crate::diagnose;
+use crate::lifecycle::group::{register_all, release_all};
+use crate::lifecycle::{Failure, Registrar};
+use crate::nixl::facts::{self, CudaDevice, UcxFacts};
+use crate::nixl::{self, NixlRegistrar, StderrTap};
+use crate::plan::{Plan, RegionSource};
+use crate::telemetry::names::{MemType, Reason};
+use crate::validate;
+use serde::Serialize;
+use std::time::Instant;
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    /// Failed, and something required depends on it: exit code 1.
+    Fail,
+    /// Failed or missing, but nothing required depends on it.
+    Warn,
+    /// Not run (e.g. no NIXL to register with).
+    Skip,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NixlCheck {
+    pub outcome: Outcome,
+    pub library: Option<String>,
+    pub found_by: Option<String>,
+    pub version: Option<String>,
+    pub plugin_dir: Option<String>,
+    pub plugins: Vec<String>,
+    pub cudart: Option<String>,
+    pub searched: Vec<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendCheck {
+    pub name: String,
+    pub outcome: Outcome,
+    pub seconds: f64,
+    pub reason: Option<Reason>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UcxCheck {
+    pub outcome: Outcome,
+    #[serde(flatten)]
+    pub facts: UcxFacts,
+    /// UCX_TLS, UCX_NET_DEVICES, UCX_MODULE_DIR as set in the environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemlockCheck {
+    pub outcome: Outcome,
+    pub soft_bytes: Option<u64>,
+    pub hard_bytes: Option<u64>,
+    pub plan_dram_bytes: u64,
+    pub cap_ipc_lock: bool,
+    pub fix: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CudaCheck {
+    pub outcome: Outcome,
+    pub driver: bool,
+    /// Whether the plan has VRAM groups (then CUDA is required).
+    pub required: bool,
+    pub devices: Vec<CudaDevice>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupCheck {
+    pub name: String,
+    pub kind: String,
+    pub mem_type: &'static str,
+    pub required: bool,
+    pub outcome: Outcome,
+    pub descriptors: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub reason: Option<Reason>,
+    pub error: Option<String>,
+    pub diagnostics: Vec<String>,
+    pub advice: Option<&'static str>,
+}
+
+/// Everything `check` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// True when every required check passed (exit code 0).
+    pub ok: bool,
+    pub version: &'static str,
+    pub nixl: NixlCheck,
+    pub backends: Vec<BackendCheck>,
+    pub ucx: UcxCheck,
+    pub memlock: MemlockCheck,
+    pub cuda: CudaCheck,
+    pub groups: Vec<GroupCheck>,
+}
+
+/// Runs every check. `progress` shows steps while they run.
+pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut Progress) -> Report {
+    let found = nixl::discover(config.nixl_lib_dir.as_deref(), &crate::config::ProcessEnv);
+    let searched = found.as_ref().err().map(|nf| nf.searched.clone()).unwrap_or_default();
+
+    progress.start("NIXL runtime");
+    let loaded = nixl::load(found);
+    let mut nixl_check = NixlCheck {
+        outcome: Outcome::Ok,
+        library: None,
+        found_by: None,
+        version: None,
+        plugin_dir: None,
+        plugins: vec![],
+        cudart: None,
+        searched: vec![],
+        error: None,
+    };
+    match &loaded {
+        Ok(l) => {
+            nixl_check.library = Some(l.discovery.library.display().to_string());
+            nixl_check.found_by = Some(l.discovery.found_by.as_str().to_string());
+            nixl_check.version = l.discovery.version.clone();
+            nixl_check.plugin_dir = l.plugin_dir.as_ref().map(|p| p.display().to_string());
+            nixl_check.cudart = l.cudart.as_ref().map(|p| p.display().to_string());
+        }
+        Err(e) => {
+            nixl_check.outcome = Outcome::Fail;
+            nixl_check.error = Some(e.message.clone());
+            nixl_check.searched = if e.searched.is_empty() {
+                searched
+            } else {
+                e.searched.clone()
+            };
+        }
+    }
+    let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap);
+    if nixl_check.outcome == Outcome::Ok {
+        match registrar.preflight() {
+            Ok(facts) => nixl_check.plugins = facts.plugins,
+            Err(f) => {
+                nixl_check.outcome = Outcome::Fail;
+                nixl_check.error = Some(f.message);
+            }
+        }
+    }
+    let nixl_up = nixl_check.outcome == Outcome::Ok;
+    progress.done(nixl_check.outcome, &render::nixl_summary(&nixl_check));
+
+    progress.start("NIXL backends");
+    let mut backends = Vec::new();
+    for name in plan.backends() {
+        let t0 = Instant::now();
+        let r = if nixl_up {
+            registrar.ensure_backend(&name).map(|_| ())
+        } else {
+            Err(skip_failure())
+        };
+        let (outcome, reason, error) = match r {
+            Ok(()) => (Outcome::Ok, None, None),
+            Err(f) if !nixl_up => (Outcome::Skip, Some(f.reason), None),
+            Err(f) => (Outcome::Fail, Some(f.reason), Some(f.message)),
+        };
+        backends.push(BackendCheck {
+            name,
+            outcome,
+            seconds: t0.elapsed().as_secs_f64(),
+            reason,
+            error,
+        });
+    }
+    progress.done(
+        worst(backends.iter().map(|b| b.outcome)),
+        &render::backends_summary(&backends),
+    );
+
+    progress.start("UCX");
+    let ucx_up = backends.iter().any(|b| b.name == "UCX" && b.outcome == Outcome::Ok);
+    let ucx = ucx_check(ucx_up, plan);
+    progress.done(ucx.outcome, &render::ucx_summary(&ucx));
+
+    progress.start("memlock");
+    let memlock = memlock_check(plan, registrar.probe().memlock().exempt);
+    progress.done(memlock.outcome, &render::memlock_summary(&memlock));
+
+    progress.start("CUDA");
+    let cuda = cuda_check(plan);
+    progress.done(cuda.outcome, &render::cuda_summary(&cuda));
+
+    let mut groups = Vec::new();
+    for spec in &plan.groups {
+        progress.start(&format!("register {}", spec.name));
+        let g = smoke(&mut registrar, spec, nixl_up);
+        progress.done(g.outcome, &render::group_summary(&g));
+        groups.push(g);
+    }
+    drop(registrar);
+
+    let ok = [nixl_check.outcome, memlock.outcome, cuda.outcome, ucx.outcome]
+        .into_iter()
+        .chain(backends.iter().map(|b| b.outcome))
+        .chain(groups.iter().map(|g| g.outcome))
+        .all(|o| o != Outcome::Fail);
+    Report {
+        ok,
+        version: env!("CARGO_PKG_VERSION"),
+        nixl: nixl_check,
+        backends,
+        ucx,
+        memlock,
+        cuda,
+        groups,
+    }
+}
+
+fn skip_failure() -> Failure {
+    Failure::new(Reason::NixlUnavailable, "NIXL runtime unavailable")
+}
+
+fn worst(outcomes: impl Iterator<Item = Outcome>) -> Outcome {
+    outcomes.fold(Outcome::Ok, |acc, o| match (acc, o) {
+        (Outcome::Fail, _) | (_, Outcome::Fail) => Outcome::Fail,
+        (Outcome::Warn, _) | (_, Outcome::Warn) => Outcome::Warn,
+        (Outcome::Skip, _) | (_, Outcome::Skip) => Outcome::Skip,
+        _ => Outcome::Ok,
+    })
+}
+
+fn ucx_check(ucx_up: bool, plan: &Plan) -> UcxCheck {
+    let env = ["UCX_TLS", "UCX_NET_DEVICES", "UCX_MODULE_DIR"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    if !ucx_up {
+        return UcxCheck {
+            outcome: Outcome::Skip,
+            facts: UcxFacts::default(),
+            env,
+            note: None,
+        };
+    }
+    let facts = facts::ucx();
+    let vram = plan.groups.iter().any(|g| g.mem_type == MemType::Vram);
+    let cuda_ok = !facts.cuda_modules.is_empty() && facts.cuda_modules.iter().all(|(_, r)| r.is_ok());
+    let (outcome, note) = match (vram, cuda_ok) {
+        (_, true) => (Outcome::Ok, None),
+        (true, false) => (
+            Outcome::Fail,
+            Some("UCX's CUDA modules do not load: VRAM would be seen as host memory (libcudart.so.12 and libcuda.so.1 must be loadable)".to_string()),
+        ),
+        (false, false) => (Outcome::Ok, Some("UCX's CUDA modules do not load here (no VRAM groups, so not needed)".to_string())),
+    };
+    UcxCheck {
+        outcome,
+        facts,
+        env,
+        note,
+    }
+}
+
+fn memlock_check(plan: &Plan, cap_ipc_lock: bool) -> MemlockCheck {
+    let (soft, hard) = facts::memlock_limits();
+    let plan_dram_bytes: u64 = plan
+        .groups
+        .iter()
+        .filter(|g| g.mem_type == MemType::Dram)
+        .map(|g| page_rounded(&g.source))
+        .sum();
+    let too_low = soft.is_some_and(|s| s < plan_dram_bytes) && !cap_ipc_lock;
+    let fix = too_low.then(|| {
+        format!(
+            "raise RLIMIT_MEMLOCK to at least {} (or unlimited): `ulimit -l unlimited` in the entrypoint, `docker run --ulimit memlock=-1`, systemd `LimitMEMLOCK=infinity`, or in Kubernetes a container runtime default of memlock=unlimited (containerd/CRI-O `LimitMEMLOCK`) or CAP_IPC_LOCK",
+            crate::units::format_size(plan_dram_bytes)
+        )
+    });
+    MemlockCheck {
+        outcome: if too_low { Outcome::Fail } else { Outcome::Ok },
+        soft_bytes: soft,
+        hard_bytes: hard,
+        plan_dram_bytes,
+        cap_ipc_lock,
+        fix,
+    }
+}
+
+fn page_rounded(source: &RegionSource) -> u64 {
+    match source {
+        RegionSource::Provided(r) => r.iter().map(|r| r.len as u64).sum(),
+        RegionSource::Allocate { count, size } => {
+            let page = 4096u64;
+            *count as u64 * (*size as u64).div_ceil(page) * page
+        }
+    }
+}
+
+fn cuda_check(plan: &Plan) -> CudaCheck {
+    let required = plan.groups.iter().any(|g| g.mem_type == MemType::Vram);
+    let driver = nixl::cuda_driver_present();
+    let (devices, error) = match facts::cuda_devices() {
+        Ok(d) => (d, None),
+        Err(e) => (vec![], Some(e)),
+    };
+    let outcome = match (error.is_none() && !devices.is_empty(), required) {
+        (true, _) => Outcome::Ok,
+        (false, true) => Outcome::Fail,
+        (false, false) => Outcome::Skip,
+    };
+    CudaCheck {
+        outcome,
+        driver,
+        required,
+        devices,
+        error,
+    }
+}
+
+/// Registers and deregisters one group once.
+fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl_up: bool) -> GroupCheck {
+    let (descriptors, bytes) = spec.totals();
+    let mut g = GroupCheck {
+        name: spec.name.clone(),
+        kind: spec.kind.as_str().to_string(),
+        mem_type: spec.mem_type.as_str(),
+        required: spec.required,
+        outcome: Outcome::Ok,
+        descriptors,
+        bytes,
+        seconds: 0.0,
+        reason: None,
+        error: None,
+        diagnostics: vec![],
+        advice: None,
+    };
+    if !nixl_up {
+        g.outcome = Outcome::Skip;
+        g.reason = Some(Reason::NixlUnavailable);
+        return g;
+    }
+    registrar.capture_begin();
+    let t0 = Instant::now();
+    let result = (|| -> Result<(), (Reason, String)> {
+        for b in &spec.backends {
+            registrar
+                .ensure_backend(b)
+                .map_err(|f| (f.reason, format!("backend {b}: {}", f.message)))?;
+        }
+        let (regions, backing) = match &spec.source {
+            RegionSource::Provided(r) => (r.clone(), None),
+            RegionSource::Allocate { count, size } => {
+                let (r, b) = registrar
+                    .allocate(spec, *count, *size)
+                    .map_err(|f| (f.reason, f.message))?;
+                (r, Some(b))
+            }
+        };
+        if spec.validate {
+            validate::validate_group(spec, &regions, registrar.probe(), 0).map_err(|r| (r.reason, r.message))?;
+        }
+        let handles = register_all(registrar, spec, &regions).map_err(|f| (f.reason, f.message))?;
+        let (failed, first) = release_all(registrar, handles);
+        drop(backing);
+        match first {
+            Some(f) => Err((f.reason, format!("{failed} deregistrations failed: {}", f.message))),
+            None => Ok(()),
+        }
+    })();
+    g.seconds = t0.elapsed().as_secs_f64();
+    let lines = registrar.capture_end();
+    if let Err((reason, message)) = result {
+        let reason = diagnose::refine(reason, &lines);
+        g.outcome = if spec.required { Outcome::Fail } else { Outcome::Warn };
+        g.reason = Some(reason);
+        g.error = Some(message);
+        g.diagnostics = lines;
+        g.advice = Some(reason.advice());
+    }
+    g
+}

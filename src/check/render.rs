@@ -1,0 +1,290 @@
+//! How a check report looks: progress lines while steps run, an aligned
+//! report for people (colours only on a terminal), JSON for machines.
+
+use super::{BackendCheck, CudaCheck, GroupCheck, MemlockCheck, NixlCheck, Outcome, Report, UcxCheck};
+use crate::units::format_size;
+use std::io::Write;
+
+/// Step lines on stderr while checks run: rewritten in place on a terminal,
+/// one plain line per finished step otherwise.
+pub struct Progress {
+    out: Box<dyn Write + Send>,
+    tty: bool,
+    step: String,
+}
+
+impl Progress {
+    pub fn new(out: Box<dyn Write + Send>, tty: bool) -> Progress {
+        Progress {
+            out,
+            tty,
+            step: String::new(),
+        }
+    }
+
+    /// A progress sink that prints nothing.
+    pub fn silent() -> Progress {
+        Progress::new(Box::new(std::io::sink()), false)
+    }
+
+    pub fn start(&mut self, step: &str) {
+        self.step = step.to_string();
+        if self.tty {
+            let _ = write!(self.out, "\r\x1b[2K  … {step}");
+            let _ = self.out.flush();
+        }
+    }
+
+    pub fn done(&mut self, outcome: Outcome, summary: &str) {
+        let mark = word(outcome, self.tty);
+        if self.tty {
+            let _ = writeln!(self.out, "\r\x1b[2K{mark} {}: {summary}", self.step);
+        } else {
+            let _ = writeln!(self.out, "[{}] {}: {summary}", plain(outcome), self.step);
+        }
+        let _ = self.out.flush();
+    }
+}
+
+fn plain(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => "ok",
+        Outcome::Fail => "FAIL",
+        Outcome::Warn => "warn",
+        Outcome::Skip => "skip",
+    }
+}
+
+fn word(o: Outcome, color: bool) -> String {
+    let w = format!("{:<4}", plain(o));
+    if !color {
+        return w;
+    }
+    let code = match o {
+        Outcome::Ok => 32,
+        Outcome::Fail => 31,
+        Outcome::Warn => 33,
+        Outcome::Skip => 2,
+    };
+    format!("\x1b[{code}m{w}\x1b[0m")
+}
+
+fn limit(v: Option<u64>) -> String {
+    v.map_or("unlimited".to_string(), format_size)
+}
+
+pub(super) fn nixl_summary(n: &NixlCheck) -> String {
+    match &n.library {
+        Some(lib) => format!(
+            "{lib} (found by {}, NIXL {}), {} plugins: {}",
+            n.found_by.as_deref().unwrap_or("?"),
+            n.version.as_deref().unwrap_or("version unknown"),
+            n.plugins.len(),
+            n.plugins.join(" ")
+        ),
+        None => format!(
+            "{}; searched: {}",
+            n.error.as_deref().unwrap_or("not found"),
+            if n.searched.is_empty() {
+                "-".to_string()
+            } else {
+                n.searched.join(", ")
+            }
+        ),
+    }
+}
+
+pub(super) fn backends_summary(b: &[BackendCheck]) -> String {
+    b.iter()
+        .map(|b| match (&b.outcome, &b.error) {
+            (Outcome::Ok, _) => format!("{} created in {:.0} ms", b.name, b.seconds * 1e3),
+            (_, Some(e)) => format!("{} {}: {e}", b.name, b.reason.map_or("", |r| r.as_str())),
+            _ => format!("{} skipped", b.name),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+pub(super) fn ucx_summary(u: &UcxCheck) -> String {
+    if u.outcome == Outcome::Skip && u.facts.version.is_none() {
+        return "no UCX backend".to_string();
+    }
+    let mods: Vec<String> = u
+        .facts
+        .cuda_modules
+        .iter()
+        .map(|(p, r)| {
+            let name = p.rsplit('/').next().unwrap_or(p);
+            match r {
+                Ok(()) => format!("{name} loads"),
+                Err(e) => format!("{name} does not load ({})", missing_lib(e)),
+            }
+        })
+        .collect();
+    let env: Vec<String> = u.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut s = format!(
+        "UCX {}; CUDA modules: {}; env: {}",
+        u.facts.version.as_deref().unwrap_or("version unknown"),
+        if mods.is_empty() {
+            "none".into()
+        } else {
+            mods.join(", ")
+        },
+        if env.is_empty() {
+            "UCX_TLS/UCX_NET_DEVICES/UCX_MODULE_DIR unset".into()
+        } else {
+            env.join(" ")
+        }
+    );
+    if let Some(n) = &u.note {
+        s.push_str(&format!(" — {n}"));
+    }
+    s
+}
+
+/// "needs libcuda.so.1" from a dlerror text, else the text itself.
+fn missing_lib(e: &str) -> String {
+    match e.split_once(": cannot open shared object file") {
+        Some((head, _)) => format!("needs {}", head.rsplit(": ").next().unwrap_or(head)),
+        None => e.to_string(),
+    }
+}
+
+pub(super) fn memlock_summary(m: &MemlockCheck) -> String {
+    let mut s = format!(
+        "soft {}, hard {}; plan DRAM {}{}",
+        limit(m.soft_bytes),
+        limit(m.hard_bytes),
+        format_size(m.plan_dram_bytes),
+        if m.cap_ipc_lock {
+            "; CAP_IPC_LOCK held (limit does not apply)"
+        } else {
+            ""
+        }
+    );
+    if let Some(f) = &m.fix {
+        s.push_str(&format!(" — fix: {f}"));
+    }
+    s
+}
+
+pub(super) fn cuda_summary(c: &CudaCheck) -> String {
+    if c.devices.is_empty() {
+        return format!(
+            "{}{}",
+            c.error.as_deref().unwrap_or("no devices"),
+            if c.required {
+                " — the plan has VRAM groups"
+            } else {
+                " (no VRAM groups in the plan)"
+            }
+        );
+    }
+    c.devices
+        .iter()
+        .map(|d| {
+            format!(
+                "#{} {} {} sm_{}",
+                d.ordinal,
+                d.name,
+                format_size(d.memory_bytes),
+                d.compute_capability.replace('.', "")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+pub(super) fn group_summary(g: &GroupCheck) -> String {
+    match g.reason {
+        None => format!(
+            "{} descriptors, {} in {:.1} ms",
+            g.descriptors,
+            format_size(g.bytes),
+            g.seconds * 1e3
+        ),
+        Some(r) if g.outcome == Outcome::Skip => format!("skipped ({r})"),
+        Some(r) => format!("{r}: {}", g.error.as_deref().unwrap_or("")),
+    }
+}
+
+/// The report for people.
+pub fn render_human(r: &Report, color: bool) -> String {
+    let mut out = format!("nixl-agent {} check\n\n", r.version);
+    let rows = [
+        ("NIXL runtime", r.nixl.outcome, nixl_summary(&r.nixl)),
+        (
+            "Backends",
+            super::worst(r.backends.iter().map(|b| b.outcome)),
+            backends_summary(&r.backends),
+        ),
+        ("UCX", r.ucx.outcome, ucx_summary(&r.ucx)),
+        ("Memlock", r.memlock.outcome, memlock_summary(&r.memlock)),
+        ("CUDA", r.cuda.outcome, cuda_summary(&r.cuda)),
+    ];
+    for (name, o, s) in rows {
+        out.push_str(&format!("{:<13} {}  {s}\n", name, word(o, color)));
+    }
+    out.push('\n');
+    let header = [
+        "GROUP",
+        "KIND",
+        "MEM",
+        "REQUIRED",
+        "DESCRIPTORS",
+        "BYTES",
+        "TIME",
+        "RESULT",
+    ];
+    let mut table: Vec<[String; 8]> = vec![header.map(String::from)];
+    for g in &r.groups {
+        table.push([
+            g.name.clone(),
+            g.kind.clone(),
+            g.mem_type.to_string(),
+            if g.required { "yes" } else { "no" }.to_string(),
+            g.descriptors.to_string(),
+            format_size(g.bytes),
+            format!("{:.1} ms", g.seconds * 1e3),
+            match g.reason {
+                None => plain(g.outcome).to_string(),
+                Some(reason) => format!("{} {reason}", plain(g.outcome)),
+            },
+        ]);
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|c| table.iter().map(|row| row[c].len()).max().unwrap_or(0))
+        .collect();
+    for (i, row) in table.iter().enumerate() {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c == 7 && i > 0 && color {
+                line.push_str(&word(r.groups[i - 1].outcome, true).replace(plain(r.groups[i - 1].outcome), cell));
+            } else {
+                line.push_str(&format!("{:<w$}  ", cell, w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    for g in r.groups.iter().filter(|g| g.error.is_some()) {
+        out.push_str(&format!(
+            "\n{} ({}): {}\n",
+            g.name,
+            g.reason.map_or("", |r| r.as_str()),
+            g.error.as_deref().unwrap_or("")
+        ));
+        for l in &g.diagnostics {
+            out.push_str(&format!("    | {l}\n"));
+        }
+        if let Some(a) = g.advice {
+            out.push_str(&format!("  fix: {a}\n"));
+        }
+    }
+    out.push_str(if r.ok {
+        "\nAll required checks passed; nothing is left registered.\n"
+    } else {
+        "\nA required check failed (exit code 1); nothing is left registered.\n"
+    });
+    out
+}
