@@ -1,0 +1,222 @@
+//! `nixl-agent check` end to end against the real NIXL runtime: exit codes,
+//! the JSON report, the fix it names, and a snapshot of the human report.
+
+mod support;
+
+use std::process::{Command, Output};
+
+fn check(args: &[&str], config: Option<&str>, wrap: &[&str], nixl: bool) -> (Output, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = match wrap.split_first() {
+        Some((prog, rest)) => {
+            let mut c = Command::new(prog);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_nixl-agent"));
+            c
+        }
+        None => support::binary(),
+    };
+    cmd.env_remove("NIXL_LIB_DIR")
+        .env_remove("NIXL_AGENT_CONFIG")
+        .env_remove("NIXL_PLUGIN_DIR");
+    if nixl {
+        cmd.env("NIXL_LIB_DIR", support::nixl_lib_dir());
+    } else {
+        cmd.env("NIXL_LIB_DIR", "/nonexistent/nixl");
+    }
+    cmd.arg("check").args(args);
+    if let Some(text) = config {
+        let p = dir.path().join("agent.toml");
+        std::fs::write(&p, text).unwrap();
+        cmd.arg("--config").arg(p);
+    }
+    let out = cmd.output().unwrap();
+    let json = if args.contains(&"--json") {
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    } else {
+        serde_json::Value::Null
+    };
+    (out, json)
+}
+
+#[test]
+fn default_plan_passes_and_reports_every_fact() {
+    let (out, r) = check(&["--json"], None, &[], true);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["nixl"]["outcome"], "ok");
+    assert_eq!(r["nixl"]["found_by"], "configured");
+    assert_eq!(r["nixl"]["version"], "1.5.1");
+    assert!(r["nixl"]["library"].as_str().unwrap().ends_with("libnixl_capi.so"));
+    assert!(r["nixl"]["plugin_dir"].as_str().unwrap().ends_with("plugins"));
+    assert!(r["nixl"]["plugins"].as_array().unwrap().iter().any(|p| p == "UCX"));
+    assert_eq!(r["backends"][0]["name"], "UCX");
+    assert_eq!(r["backends"][0]["outcome"], "ok");
+    assert!(
+        r["ucx"]["version"].as_str().unwrap().starts_with('1'),
+        "UCX version read from libucp"
+    );
+    assert!(
+        !r["ucx"]["cuda_modules"].as_array().unwrap().is_empty(),
+        "the wheel's UCX CUDA modules are listed"
+    );
+    assert!(r["memlock"]["plan_dram_bytes"].as_u64().unwrap() >= 4352 * 1024);
+    assert!(r["cuda"]["required"] == false);
+    let groups = r["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    for g in groups {
+        assert_eq!(g["outcome"], "ok", "{g}");
+        assert!(g["seconds"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(groups[0]["descriptors"], 8);
+    // Progress went to stderr, one line per step.
+    let err = String::from_utf8_lossy(&out.stderr);
+    for step in [
+        "NIXL runtime",
+        "NIXL backends",
+        "UCX",
+        "memlock",
+        "CUDA",
+        "register kv",
+        "register aux",
+    ] {
+        assert!(
+            err.contains(&format!("] {step}: ")),
+            "no progress line for {step}: {err}"
+        );
+    }
+}
+
+#[test]
+fn missing_library_fails_and_says_where_it_looked() {
+    let (out, r) = check(&["--json"], None, &[], false);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["nixl"]["outcome"], "fail");
+    assert_eq!(r["nixl"]["searched"][0], "/nonexistent/nixl/libnixl_capi.so");
+    assert_eq!(r["groups"][0]["outcome"], "skip");
+    let (out, _) = check(&[], None, &[], false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("searched: /nonexistent/nixl/libnixl_capi.so"), "{text}");
+    assert!(text.contains("A required check failed"), "{text}");
+}
+
+#[test]
+fn vram_group_without_cuda_fails_with_cuda_unavailable() {
+    if nixl_agent::nixl::cuda_driver_present() {
+        eprintln!("skipped: a CUDA driver is present here (tests/gpu.rs covers VRAM)");
+        return;
+    }
+    let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='VRAM'\ncount=2\nsize='1MiB'\n";
+    let (out, r) = check(&["--json"], Some(cfg), &[], true);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(r["cuda"]["outcome"], "fail");
+    assert_eq!(r["cuda"]["required"], true);
+    assert_eq!(r["groups"][0]["reason"], "cuda_unavailable");
+    assert!(r["groups"][0]["advice"].as_str().unwrap().contains("CUDA driver"));
+    assert_eq!(
+        r["ucx"]["outcome"], "fail",
+        "UCX cannot see VRAM without its CUDA modules"
+    );
+}
+
+#[test]
+fn memlock_below_the_plan_fails_and_names_the_fix() {
+    // 64 KiB of memlock and no CAP_IPC_LOCK (root would otherwise be exempt).
+    let wrap = [
+        "setpriv",
+        "--bounding-set=-ipc_lock",
+        "--inh-caps=-ipc_lock",
+        "prlimit",
+        "--memlock=65536:65536",
+    ];
+    let (out, r) = check(&["--json"], None, &wrap, true);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r["memlock"]["outcome"], "fail");
+    assert_eq!(r["memlock"]["soft_bytes"], 65536);
+    assert_eq!(r["memlock"]["cap_ipc_lock"], false);
+    let fix = r["memlock"]["fix"].as_str().unwrap();
+    for needle in ["ulimit -l unlimited", "--ulimit memlock=-1", "LimitMEMLOCK=infinity"] {
+        assert!(fix.contains(needle), "{fix}");
+    }
+    assert_eq!(
+        r["groups"][0]["reason"], "memlock_limit",
+        "validation refuses the group too"
+    );
+    assert!(r["groups"][0]["advice"].as_str().unwrap().contains("ulimit -l"));
+}
+
+#[test]
+fn bad_config_exits_2() {
+    let (out, _) = check(&[], Some("[[group]]\nname='kv'\n"), &[], true);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing field"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = support::binary().args(["check", "--jsn"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Masks what changes between machines and runs: paths, times, versions, limits.
+fn mask(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut l = line.to_string();
+        let lib = support::nixl_lib_dir().display().to_string();
+        l = l.replace(&lib, "<NIXL_LIB_DIR>");
+        l = replace_numbers_before(&l, " ms", "<T>");
+        // Machine facts: outcome kept, details masked.
+        for step in ["UCX ", "Memlock ", "CUDA "] {
+            if l.starts_with(step) {
+                let outcome = l.split_whitespace().nth(1).unwrap_or("").to_string();
+                l = format!("{:<13} {outcome:<4}  <{}>", step.trim(), step.trim().to_uppercase());
+            }
+        }
+        if l.starts_with("nixl-agent ") {
+            l = "nixl-agent <VERSION> check".to_string();
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn replace_numbers_before(line: &str, unit: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find(unit) {
+        let head = &rest[..i];
+        let start = head
+            .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .map_or(0, |p| p + 1);
+        out.push_str(&head[..start]);
+        out.push_str(if start < head.len() { with } else { "" });
+        out.push_str(unit);
+        rest = &rest[i + unit.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn human_report_matches_the_snapshot() {
+    let (out, _) = check(&[], None, &[], true);
+    assert_eq!(out.status.code(), Some(0));
+    let got = mask(&String::from_utf8_lossy(&out.stdout));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/check.txt");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).expect("tests/snapshots/check.txt (UPDATE_SNAPSHOTS=1 writes it)");
+    assert_eq!(
+        got, want,
+        "check report changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff"
+    );
+}
