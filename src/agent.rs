@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 /// Why the agent did not start. Nothing was registered in any case.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,8 @@ pub enum ShutdownError {
     GraceExceeded(Duration),
     #[error("the lifecycle thread panicked")]
     Panicked,
+    #[error("interrupted by a second signal; what was not deregistered is released by the kernel at exit")]
+    Interrupted,
 }
 
 /// A validated config and plan with NIXL located on disk: everything that
@@ -145,19 +147,12 @@ impl Prepared {
         }
         let board = StatusBoard::new(initial);
 
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (stop_tx, stop_rx) = watch::channel(false);
         let app = http::router(AppState {
             metrics: metrics.clone(),
             status: board.subscribe(),
         });
-        let server = tokio::spawn(async move {
-            let shutdown = async {
-                let _ = stop_rx.await;
-            };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        });
+        let server = tokio::spawn(http::server::serve(listener, app, config.http.clone(), stop_rx));
 
         let agent_name = config.agent_name.clone();
         let spawned = driver::spawn(
@@ -171,7 +166,7 @@ impl Prepared {
         let (control, lifecycle) = match spawned {
             Ok(v) => v,
             Err(e) => {
-                let _ = stop_tx.send(());
+                let _ = stop_tx.send(true);
                 let _ = server.await;
                 return Err(StartError::Thread(e));
             }
@@ -197,7 +192,7 @@ pub struct AgentHandle {
     board: StatusBoard,
     control: Sender<Control>,
     lifecycle: Option<std::thread::JoinHandle<DrainReport>>,
-    server: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
+    server: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
 }
 
 impl AgentHandle {
@@ -243,7 +238,7 @@ impl AgentHandle {
             None => Ok(DrainReport::default()),
         };
         if let Some((stop, server)) = self.server.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
             let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
         }
         result
@@ -256,7 +251,7 @@ impl Drop for AgentHandle {
         // deregisters on its own when its control channel closes.
         let _ = self.control.send(Control::Shutdown);
         if let Some((stop, _)) = self.server.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
     }
 }

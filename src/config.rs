@@ -62,6 +62,8 @@ pub struct Config {
     pub retry: RetryConfig,
     /// OpenTelemetry trace export (the standard OTEL_* variables override it).
     pub tracing: TracingConfig,
+    /// Limits of the HTTP server (slow or abusive clients).
+    pub http: HttpConfig,
     /// The registration plan: one entry per named group of regions.
     #[serde(rename = "group")]
     pub groups: Vec<GroupConfig>,
@@ -96,6 +98,46 @@ impl Default for RetryConfig {
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+}
+
+/// Default cap on open HTTP connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default time a client has to send a request's headers (also the idle
+/// keep-alive limit): slowloris protection.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default time to answer one request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default cap on a request's header bytes (hyper's floor is 8 KiB).
+pub const DEFAULT_MAX_HEADER_BYTES: u64 = 16 << 10;
+/// Largest request body accepted (the endpoints take none).
+pub const MAX_BODY_BYTES: usize = 1024;
+
+/// HTTP server limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Open connections beyond this are closed at once.
+    pub max_connections: usize,
+    /// Time to send a request's headers, and the keep-alive idle limit.
+    #[serde(with = "units::duration")]
+    pub header_read_timeout: Duration,
+    /// Time to answer one request (408 after it).
+    #[serde(with = "units::duration")]
+    pub request_timeout: Duration,
+    /// Most header bytes in one request (431 beyond; at least 8KiB).
+    #[serde(with = "units::size")]
+    pub max_header_bytes: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
         }
     }
 }
@@ -216,6 +258,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             retry: RetryConfig::default(),
             tracing: TracingConfig::default(),
+            http: HttpConfig::default(),
             groups: default_groups(),
         }
     }
@@ -330,6 +373,16 @@ impl Config {
         }
         if r.max_backoff < r.initial_backoff {
             return Err(invalid("retry.max_backoff", "must be at least retry.initial_backoff"));
+        }
+        let h = &self.http;
+        if h.max_connections == 0 || h.max_connections > 65_536 {
+            return Err(invalid("http.max_connections", "must be 1..=65536"));
+        }
+        if h.header_read_timeout.is_zero() || h.request_timeout.is_zero() {
+            return Err(invalid("http.header_read_timeout", "timeouts must be greater than 0"));
+        }
+        if !(8 << 10..=1 << 20).contains(&h.max_header_bytes) {
+            return Err(invalid("http.max_header_bytes", "must be between 8KiB and 1MiB"));
         }
         let t = &self.tracing;
         if let Some(e) = &t.endpoint {

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when the agent could not start or drain cleanly.
 const EXIT_FAILURE: u8 = 1;
+/// After a second signal, how long the drain may still run.
+const FAST_EXIT: Duration = Duration::from_secs(1);
 /// Least time given to flushing spans after the drain.
 const MIN_TRACE_FLUSH: Duration = Duration::from_millis(200);
 
@@ -70,7 +72,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let code = runtime.block_on(async move {
+    let code = runtime.block_on(async {
         let agent = match prepared.start().await {
             Ok(a) => a,
             Err(e) => {
@@ -78,8 +80,23 @@ fn main() -> ExitCode {
                 return ExitCode::from(EXIT_FAILURE);
             }
         };
-        shutdown_signal().await;
-        match agent.shutdown().await {
+        let mut signals = Signals::new();
+        signals.next().await;
+        let _ = SIGNALLED.set(Instant::now());
+        let drain = agent.shutdown();
+        tokio::pin!(drain);
+        let result = tokio::select! {
+            r = &mut drain => r,
+            _ = signals.next() => {
+                // A second signal: finish the NIXL call in progress, then go.
+                tracing::warn!(wait_ms = FAST_EXIT.as_millis() as u64, "second signal: exiting after the current drain step");
+                match tokio::time::timeout(FAST_EXIT, &mut drain).await {
+                    Ok(r) => r,
+                    Err(_) => Err(nixl_agent::agent::ShutdownError::Interrupted),
+                }
+            }
+        };
+        match result {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!(error = %e, "shutdown did not complete");
@@ -87,6 +104,10 @@ fn main() -> ExitCode {
             }
         }
     });
+    // Do not wait for blocking tasks: after a drain that overran the grace
+    // period the lifecycle thread may still be inside NIXL, and the process
+    // exits regardless (the kernel releases what is left).
+    runtime.shutdown_timeout(Duration::from_millis(100));
     if let Some(t) = traces {
         let left = config.shutdown_grace.saturating_sub(shutdown_started().elapsed());
         t.shutdown(left.max(MIN_TRACE_FLUSH));
@@ -133,12 +154,22 @@ fn shutdown_started() -> Instant {
 
 static SIGNALLED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
-async fn shutdown_signal() {
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+/// SIGTERM and SIGINT, as one stream.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler installs");
+        Signals { term }
     }
-    let _ = SIGNALLED.set(Instant::now());
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+        }
+    }
 }

@@ -5,6 +5,8 @@
 //! registry and the status snapshot). They never call NIXL, never wait on the
 //! lifecycle thread, and a scrape costs one registry encode.
 
+pub mod server;
+
 use crate::status::Status;
 use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;

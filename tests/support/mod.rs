@@ -162,7 +162,10 @@ impl AgentProcess {
         for (k, v) in s.env {
             cmd.env(k, v);
         }
-        cmd.arg("run").args(["--listen", "127.0.0.1:0", "--log-format", "json"]);
+        cmd.arg("run").args(["--log-format", "json"]);
+        if !s.args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
         if let Some(text) = s.config {
             let path = dir.path().join("agent.toml");
             std::fs::write(&path, text).unwrap();

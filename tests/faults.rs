@@ -1,0 +1,169 @@
+//! Faults against the real binary and NIXL: signals at the wrong moment, a
+//! killed agent restarting, a missing plugin dir, a backend that cannot be
+//! created, a required group that never registers.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::{AgentProcess, Spawn};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn sigterm_during_registration_drains_what_was_registered() {
+    // A group large enough that SIGTERM lands while the lifecycle is busy.
+    let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=16384\nsize='4KiB'\n\
+               [[group]]\nname='aux'\nkind='aux'\nmem_type='DRAM'\ncount=4\nsize='4KiB'\n";
+    let mut a = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
+    support::wait_for(WAIT, "backend created", || {
+        (!a.events("NIXL backend created").is_empty()).then_some(())
+    });
+    a.signal("TERM");
+    assert_eq!(a.wait_exit(WAIT).code(), Some(0), "{}", a.log().join("\n"));
+    let registered: u64 = a
+        .events("group registered")
+        .iter()
+        .map(|e| e["descriptors"].as_u64().unwrap())
+        .sum();
+    let drained = a.events("drain complete");
+    assert_eq!(drained.len(), 1);
+    assert_eq!(
+        drained[0]["deregistered_descriptors"].as_u64().unwrap(),
+        registered,
+        "everything registered was deregistered"
+    );
+    assert_eq!(drained[0]["registered_descriptors"], 0);
+}
+
+#[test]
+fn sigkill_then_restart_starts_clean_on_the_same_port() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut a = AgentProcess::spawn(Spawn {
+        args: &["--listen", &listen],
+        ..Default::default()
+    });
+    a.wait_ready(WAIT);
+    a.signal("KILL");
+    a.wait_exit(WAIT);
+    let b = AgentProcess::spawn(Spawn {
+        args: &["--listen", &listen],
+        ..Default::default()
+    });
+    b.wait_ready(WAIT);
+    assert_eq!(b.addr.port(), port);
+    assert_eq!(
+        b.scrape()
+            .metric("nixl_agent_registered_descriptors")
+            .label("group", "kv")
+            .value(),
+        8.0
+    );
+}
+
+#[test]
+fn second_sigterm_during_a_long_drain_exits_fast() {
+    // 131072 regions: NIXL's deregistration is slow enough at this size
+    // (seconds) for a second signal to land during the drain.
+    let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=131072\nsize='4KiB'\n";
+    let mut a = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
+    a.wait_ready(Duration::from_secs(60));
+    a.signal("TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal("TERM");
+    let t = Instant::now();
+    let code = a.wait_exit(WAIT).code();
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "exited {:?} after the second signal",
+        t.elapsed()
+    );
+    let log = a.log().join("\n");
+    if code == Some(1) {
+        assert!(log.contains("second signal"), "{log}");
+        assert!(log.contains("interrupted by a second signal"), "{log}");
+    } else {
+        // The drain finished first: then it must have been complete.
+        assert_eq!(code, Some(0));
+        assert_eq!(a.events("drain complete")[0]["registered_descriptors"], 0);
+    }
+}
+
+#[test]
+fn missing_plugin_dir_is_plugin_unavailable_and_the_agent_stays_up() {
+    let a = AgentProcess::spawn(Spawn {
+        env: &[("NIXL_PLUGIN_DIR", "/nonexistent/plugins")],
+        ..Default::default()
+    });
+    let s = a.wait_metrics("plugin_unavailable", WAIT, |s| {
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "kv")
+            .label("reason", "plugin_unavailable")
+            .value()
+            >= 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 0.0);
+    assert_eq!(a.get("/readyz").status, 503);
+    assert_eq!(a.get("/livez").status, 200);
+}
+
+#[test]
+fn backend_creation_failing_is_backend_init_failed_with_ucx_diagnostics() {
+    let a = AgentProcess::spawn(Spawn {
+        env: &[("UCX_TLS", "no_such_transport")],
+        ..Default::default()
+    });
+    let s = a.wait_metrics("backend_init_failed", WAIT, |s| {
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "kv")
+            .label("reason", "backend_init_failed")
+            .value()
+            >= 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 0.0);
+    let st = a.status();
+    assert_eq!(st["backends"][0]["reason"], "backend_init_failed");
+    let diag = st["groups"][0]["last_diagnostics"].as_array().unwrap();
+    assert!(
+        diag.iter()
+            .any(|l| l.as_str().unwrap().contains("no usable transports")),
+        "UCX's own words: {diag:?}"
+    );
+}
+
+#[test]
+fn a_required_group_failing_forever_keeps_the_agent_up_with_capped_backoff() {
+    let cfg = "[retry]\ninitial_backoff='50ms'\nmax_backoff='100ms'\n\
+               [[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=1\nsize='4KiB'\nbackends=['NOPE']\n";
+    let mut a = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
+    let s = a.wait_metrics("10 attempts", WAIT, |s| {
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "kv")
+            .value()
+            >= 10.0
+    });
+    assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
+    let delays: Vec<u64> = a
+        .events("retry scheduled")
+        .iter()
+        .map(|e| e["after_ms"].as_u64().unwrap())
+        .collect();
+    assert!(delays.iter().all(|d| *d <= 100), "capped: {delays:?}");
+    assert!(a.is_running());
+    assert_eq!(a.get("/livez").status, 200);
+    a.signal("TERM");
+    assert_eq!(a.wait_exit(WAIT).code(), Some(0));
+}
