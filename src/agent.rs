@@ -38,6 +38,11 @@ pub enum StartError {
     Thread(std::io::Error),
 }
 
+/// `reregister` named a group the plan does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("no group named `{0}` in the plan")]
+pub struct UnknownGroup(pub String);
+
 /// Why shutdown did not finish cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum ShutdownError {
@@ -155,6 +160,7 @@ impl Prepared {
         let server = tokio::spawn(http::server::serve(listener, app, config.http.clone(), stop_rx));
 
         let agent_name = config.agent_name.clone();
+        let groups: Vec<String> = plan.groups.iter().map(|g| g.name.clone()).collect();
         let spawned = driver::spawn(
             move || NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
             plan,
@@ -174,6 +180,7 @@ impl Prepared {
         tracing::info!(listen = %local_addr, "serving /metrics, /livez, /readyz, /v1/status");
         Ok(AgentHandle {
             local_addr,
+            groups,
             grace: config.shutdown_grace,
             metrics,
             board,
@@ -187,6 +194,7 @@ impl Prepared {
 /// A running agent.
 pub struct AgentHandle {
     local_addr: SocketAddr,
+    groups: Vec<String>,
     grace: Duration,
     metrics: Metrics,
     board: StatusBoard,
@@ -209,6 +217,22 @@ impl AgentHandle {
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Deregisters and registers again one group, or every group with
+    /// `None` (what SIGUSR1 does). A failed group is retried at once.
+    pub fn reregister(&self, group: Option<&str>) -> Result<(), UnknownGroup> {
+        let index = match group {
+            None => None,
+            Some(name) => Some(
+                self.groups
+                    .iter()
+                    .position(|g| g == name)
+                    .ok_or_else(|| UnknownGroup(name.to_string()))?,
+            ),
+        };
+        let _ = self.control.send(Control::Reregister(index));
+        Ok(())
     }
 
     /// Waits until the agent is ready or `timeout` passes; returns readiness.

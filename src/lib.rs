@@ -15,6 +15,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod nixl;
 pub mod plan;
+pub mod signals;
 pub mod status;
 pub mod telemetry;
 pub mod units;

@@ -56,7 +56,11 @@ fn main() -> ExitCode {
         .map_err(|e| eprintln!("nixl-agent: stderr capture off: {e}"))
         .ok();
     if let Some(json) = check_json {
-        return check(&config, tap, json);
+        return if check::run_cli(&config, tap, json) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_FAILURE)
+        };
     }
     let traces = telemetry::logs::init(&config, tap.as_ref().map(StderrTap::original));
     let prepared = prepared.with_stderr_tap(tap.clone());
@@ -80,14 +84,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(EXIT_FAILURE);
             }
         };
-        let mut signals = Signals::new();
-        signals.next().await;
+        let mut signals = nixl_agent::signals::Signals::new();
+        signals.next_stop(&agent).await;
         let _ = SIGNALLED.set(Instant::now());
         let drain = agent.shutdown();
         tokio::pin!(drain);
         let result = tokio::select! {
             r = &mut drain => r,
-            _ = signals.next() => {
+            _ = signals.next_stop_only() => {
                 // A second signal: finish the NIXL call in progress, then go.
                 tracing::warn!(wait_ms = FAST_EXIT.as_millis() as u64, "second signal: exiting after the current drain step");
                 match tokio::time::timeout(FAST_EXIT, &mut drain).await {
@@ -118,58 +122,9 @@ fn main() -> ExitCode {
     code
 }
 
-/// `nixl-agent check`: progress on stderr, the report on stdout.
-fn check(config: &nixl_agent::Config, tap: Option<StderrTap>, json: bool) -> ExitCode {
-    use std::io::IsTerminal;
-    let err: Box<dyn std::io::Write + Send> = match tap.as_ref().map(StderrTap::original) {
-        Some(f) => Box::new(f.try_clone().expect("dup stderr")),
-        None => Box::new(std::io::stderr()),
-    };
-    let tty = tap
-        .as_ref()
-        .map_or(std::io::stderr().is_terminal(), |t| t.original().is_terminal());
-    let mut progress = check::Progress::new(err, tty);
-    let report = check::run(config, &Plan::from_config(config), tap.clone(), &mut progress);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
-    } else {
-        print!("{}", check::render_human(&report, std::io::stdout().is_terminal()));
-    }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    if let Some(t) = tap {
-        t.flush();
-    }
-    if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILURE)
-    }
-}
-
 /// When the shutdown signal arrived (process start until then).
 fn shutdown_started() -> Instant {
     *SIGNALLED.get().unwrap_or(&Instant::now())
 }
 
 static SIGNALLED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-
-/// SIGTERM and SIGINT, as one stream.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> Signals {
-        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler installs");
-        Signals { term }
-    }
-
-    async fn next(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
-        }
-    }
-}

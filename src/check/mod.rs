@@ -230,6 +230,33 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
     }
 }
 
+/// `nixl-agent check` as the binary runs it: progress on the real stderr,
+/// the report on stdout (human or JSON). Returns whether every required
+/// check passed.
+pub fn run_cli(config: &Config, tap: Option<StderrTap>, json: bool) -> bool {
+    use std::io::IsTerminal;
+    let err: Box<dyn std::io::Write + Send> = match tap.as_ref().map(StderrTap::original) {
+        Some(f) => Box::new(f.try_clone().expect("dup stderr")),
+        None => Box::new(std::io::stderr()),
+    };
+    let tty = tap
+        .as_ref()
+        .map_or(std::io::stderr().is_terminal(), |t| t.original().is_terminal());
+    let mut progress = Progress::new(err, tty);
+    let report = run(config, &Plan::from_config(config), tap.clone(), &mut progress);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+    } else {
+        print!("{}", render_human(&report, std::io::stdout().is_terminal()));
+    }
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    if let Some(t) = tap {
+        t.flush();
+    }
+    report.ok
+}
+
 fn skip_failure() -> Failure {
     Failure::new(Reason::NixlUnavailable, "NIXL runtime unavailable")
 }

@@ -28,6 +28,8 @@ use tracing::field::Empty;
 pub enum Control {
     /// Stop registering, deregister everything, return.
     Shutdown,
+    /// Deregister and register again one group (by index) or all of them.
+    Reregister(Option<usize>),
 }
 
 /// What the drain did.
@@ -132,13 +134,21 @@ impl<R: Registrar> Driver<R> {
         let _root = root.enter();
         let mut report = DrainReport::default();
         let mut queue: VecDeque<Action> = self.step(Input::Start).into();
+        let mut later: Vec<Input> = Vec::new();
         loop {
             while let Some(action) = queue.pop_front() {
-                // A shutdown preempts queued work between two NIXL calls.
-                if self.machine.phase() != Phase::Draining && self.control.try_recv().is_ok() {
-                    queue.clear();
-                    queue.extend(self.step(Input::ShutdownRequested));
-                    continue;
+                // A shutdown preempts queued work between two NIXL calls;
+                // other requests wait until the queue is done.
+                if self.machine.phase() != Phase::Draining {
+                    if let Ok(msg) = self.control.try_recv() {
+                        let inputs = self.inputs_for(msg);
+                        if inputs.contains(&Input::ShutdownRequested) {
+                            queue.clear();
+                            queue.extend(self.step(Input::ShutdownRequested));
+                            continue;
+                        }
+                        later.extend(inputs);
+                    }
                 }
                 match action {
                     Action::Preflight => {
@@ -161,6 +171,10 @@ impl<R: Registrar> Driver<R> {
                         self.board
                             .update(|s| s.groups[group].next_retry_seconds = Some(after.as_secs_f64()));
                     }
+                    Action::Deregister { group } => {
+                        self.timers.retain(|(_, g)| *g != group);
+                        self.deregister(group);
+                    }
                     Action::Drain => {
                         report = self.drain();
                         queue.extend(self.step(Input::DrainFinished));
@@ -168,25 +182,46 @@ impl<R: Registrar> Driver<R> {
                     Action::Stop => return report,
                 }
             }
-            let input = self.wait();
-            queue.extend(self.step(input));
+            let inputs = if later.is_empty() {
+                self.wait()
+            } else {
+                std::mem::take(&mut later)
+            };
+            for input in inputs {
+                queue.extend(self.step(input));
+            }
+        }
+    }
+
+    /// The machine inputs a control message stands for.
+    fn inputs_for(&self, msg: Control) -> Vec<Input> {
+        match msg {
+            Control::Shutdown => vec![Input::ShutdownRequested],
+            Control::Reregister(Some(group)) if group < self.plan.groups.len() => {
+                vec![Input::ReregisterRequested { group }]
+            }
+            Control::Reregister(Some(_)) => vec![],
+            Control::Reregister(None) => (0..self.plan.groups.len())
+                .map(|group| Input::ReregisterRequested { group })
+                .collect(),
         }
     }
 
     /// Blocks until a control message or the next retry timer.
-    fn wait(&mut self) -> Input {
+    fn wait(&mut self) -> Vec<Input> {
         loop {
             let now = Instant::now();
             if let Some(pos) = self.timers.iter().position(|(at, _)| *at <= now) {
                 let (_, group) = self.timers.swap_remove(pos);
-                return Input::RetryDue { group };
+                return vec![Input::RetryDue { group }];
             }
             let msg = match self.timers.iter().map(|(at, _)| *at).min() {
                 Some(at) => self.control.recv_timeout(at.saturating_duration_since(now)),
                 None => self.control.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
             match msg {
-                Ok(Control::Shutdown) | Err(RecvTimeoutError::Disconnected) => return Input::ShutdownRequested,
+                Ok(msg) => return self.inputs_for(msg),
+                Err(RecvTimeoutError::Disconnected) => return vec![Input::ShutdownRequested],
                 Err(RecvTimeoutError::Timeout) => continue,
             }
         }
@@ -448,48 +483,55 @@ impl<R: Registrar> Driver<R> {
         Ok(())
     }
 
+    /// Deregisters one group's handles; its regions and memory stay for the
+    /// next attempt. Returns (deregistered, failed).
+    fn deregister(&mut self, group: usize) -> (usize, usize) {
+        let handles = std::mem::take(&mut self.slots[group].handles);
+        if handles.is_empty() {
+            return (0, 0);
+        }
+        let n = handles.len();
+        let labels = &self.labels[group];
+        let span = tracing::info_span!(
+            "nixl.group.deregister",
+            group = %labels.group,
+            kind = %labels.kind,
+            mem_type = labels.mem_type,
+            descriptor_count = n,
+            failed = Empty,
+            "otel.status_code" = Empty,
+        );
+        let _e = span.enter();
+        let g0 = Instant::now();
+        let (failed, first) = release_all(&mut self.registrar, handles);
+        span.record("failed", failed);
+        if failed > 0 {
+            span.record("otel.status_code", "ERROR");
+        }
+        self.slots[group].bytes = 0;
+        events::GroupDeregistered {
+            labels,
+            descriptors: n,
+            failed,
+            failure: first.as_ref().map(|f| f.reason),
+            elapsed: g0.elapsed(),
+        }
+        .emit(&self.metrics);
+        self.board.update(|s| {
+            s.groups[group].descriptors = 0;
+            s.groups[group].bytes = 0;
+        });
+        (n - failed, failed)
+    }
+
     /// Deregisters every group, last registered first, then frees memory.
     fn drain(&mut self) -> DrainReport {
         let t0 = Instant::now();
         let mut report = DrainReport::default();
         for group in (0..self.slots.len()).rev() {
-            let handles = std::mem::take(&mut self.slots[group].handles);
-            if handles.is_empty() {
-                continue;
-            }
-            let n = handles.len();
-            let labels = &self.labels[group];
-            let span = tracing::info_span!(
-                "nixl.group.deregister",
-                group = %labels.group,
-                kind = %labels.kind,
-                mem_type = labels.mem_type,
-                descriptor_count = n,
-                failed = Empty,
-                "otel.status_code" = Empty,
-            );
-            let _e = span.enter();
-            let g0 = Instant::now();
-            let (failed, first) = release_all(&mut self.registrar, handles);
-            span.record("failed", failed);
-            if failed > 0 {
-                span.record("otel.status_code", "ERROR");
-            }
-            self.slots[group].bytes = 0;
-            report.deregistered += n - failed;
+            let (ok, failed) = self.deregister(group);
+            report.deregistered += ok;
             report.failed += failed;
-            events::GroupDeregistered {
-                labels,
-                descriptors: n,
-                failed,
-                failure: first.as_ref().map(|f| f.reason),
-                elapsed: g0.elapsed(),
-            }
-            .emit(&self.metrics);
-            self.board.update(|s| {
-                s.groups[group].descriptors = 0;
-                s.groups[group].bytes = 0;
-            });
         }
         for slot in &mut self.slots {
             slot.backing = None;

@@ -51,8 +51,18 @@ pub enum GroupState {
 pub enum Input {
     Start,
     PreflightFinished(Result<(), Reason>),
-    AttemptFinished { group: usize, result: Result<(), Reason> },
-    RetryDue { group: usize },
+    AttemptFinished {
+        group: usize,
+        result: Result<(), Reason>,
+    },
+    RetryDue {
+        group: usize,
+    },
+    /// Deregister a registered group and register it again (SIGUSR1, or
+    /// `AgentHandle::reregister`); a failed group is retried at once.
+    ReregisterRequested {
+        group: usize,
+    },
     ShutdownRequested,
     DrainFinished,
 }
@@ -61,8 +71,18 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     Preflight,
-    Register { group: usize, attempt: u32 },
-    ScheduleRetry { group: usize, after: Duration },
+    Register {
+        group: usize,
+        attempt: u32,
+    },
+    ScheduleRetry {
+        group: usize,
+        after: Duration,
+    },
+    /// Deregister one group (its regions are kept for the next attempt).
+    Deregister {
+        group: usize,
+    },
     Drain,
     Stop,
 }
@@ -193,6 +213,14 @@ impl Machine {
                 }
                 vec![Action::Stop]
             }
+            (Phase::Running, Input::ReregisterRequested { group }) => match self.groups[group].state {
+                GroupState::Registered => vec![Action::Deregister { group }, self.begin_attempt(group)],
+                GroupState::Failed | GroupState::GaveUp => {
+                    self.groups[group].consecutive_failures = 0;
+                    vec![self.begin_attempt(group)]
+                }
+                _ => vec![],
+            },
             _ => vec![],
         }
     }

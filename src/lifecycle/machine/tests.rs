@@ -134,3 +134,48 @@ fn no_groups_is_ready_once_nixl_is_up() {
     m.handle(Input::PreflightFinished(Ok(())));
     assert!(m.ready());
 }
+
+#[test]
+fn reregister_deregisters_then_attempts_again() {
+    let mut m = started(&[true], 0);
+    m.handle(Input::PreflightFinished(Ok(())));
+    // Not registered yet: nothing to do.
+    assert_eq!(m.handle(Input::ReregisterRequested { group: 0 }), vec![]);
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Ok(()),
+    });
+    assert!(m.ready());
+    let acts = m.handle(Input::ReregisterRequested { group: 0 });
+    assert_eq!(
+        acts,
+        vec![
+            Action::Deregister { group: 0 },
+            Action::Register { group: 0, attempt: 2 }
+        ]
+    );
+    assert!(!m.ready(), "not ready while the group is re-registering");
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Ok(()),
+    });
+    assert!(m.ready());
+    // A failed group is retried at once, with its backoff reset.
+    m.handle(Input::ReregisterRequested { group: 0 });
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Err(Reason::Unknown),
+    });
+    assert_eq!(m.consecutive_failures(0), 1);
+    assert_eq!(
+        m.handle(Input::ReregisterRequested { group: 0 }),
+        vec![Action::Register { group: 0, attempt: 4 }]
+    );
+    assert_eq!(m.consecutive_failures(0), 0);
+    m.handle(Input::ShutdownRequested);
+    assert_eq!(
+        m.handle(Input::ReregisterRequested { group: 0 }),
+        vec![],
+        "ignored while draining"
+    );
+}
