@@ -82,6 +82,9 @@ mem_type = "DRAM"
 count = 4
 size = "64KiB"
 TOML
+  echo "== nixl-agent check, VRAM plan"
+  "$out/nixl-agent" check --config "$out/vram.toml" 2>/dev/null || echo "check exit code: $?"
+  echo "== agent, VRAM plan"
   "$out/nixl-agent" run --config "$out/vram.toml" --log-format json > "$out/agent.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 100); do

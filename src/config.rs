@@ -30,6 +30,12 @@ pub const DEFAULT_BACKEND: &str = "UCX";
 pub const MAX_REGIONS_PER_GROUP: u64 = 1 << 20;
 /// Most bytes one group may ask the binary to allocate.
 pub const MAX_GROUP_BYTES: u64 = 1 << 40;
+/// Longest duration any setting accepts: far beyond any sane value, far
+/// below what would overflow a deadline.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// Page size the per-group byte limit assumes when rounding sizes up (the
+/// largest common one, so the limit holds on every platform).
+pub const LIMIT_PAGE: u64 = 64 << 10;
 /// Most groups in one plan.
 pub const MAX_GROUPS: usize = 256;
 
@@ -374,6 +380,21 @@ impl Config {
         if r.max_backoff < r.initial_backoff {
             return Err(invalid("retry.max_backoff", "must be at least retry.initial_backoff"));
         }
+        for (key, d) in [
+            ("shutdown_grace", self.shutdown_grace),
+            ("retry.initial_backoff", self.retry.initial_backoff),
+            ("retry.max_backoff", self.retry.max_backoff),
+            ("http.header_read_timeout", self.http.header_read_timeout),
+            ("http.request_timeout", self.http.request_timeout),
+            ("tracing.export_timeout", self.tracing.export_timeout),
+        ] {
+            if d > MAX_DURATION {
+                return Err(invalid(
+                    key,
+                    format!("{} is longer than the 24h maximum", units::format_duration(d)),
+                ));
+            }
+        }
         let h = &self.http;
         if h.max_connections == 0 || h.max_connections > 65_536 {
             return Err(invalid("http.max_connections", "must be 1..=65536"));
@@ -433,7 +454,11 @@ impl Config {
             if g.size == 0 {
                 return Err(invalid(key("size"), "must be greater than 0"));
             }
-            match g.count.checked_mul(g.size) {
+            match g
+                .size
+                .checked_next_multiple_of(LIMIT_PAGE)
+                .and_then(|s| s.checked_mul(g.count))
+            {
                 Some(total) if total <= MAX_GROUP_BYTES => {}
                 _ => {
                     return Err(invalid(
@@ -530,7 +555,7 @@ fn check_word(key: &str, value: &str, max: usize, ok: impl Fn(char) -> bool) -> 
     if let Some(c) = value.chars().find(|c| !ok(*c)) {
         return Err(invalid(
             key,
-            format!("`{value}` contains {c:?}, which is not allowed here"),
+            format!("{value:?} contains {c:?}, which is not allowed here"),
         ));
     }
     Ok(())

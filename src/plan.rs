@@ -134,8 +134,8 @@ impl GroupSpec {
     /// Descriptors and bytes the group will register.
     pub fn totals(&self) -> (usize, u64) {
         match &self.source {
-            RegionSource::Provided(r) => (r.len(), r.iter().map(|r| r.len as u64).sum()),
-            RegionSource::Allocate { count, size } => (*count, *count as u64 * *size as u64),
+            RegionSource::Provided(r) => (r.len(), r.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64))),
+            RegionSource::Allocate { count, size } => (*count, (*count as u64).saturating_mul(*size as u64)),
         }
     }
 

@@ -60,8 +60,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let d = match unit.trim() {
         "ms" => Duration::from_millis(n),
         "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(|| format!("`{text}` is too long"))?),
+        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(|| format!("`{text}` is too long"))?),
         "" => return Err(format!("`{text}`: a duration needs a unit (ms, s, m or h)")),
         other => return Err(format!("`{text}`: unknown duration unit `{other}` (use ms, s, m or h)")),
     };

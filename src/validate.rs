@@ -123,7 +123,7 @@ pub fn validate_group(
                     ));
                 }
             }
-            let bytes: u64 = regions.iter().map(|r| r.len as u64).sum();
+            let bytes: u64 = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
             if let Some(limit) = probe.memlock().enforced_limit() {
                 let want = pinned_bytes.saturating_add(bytes);
                 if want > limit {

@@ -34,7 +34,8 @@ impl Conn {
         }
         let r = self.r.as_mut().unwrap();
         let res = (|| {
-            r.get_mut().write_all(format!("GET {path} HTTP/1.1\r\nHost: soak\r\n\r\n").as_bytes())?;
+            r.get_mut()
+                .write_all(format!("GET {path} HTTP/1.1\r\nHost: soak\r\n\r\n").as_bytes())?;
             let mut line = String::new();
             r.read_line(&mut line)?;
             let status: u16 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -141,7 +142,10 @@ fn sustained_scrapes_with_periodic_reregistration() {
         t.join().unwrap();
     }
     let s = agent.scrape();
-    let attempts = s.metric("nixl_agent_registration_attempts_total").label("group", "kv").value();
+    let attempts = s
+        .metric("nixl_agent_registration_attempts_total")
+        .label("group", "kv")
+        .value();
     agent.signal("TERM");
     assert_eq!(agent.wait_exit(Duration::from_secs(30)).code(), Some(0));
     let drained = agent.events("drain complete");
@@ -169,6 +173,9 @@ fn sustained_scrapes_with_periodic_reregistration() {
     assert!(achieved >= rps as f64 * 0.9, "load generator fell behind: {summary}");
     assert!(p99 < 50_000, "p99 {p99} µs: {summary}");
     assert!(drift <= 5.0, "RSS grew {drift:.1}%: {summary}");
-    assert!(attempts >= 1.0 + reregistrations as f64, "every SIGUSR1 re-registered kv: {summary}");
+    assert!(
+        attempts >= 1.0 + reregistrations as f64,
+        "every SIGUSR1 re-registered kv: {summary}"
+    );
     assert_eq!(drained[0]["registered_descriptors"], 0);
 }

@@ -329,7 +329,7 @@ fn memlock_check(plan: &Plan, cap_ipc_lock: bool) -> MemlockCheck {
 
 fn page_rounded(source: &RegionSource) -> u64 {
     match source {
-        RegionSource::Provided(r) => r.iter().map(|r| r.len as u64).sum(),
+        RegionSource::Provided(r) => r.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64)),
         RegionSource::Allocate { count, size } => {
             let page = 4096u64;
             *count as u64 * (*size as u64).div_ceil(page) * page

@@ -23,6 +23,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
 
+/// Longest a retry timer waits, whatever the backoff says.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
 /// Messages to the lifecycle thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
@@ -160,7 +163,9 @@ impl<R: Registrar> Driver<R> {
                         queue.extend(self.step(Input::AttemptFinished { group, result }));
                     }
                     Action::ScheduleRetry { group, after } => {
-                        self.timers.push((Instant::now() + after, group));
+                        let now = Instant::now();
+                        self.timers
+                            .push((now.checked_add(after).unwrap_or(now + MAX_WAIT), group));
                         let attempt = self.machine.attempts(group);
                         events::RetryScheduled {
                             group: &self.labels[group].group,
@@ -476,7 +481,7 @@ impl<R: Registrar> Driver<R> {
             })?;
         }
         let handles = register_all(&mut self.registrar, spec, regions)?;
-        let bytes = regions.iter().map(|r| r.len as u64).sum();
+        let bytes = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
         let slot = &mut self.slots[group];
         slot.bytes = bytes;
         slot.handles = handles;

@@ -4,7 +4,38 @@
 use crate::telemetry::names::Reason;
 use crate::validate::DevicePointer;
 use cudarc::driver::{sys, CudaContext, CudaSlice, DevicePtr};
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The primary context of `device`, retained for the life of the process.
+///
+/// UCX's CUDA memory domains keep using the context that was current when
+/// they first saw device memory; if the agent released the last reference
+/// (e.g. freeing a VRAM group), the primary context would be destroyed and
+/// later host registrations fail with "context is destroyed" (seen on an
+/// H200 in `nixl-agent check`). Retaining it once avoids that.
+pub fn context(device: u32) -> Result<Arc<CudaContext>, (Reason, String)> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<u32, Arc<CudaContext>>>> = OnceLock::new();
+    if !driver_present() {
+        return Err((
+            Reason::CudaUnavailable,
+            "no CUDA driver (libcuda.so) could be loaded".to_string(),
+        ));
+    }
+    let mut map = CONTEXTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = map.get(&device) {
+        c.bind_to_thread()
+            .map_err(|e| (Reason::CudaUnavailable, format!("binding device {device}: {e}")))?;
+        return Ok(c.clone());
+    }
+    let ctx = CudaContext::new(device as usize)
+        .map_err(|e| (Reason::CudaUnavailable, format!("cuda context on device {device}: {e}")))?;
+    map.insert(device, ctx.clone());
+    Ok(ctx)
+}
 
 /// Whether libcuda can be loaded and initialised; computed once.
 pub fn driver_present() -> bool {
@@ -22,6 +53,9 @@ pub fn pointer(addr: usize) -> Result<DevicePointer, Reason> {
     if !driver_present() {
         return Err(Reason::CudaUnavailable);
     }
+    // Pointer queries need a current context on this thread; any device's
+    // primary context serves (unified addressing).
+    let _ = context(0);
     let mut mem_type: u32 = 0;
     // Safety: the driver is initialised (driver_present); the out pointer is
     // a live u32, the size CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes. Any
@@ -78,8 +112,7 @@ pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, V
             format!("device {device} requested but {n} CUDA device(s) present"),
         ));
     }
-    let ctx = CudaContext::new(device as usize)
-        .map_err(|e| (Reason::CudaUnavailable, format!("cuda context on device {device}: {e}")))?;
+    let ctx = context(device)?;
     let stream = ctx.default_stream();
     let mut addrs = Vec::with_capacity(count);
     let mut slices = Vec::with_capacity(count);

@@ -126,7 +126,7 @@ pub fn cuda_devices() -> Result<Vec<CudaDevice>, String> {
     let n = cudarc::driver::CudaContext::device_count().map_err(|e| format!("cuDeviceGetCount: {e}"))?;
     (0..n.max(0) as usize)
         .map(|i| {
-            let ctx = cudarc::driver::CudaContext::new(i).map_err(|e| format!("device {i}: {e}"))?;
+            let ctx = cuda::context(i as u32).map_err(|(_, e)| e)?;
             let (major, minor) = ctx.compute_capability().map_err(|e| format!("device {i}: {e}"))?;
             Ok(CudaDevice {
                 ordinal: i as u32,
