@@ -18,7 +18,7 @@ use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
 use crate::nixl::{self, Discovery, NixlRegistrar, NotFound, StderrTap};
 use crate::plan::Plan;
-use crate::status::{Status, StatusBoard};
+use crate::status::{NixlStatus, Status, StatusBoard};
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::Metrics;
 use std::net::SocketAddr;
@@ -134,22 +134,7 @@ impl Prepared {
         let build = BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref()));
         let metrics = Metrics::new(&plan, &build);
         let mut initial = Status::initial(&plan);
-        match &loaded {
-            Ok(l) => {
-                initial.nixl.library = Some(l.discovery.library.display().to_string());
-                initial.nixl.found_by = Some(l.discovery.found_by.as_str().to_string());
-                initial.nixl.version = l.discovery.version.clone();
-                initial.nixl.plugin_dir = l.plugin_dir.as_ref().map(|p| p.display().to_string());
-                initial.nixl.cudart = l.cudart.as_ref().map(|p| p.display().to_string());
-            }
-            Err(e) => {
-                initial.nixl.searched = if e.searched.is_empty() {
-                    searched
-                } else {
-                    e.searched.clone()
-                }
-            }
-        }
+        initial.nixl = NixlStatus::from_load(&loaded, searched);
         let board = StatusBoard::new(initial);
 
         let (stop_tx, stop_rx) = watch::channel(false);

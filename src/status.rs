@@ -2,6 +2,7 @@
 //! `tokio::sync::watch` channel by the lifecycle, never computed on request.
 
 use crate::lifecycle::machine::{GroupState, Phase};
+use crate::nixl::{LoadError, Loaded};
 use crate::plan::Plan;
 use crate::telemetry::names::{self, Reason};
 use serde::Serialize;
@@ -26,6 +27,33 @@ pub struct NixlStatus {
     pub searched: Vec<String>,
     pub reason: Option<Reason>,
     pub error: Option<String>,
+}
+
+impl NixlStatus {
+    /// What loading NIXL told: the library and which step found it, or the
+    /// error and every place searched (`searched` when loading had none).
+    pub fn from_load(loaded: &Result<Loaded, LoadError>, searched: Vec<String>) -> NixlStatus {
+        let path = |p: &std::path::Path| p.display().to_string();
+        match loaded {
+            Ok(l) => NixlStatus {
+                library: Some(path(&l.discovery.library)),
+                found_by: Some(l.discovery.found_by.as_str().to_string()),
+                version: l.discovery.version.clone(),
+                plugin_dir: l.plugin_dir.as_deref().map(path),
+                cudart: l.cudart.as_deref().map(path),
+                ..NixlStatus::default()
+            },
+            Err(e) => NixlStatus {
+                searched: if e.searched.is_empty() {
+                    searched
+                } else {
+                    e.searched.clone()
+                },
+                error: Some(e.message.clone()),
+                ..NixlStatus::default()
+            },
+        }
+    }
 }
 
 /// One backend.

@@ -15,6 +15,7 @@ use crate::lifecycle::{Failure, Registrar};
 use crate::nixl::facts::{self, CudaDevice, UcxFacts};
 use crate::nixl::{self, NixlRegistrar, StderrTap};
 use crate::plan::{Plan, RegionSource};
+use crate::status::NixlStatus;
 use crate::telemetry::names::{MemType, Reason};
 use crate::validate;
 use serde::Serialize;
@@ -36,14 +37,8 @@ pub enum Outcome {
 #[derive(Debug, Clone, Serialize)]
 pub struct NixlCheck {
     pub outcome: Outcome,
-    pub library: Option<String>,
-    pub found_by: Option<String>,
-    pub version: Option<String>,
-    pub plugin_dir: Option<String>,
-    pub plugins: Vec<String>,
-    pub cudart: Option<String>,
-    pub searched: Vec<String>,
-    pub error: Option<String>,
+    #[serde(flatten)]
+    pub runtime: NixlStatus,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -122,42 +117,19 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
 
     progress.start("NIXL runtime");
     let loaded = nixl::load(found);
-    let mut nixl_check = NixlCheck {
-        outcome: Outcome::Ok,
-        library: None,
-        found_by: None,
-        version: None,
-        plugin_dir: None,
-        plugins: vec![],
-        cudart: None,
-        searched: vec![],
-        error: None,
-    };
-    match &loaded {
-        Ok(l) => {
-            nixl_check.library = Some(l.discovery.library.display().to_string());
-            nixl_check.found_by = Some(l.discovery.found_by.as_str().to_string());
-            nixl_check.version = l.discovery.version.clone();
-            nixl_check.plugin_dir = l.plugin_dir.as_ref().map(|p| p.display().to_string());
-            nixl_check.cudart = l.cudart.as_ref().map(|p| p.display().to_string());
-        }
-        Err(e) => {
-            nixl_check.outcome = Outcome::Fail;
-            nixl_check.error = Some(e.message.clone());
-            nixl_check.searched = if e.searched.is_empty() {
-                searched
-            } else {
-                e.searched.clone()
-            };
-        }
-    }
+    let runtime = NixlStatus::from_load(&loaded, searched);
+    let outcome = if loaded.is_ok() { Outcome::Ok } else { Outcome::Fail };
+    let mut nixl_check = NixlCheck { outcome, runtime };
     let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap);
     if nixl_check.outcome == Outcome::Ok {
         match registrar.preflight() {
-            Ok(facts) => nixl_check.plugins = facts.plugins,
+            Ok(facts) => {
+                nixl_check.runtime.available = true;
+                nixl_check.runtime.plugins = facts.plugins;
+            }
             Err(f) => {
                 nixl_check.outcome = Outcome::Fail;
-                nixl_check.error = Some(f.message);
+                nixl_check.runtime.error = Some(f.message);
             }
         }
     }

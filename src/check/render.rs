@@ -73,7 +73,8 @@ fn limit(v: Option<u64>) -> String {
     v.map_or("unlimited".to_string(), format_size)
 }
 
-pub(super) fn nixl_summary(n: &NixlCheck) -> String {
+pub(super) fn nixl_summary(check: &NixlCheck) -> String {
+    let n = &check.runtime;
     match &n.library {
         Some(lib) => format!(
             "{lib} (found by {}, NIXL {}), {} plugins: {}",

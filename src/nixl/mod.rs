@@ -19,7 +19,7 @@ mod registrar;
 mod stderr;
 
 pub use discover::{discover, Discovery, FoundBy, NotFound};
-pub use loader::{load, Loaded, PLUGIN_DIR_ENV};
+pub use loader::{load, LoadError, Loaded, PLUGIN_DIR_ENV};
 pub use memory::Backing;
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;
