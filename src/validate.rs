@@ -40,6 +40,13 @@ impl Memlock {
 pub trait MemoryProbe {
     /// Mapped address ranges of the process, sorted, adjacent ranges merged.
     fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String>;
+    /// The index of the first region not (fully) mapped, if any. The default
+    /// reads [`Self::mapped_ranges`] once; a probe may answer per region
+    /// more cheaply (the system probe asks the kernel, one call each).
+    fn first_unmapped(&self, regions: &[Region]) -> Result<Option<usize>, String> {
+        let ranges = self.mapped_ranges()?;
+        Ok(regions.iter().position(|r| !is_mapped(&ranges, r)))
+    }
     /// CUDA's view of a pointer; `Err(CudaUnavailable)` without a driver.
     fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason>;
     /// The memlock limit of the process.
@@ -107,21 +114,20 @@ pub fn validate_group(
     check_overlap(regions)?;
     match spec.mem_type {
         MemType::Dram => {
-            let ranges = probe.mapped_ranges().map_err(|e| {
+            let unmapped = probe.first_unmapped(regions).map_err(|e| {
                 reject(
                     Reason::Unknown,
                     None,
                     format!("cannot read the process memory map: {e}"),
                 )
             })?;
-            for (i, r) in regions.iter().enumerate() {
-                if !is_mapped(&ranges, r) {
-                    return Err(reject(
-                        Reason::UnmappedAddress,
-                        Some(i),
-                        format!("region {i} [{:#x}, +{}) is not mapped in this process", r.addr, r.len),
-                    ));
-                }
+            if let Some(i) = unmapped {
+                let r = &regions[i];
+                return Err(reject(
+                    Reason::UnmappedAddress,
+                    Some(i),
+                    format!("region {i} [{:#x}, +{}) is not mapped in this process", r.addr, r.len),
+                ));
             }
             let bytes: u64 = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
             if let Some(limit) = probe.memlock().enforced_limit() {

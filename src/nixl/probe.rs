@@ -16,6 +16,19 @@ impl MemoryProbe for SystemProbe {
             .map_err(|e| format!("/proc/self/maps: {e}"))
     }
 
+    fn first_unmapped(&self, regions: &[crate::plan::Region]) -> Result<Option<usize>, String> {
+        let page = super::memory::page_size();
+        Ok(regions.iter().position(|r| {
+            let start = r.addr - r.addr % page;
+            let len = (r.addr - start).saturating_add(r.len);
+            // Safety: msync with MS_ASYNC on a range only asks the kernel
+            // whether it is mapped (ENOMEM when any page is not); it reads
+            // and writes no memory. Anonymous and file mappings alike.
+            let rc = unsafe { libc::msync(start as *mut libc::c_void, len, libc::MS_ASYNC) };
+            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM)
+        }))
+    }
+
     fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason> {
         cuda::pointer(addr)
     }
@@ -32,7 +45,10 @@ impl MemoryProbe for SystemProbe {
         } else {
             Some(lim.rlim_cur)
         };
-        let exempt = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s));
+        // Capabilities do not change under the agent: read them once.
+        static EXEMPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let exempt = *EXEMPT
+            .get_or_init(|| std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s)));
         Memlock { soft_limit, exempt }
     }
 }

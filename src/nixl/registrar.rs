@@ -73,7 +73,9 @@ struct Live {
     plugins: Vec<String>,
     backends: HashMap<String, Backend>,
     /// Registration options per backend set, built once.
-    opts: HashMap<String, OptArgs>,
+    /// Registration options per backend set, built once (a plan has one or
+    /// two sets; a linear scan beats hashing a joined name per region).
+    opts: Vec<(Vec<String>, OptArgs)>,
 }
 
 /// Owns the NIXL agent, its backends and the memory it allocated. Lives on
@@ -153,7 +155,7 @@ impl Registrar for NixlRegistrar {
             agent,
             plugins: plugins.clone(),
             backends: HashMap::new(),
-            opts: HashMap::new(),
+            opts: Vec::new(),
         });
         Ok(RuntimeFacts { plugins })
     }
@@ -192,18 +194,21 @@ impl Registrar for NixlRegistrar {
 
     fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<RegistrationHandle, Failure> {
         let live = self.live()?;
-        let key = spec.backend_label();
-        if !live.opts.contains_key(&key) {
-            let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
-            for b in &spec.backends {
-                let backend = live
-                    .backends
-                    .get(b)
-                    .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
-                opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
+        let slot = match live.opts.iter().position(|(b, _)| *b == spec.backends) {
+            Some(i) => i,
+            None => {
+                let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
+                for b in &spec.backends {
+                    let backend = live
+                        .backends
+                        .get(b)
+                        .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
+                    opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
+                }
+                live.opts.push((spec.backends.clone(), opts));
+                live.opts.len() - 1
             }
-            live.opts.insert(key.clone(), opts);
-        }
+        };
         let desc = Desc {
             addr: region.addr,
             len: region.len,
@@ -214,7 +219,7 @@ impl Registrar for NixlRegistrar {
             },
         };
         live.agent
-            .register_memory(&desc, live.opts.get(&key))
+            .register_memory(&desc, Some(&live.opts[slot].1))
             .map_err(|e| failure(e, "NIXL registerMem"))
     }
 
