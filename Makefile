@@ -41,3 +41,24 @@ fmt:
 
 clean-deps:
 	rm -rf "$(CURDIR)/.deps"
+
+# Benchmarks (bench/, README "Performance"): sets up what they need, builds in
+# release mode, prints the tables and writes bench/results/latest.json.
+# Extra nixl-bench arguments: make bench ARGS='--sections registration'
+.PHONY: bench bench-smoke
+bench:
+	bash "$(CURDIR)/scripts/bench.sh" -- $(ARGS)
+
+# The benchmark's smoke test alone (also part of `make test`).
+bench-smoke: setup
+	$(CARGO) build --example nixl-bench
+	if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --test bench_smoke; \
+	else \
+		$(CARGO) test --test bench_smoke; \
+	fi
+
+# The 10-minute soak (README "Reliability"); `make test` runs 30 seconds of it.
+.PHONY: soak
+soak: setup
+	bash "$(CURDIR)/scripts/soak.sh"

@@ -1,0 +1,260 @@
+//! nixl-bench: the agent's overhead against raw NIXL (nixl-sys), the Python
+//! nixl API from the same wheel and NIXL's own Prometheus exporter. Every
+//! figure is compared with a peer measured in the same run; the tables are
+//! printed as Markdown and everything is written as JSON.
+//!
+//! ```text
+//! nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH]
+//!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
+//!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
+//!            [--sections registration,scrape,memory,ttr,idle]
+//!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only]]
+//! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
+//! nixl-bench worker raw|agent|batched               (internal: a contender process)
+//! ```
+//!
+//! Run through `make bench` (scripts/bench.sh), which sets everything up.
+//! `--smoke` is the tiny run tests/bench_smoke.rs uses (N ≤ 64, 1 s of load).
+
+mod capi;
+mod common;
+mod load;
+mod procs;
+mod registration;
+mod report;
+mod sections;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+struct Args {
+    smoke: bool,
+    out: Option<PathBuf>,
+    agent_bin: PathBuf,
+    python: Option<String>,
+    sizes: Vec<usize>,
+    reps: usize,
+    warmup: usize,
+    load_secs: f64,
+    idle_secs: u64,
+    ttr_reps: usize,
+    sections: Vec<String>,
+    contenders: Vec<String>,
+}
+
+const SECTIONS: &[&str] = &["registration", "scrape", "memory", "ttr", "idle"];
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH] [--sizes N,...] \
+         [--reps K] [--warmup K] [--load-secs S] [--idle-secs S] [--ttr-reps K] [--sections {}] [--contenders {}]\n       \
+         nixl-bench hold-raw --groups COUNTxSIZE[,...]",
+        SECTIONS.join(","),
+        registration::CONTENDERS.join(",")
+    );
+    std::process::exit(2)
+}
+
+fn parse_list<T: std::str::FromStr>(s: &str) -> Vec<T> {
+    s.split(',')
+        .map(|x| x.trim().parse().unwrap_or_else(|_| usage()))
+        .collect()
+}
+
+fn parse(mut argv: impl Iterator<Item = String>) -> Args {
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let mut a = Args {
+        smoke,
+        out: None,
+        agent_bin: common::repo().join("target/release/nixl-agent"),
+        python: None,
+        sizes: if smoke {
+            vec![1, 64]
+        } else {
+            vec![1, 64, 1024, 4096, 16384]
+        },
+        reps: if smoke { 2 } else { 7 },
+        warmup: if smoke { 0 } else { 1 },
+        load_secs: if smoke { 1.0 } else { 10.0 },
+        idle_secs: if smoke { 2 } else { 60 },
+        ttr_reps: if smoke { 1 } else { 5 },
+        sections: SECTIONS.iter().map(|s| s.to_string()).collect(),
+        contenders: registration::DEFAULT_CONTENDERS.iter().map(|s| s.to_string()).collect(),
+    };
+    while let Some(flag) = argv.next() {
+        let mut val = || argv.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--smoke" => {}
+            "--out" => a.out = Some(PathBuf::from(val())),
+            "--agent-bin" => a.agent_bin = PathBuf::from(val()),
+            "--python" => a.python = Some(val()),
+            "--sizes" => a.sizes = parse_list(&val()),
+            "--reps" => a.reps = val().parse().unwrap_or_else(|_| usage()),
+            "--warmup" => a.warmup = val().parse().unwrap_or_else(|_| usage()),
+            "--load-secs" => a.load_secs = val().parse().unwrap_or_else(|_| usage()),
+            "--idle-secs" => a.idle_secs = val().parse().unwrap_or_else(|_| usage()),
+            "--ttr-reps" => a.ttr_reps = val().parse().unwrap_or_else(|_| usage()),
+            "--sections" => {
+                a.sections = parse_list(&val());
+                if a.sections.iter().any(|s| !SECTIONS.contains(&s.as_str())) {
+                    usage()
+                }
+            }
+            "--contenders" => {
+                a.contenders = parse_list(&val());
+                if a.contenders
+                    .iter()
+                    .any(|c| !registration::CONTENDERS.contains(&c.as_str()))
+                {
+                    usage()
+                }
+            }
+            _ => usage(),
+        }
+    }
+    a
+}
+
+fn main() {
+    let mut argv = std::env::args().skip(1).peekable();
+    if argv.peek().map(String::as_str) == Some("hold-raw") {
+        argv.next();
+        let groups = match (argv.next().as_deref(), argv.next()) {
+            (Some("--groups"), Some(g)) => procs::parse_shapes(&g).unwrap_or_else(|e| {
+                eprintln!("{e}");
+                usage()
+            }),
+            _ => usage(),
+        };
+        if let Err(e) = procs::hold_raw(&groups) {
+            println!("{}", serde_json::json!({ "ready": false, "error": e }));
+            std::process::exit(1);
+        }
+        return;
+    }
+    if argv.peek().map(String::as_str) == Some("worker") {
+        argv.next();
+        let kind = argv.next().unwrap_or_else(|| usage());
+        if let Err(e) = registration::worker_main(&kind) {
+            println!("{}", serde_json::json!({ "ready": false, "error": e }));
+            std::process::exit(1);
+        }
+        return;
+    }
+    let args = parse(argv);
+    std::process::exit(match run(&args) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("nixl-bench: {e}");
+            2
+        }
+    });
+}
+
+/// Runs the selected sections; Ok(false) when a section failed to run.
+fn run(args: &Args) -> Result<bool, String> {
+    let started = Instant::now();
+    if !args.agent_bin.is_file() {
+        return Err(format!(
+            "no agent binary at {} (cargo build --release, or --agent-bin)",
+            args.agent_bin.display()
+        ));
+    }
+    let on = |s: &str| args.sections.iter().any(|x| x == s);
+    let mut results = report::Results {
+        schema: 1,
+        generated_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        smoke: args.smoke,
+        wall_seconds: 0.0,
+        machine: common::Machine::describe(),
+        registration: None,
+        scrape: None,
+        memory: None,
+        time_to_ready: None,
+        idle_cpu: None,
+        targets: Vec::new(),
+        errors: Vec::new(),
+    };
+    let mut section = |name: &str, f: &mut dyn FnMut(&mut report::Results) -> Result<(), String>| {
+        let t = Instant::now();
+        eprintln!("nixl-bench: {name} ...");
+        let r = f(&mut results);
+        eprintln!("nixl-bench: {name} done in {:.1} s", t.elapsed().as_secs_f64());
+        if let Err(e) = r {
+            eprintln!("nixl-bench: {name} failed: {e}");
+            results.errors.push(format!("{name}: {e}"));
+        }
+    };
+    if on("registration") {
+        section("registration", &mut |r| {
+            let cfg = registration::Config {
+                contenders: args.contenders.clone(),
+                sizes: args.sizes.clone(),
+                region_size: 64 << 10,
+                warmup: args.warmup,
+                reps: args.reps,
+                settle: Duration::from_millis(if args.smoke { 0 } else { 50 }),
+            };
+            let (report, python_error) = registration::run(&cfg, &worker::interpreter(args.python.as_deref()))?;
+            r.registration = Some(report);
+            if let Some(e) = python_error {
+                r.errors.push(format!("python contender: {e}"));
+            }
+            Ok(())
+        });
+    }
+    let load = Duration::from_secs_f64(args.load_secs);
+    let warm = Duration::from_secs_f64((args.load_secs / 10.0).min(1.0));
+    if on("scrape") {
+        section("scrape", &mut |r| {
+            r.scrape = Some(sections::scrape(&args.agent_bin, 64, warm, load)?);
+            Ok(())
+        });
+    }
+    if on("memory") {
+        section("memory", &mut |r| {
+            let big = if args.smoke { 64 } else { 4096 };
+            let plans = [
+                ("default plan", None),
+                (
+                    if args.smoke { "64 x 64 KiB" } else { "4096 x 64 KiB" },
+                    Some(vec![procs::GroupShape {
+                        count: big,
+                        size: 64 << 10,
+                    }]),
+                ),
+            ];
+            r.memory = Some(sections::memory(&args.agent_bin, &plans)?);
+            Ok(())
+        });
+    }
+    if on("ttr") {
+        section("time to ready", &mut |r| {
+            r.time_to_ready = Some(sections::time_to_ready(&args.agent_bin, args.ttr_reps)?);
+            Ok(())
+        });
+    }
+    if on("idle") {
+        section("idle cpu", &mut |r| {
+            r.idle_cpu = Some(sections::idle_cpu(&args.agent_bin, args.idle_secs)?);
+            Ok(())
+        });
+    }
+    results.wall_seconds = started.elapsed().as_secs_f64();
+    results.targets = report::judge(&results);
+    println!("{}", report::render(&results));
+    if let Some(out) = &args.out {
+        if let Some(dir) = out.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+        std::fs::write(out, json + "\n").map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("nixl-bench: wrote {}", out.display());
+    }
+    eprintln!("nixl-bench: {:.0} s in all", results.wall_seconds);
+    Ok(results.errors.is_empty())
+}

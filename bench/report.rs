@@ -1,0 +1,363 @@
+//! The results: targets judged against same-run peers, the printed tables
+//! (Markdown, ready for the README) and the JSON document.
+
+use crate::common::Machine;
+use crate::registration::{self, Report as Registration};
+use crate::sections::{IdleReport, MemoryRow, ReadyReport, ScrapeReport};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub schema: u32,
+    pub generated_unix: u64,
+    pub smoke: bool,
+    pub wall_seconds: f64,
+    pub machine: Machine,
+    pub registration: Option<Registration>,
+    pub scrape: Option<ScrapeReport>,
+    pub memory: Option<Vec<MemoryRow>>,
+    pub time_to_ready: Option<ReadyReport>,
+    pub idle_cpu: Option<IdleReport>,
+    pub targets: Vec<Target>,
+    /// Sections that could not run, and why.
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub id: String,
+    pub target: String,
+    pub measured: String,
+    /// None when the run did not measure it.
+    pub met: Option<bool>,
+}
+
+fn target(id: &str, what: &str, measured: String, met: Option<bool>) -> Target {
+    Target {
+        id: id.into(),
+        target: what.into(),
+        measured,
+        met,
+    }
+}
+
+/// The worst ratio `num/den` over the rows with `n` in range, and where.
+fn worst(
+    reg: &Registration,
+    num: &str,
+    den: &str,
+    max_n: usize,
+    f: fn(&registration::Timing) -> f64,
+) -> Option<(f64, usize)> {
+    reg.rows
+        .iter()
+        .filter(|r| r.n <= max_n)
+        .filter_map(|r| Some((f(r.contenders.get(num)?) / f(r.contenders.get(den)?), r.n)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+pub fn judge(r: &Results) -> Vec<Target> {
+    let mut t = Vec::new();
+    if let Some(reg) = &r.registration {
+        for (who, label) in [("agent", "validation on"), ("agent_novalidate", "validation off")] {
+            let w = worst(reg, who, "raw", usize::MAX, |t| t.register_ms);
+            t.push(target(
+                &format!("registration.{who}_vs_raw"),
+                &format!("agent ({label}) registration ≤ 1.05× raw nixl-sys at every N"),
+                w.map_or("not measured".into(), |(x, n)| format!("worst {x:.2}× at N={n}")),
+                w.map(|(x, _)| x <= 1.05),
+            ));
+            let w = worst(reg, who, "python", 4096, |t| t.register_ms);
+            t.push(target(
+                &format!("registration.{who}_vs_python"),
+                &format!("agent ({label}) registration ≤ Python nixl API at N ≤ 4096"),
+                w.map_or("not measured".into(), |(x, n)| format!("worst {x:.2}× at N={n}")),
+                w.map(|(x, _)| x <= 1.0),
+            ));
+        }
+        // At 4096, or the largest N measured below it (smoke runs).
+        let n = reg.rows.iter().map(|r| r.n).filter(|&n| n <= 4096).max();
+        let ratio = n.and_then(|n| {
+            Some((
+                reg.get(n, "agent")?.deregister_ms / reg.get(n, "python")?.deregister_ms,
+                n,
+            ))
+        });
+        t.push(target(
+            "deregistration.agent_vs_python_4096",
+            "agent deregistration of 4096 regions ≤ 2× Python",
+            ratio.map_or("not measured".into(), |(x, n)| format!("{x:.1}× at N={n}")),
+            ratio.map(|(x, _)| x <= 2.0),
+        ));
+    }
+    if let Some(s) = &r.scrape {
+        let nixl = s.nixl_metrics.as_ref();
+        for (label, res) in [("metrics", &s.agent_metrics), ("readyz", &s.agent_readyz)] {
+            let mut measured = match nixl {
+                Some(n) => format!("{:.0} vs {:.0} req/s ({:.2}×)", res.rps, n.rps, res.rps / n.rps),
+                None => format!("{:.0} req/s; NIXL exporter unavailable", res.rps),
+            };
+            if let (Some(n), "metrics") = (nixl, label) {
+                let c = &s.agent_metrics_close;
+                measured.push_str(&format!(
+                    "; both with a new connection per request: {:.0} ({:.2}×)",
+                    c.rps,
+                    c.rps / n.rps
+                ));
+            }
+            t.push(target(
+                &format!("scrape.{label}_throughput"),
+                &format!("/{label} throughput ≥ NIXL exporter's /metrics (64 connections)"),
+                measured,
+                nixl.map(|n| res.rps >= n.rps),
+            ));
+            t.push(target(
+                &format!("scrape.{label}_p99"),
+                &format!("/{label} p99 ≤ 2 ms at 64 connections"),
+                format!("{:.2} ms", res.p99_ms),
+                Some(res.p99_ms <= 2.0),
+            ));
+        }
+    }
+    if let Some(rows) = &r.memory {
+        for m in rows {
+            t.push(target(
+                &format!("memory.{}", m.plan),
+                &format!("agent RSS − bare nixl-sys RSS ≤ 8 MiB ({})", m.plan),
+                format!("{:.1} MiB", m.delta_rss_mib),
+                Some(m.delta_rss_mib <= 8.0),
+            ));
+        }
+    }
+    if let Some(ttr) = &r.time_to_ready {
+        t.push(target(
+            "time_to_ready",
+            "time to ready − raw (agent + backend + registration) ≤ 20 ms",
+            format!("{:+.1} ms", ttr.delta_ms),
+            Some(ttr.delta_ms <= 20.0),
+        ));
+    }
+    if let Some(idle) = &r.idle_cpu {
+        t.push(target(
+            "idle_cpu",
+            "idle CPU with one scrape a second ≤ 0.5 % of a core",
+            format!("{:.3} %", idle.agent_pct),
+            Some(idle.agent_pct <= 0.5),
+        ));
+    }
+    t
+}
+
+fn f(x: f64) -> String {
+    if !x.is_finite() {
+        "–".into()
+    } else if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 10.0 {
+        format!("{x:.1}")
+    } else if x >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    }
+}
+
+/// The tables, as Markdown.
+pub fn render(r: &Results) -> String {
+    let mut o = String::new();
+    let m = &r.machine;
+    let _ = writeln!(
+        o,
+        "Machine: {}, {} cores, {} GiB, {}, kernel {}, NIXL {}{}.\n",
+        m.cpu,
+        m.cores,
+        m.memory_gib,
+        m.os,
+        m.kernel,
+        m.nixl_version,
+        if m.gpu { "" } else { ", no GPU" }
+    );
+    if let Some(reg) = &r.registration {
+        let g = |n: usize, who: &str, reg_side: bool| {
+            reg.get(n, who)
+                .map(|t| if reg_side { t.register_ms } else { t.deregister_ms })
+        };
+        let _ = writeln!(
+            o,
+            "Registration, ms (median of {}; N × {} KiB DRAM through UCX, fresh mapping each time):\n",
+            reg.reps,
+            reg.region_size >> 10
+        );
+        let _ = writeln!(o, "| N | raw nixl-sys | agent | agent, no validation | Python API | batched C API | agent / raw | agent, no val. / raw | agent / Python |");
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &reg.rows {
+            let n = row.n;
+            let c = |w| g(n, w, true);
+            let _ = writeln!(
+                o,
+                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c("raw").map_or("–".into(), f),
+                c("agent").map_or("–".into(), f),
+                c("agent_novalidate").map_or("–".into(), f),
+                c("python").map_or("–".into(), f),
+                c("batched_capi").map_or("–".into(), f),
+                ratio(c("agent"), c("raw")),
+                ratio(c("agent_novalidate"), c("raw")),
+                ratio(c("agent"), c("python")),
+            );
+        }
+        let _ = writeln!(o, "\nDeregistration, ms (same runs):\n");
+        let _ = writeln!(o, "| N | raw, registration order | raw, reverse order | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python |");
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &reg.rows {
+            let n = row.n;
+            let c = |w| g(n, w, false);
+            let _ = writeln!(
+                o,
+                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c("raw").map_or("–".into(), f),
+                c("raw_reverse").map_or("–".into(), f),
+                c("agent").map_or("–".into(), f),
+                c("agent_novalidate").map_or("–".into(), f),
+                c("python").map_or("–".into(), f),
+                c("batched_capi").map_or("–".into(), f),
+                ratio(c("agent"), c("raw")),
+                ratio(c("agent"), c("python")),
+            );
+        }
+        if let Some(e) = reg.exponents.values().next() {
+            let _ = writeln!(
+                o,
+                "\nGrowth with N (time ∝ N^k; least-squares fit over N ≥ {}, and between the two largest N):\n",
+                e.fit_from_n
+            );
+            let _ = writeln!(
+                o,
+                "| contender | register k (fit) | register k (top) | deregister k (fit) | deregister k (top) |"
+            );
+            let _ = writeln!(o, "|---|---:|---:|---:|---:|");
+            for who in registration::CONTENDERS {
+                if let Some(e) = reg.exponents.get(*who) {
+                    let _ = writeln!(
+                        o,
+                        "| {who} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                        e.register_fit, e.register_top, e.deregister_fit, e.deregister_top
+                    );
+                }
+            }
+        }
+        o.push('\n');
+    }
+    if let Some(s) = &r.scrape {
+        let _ = writeln!(
+            o,
+            "Scrape ({} concurrent connections, {:.0} s each, one client thread):\n",
+            s.connections, s.seconds
+        );
+        let _ = writeln!(
+            o,
+            "| endpoint | connections | req/s | p50 ms | p99 ms | max ms | body bytes | errors |"
+        );
+        let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|");
+        let mut line = |name: &str, l: &crate::load::LoadResult| {
+            // The server decides: NIXL's exporter closes after every response.
+            let conns = if !l.keep_alive || l.reconnects as f64 > l.requests as f64 / 2.0 {
+                "new per request"
+            } else {
+                "kept alive"
+            };
+            let _ = writeln!(
+                o,
+                "| {name} | {conns} | {:.0} | {} | {} | {} | {} | {} |",
+                l.rps,
+                f(l.p50_ms),
+                f(l.p99_ms),
+                f(l.max_ms),
+                l.response_bytes,
+                l.errors
+            );
+        };
+        line("agent /metrics", &s.agent_metrics);
+        line("agent /readyz", &s.agent_readyz);
+        line("agent /metrics", &s.agent_metrics_close);
+        match &s.nixl_metrics {
+            Some(n) => line("NIXL exporter /metrics", n),
+            None => {
+                let _ = writeln!(
+                    o,
+                    "| NIXL exporter /metrics | | unavailable: {} | | | | | |",
+                    s.nixl_error.clone().unwrap_or_default()
+                );
+            }
+        }
+        o.push('\n');
+    }
+    if let Some(rows) = &r.memory {
+        let _ = writeln!(
+            o,
+            "Memory (VmRSS; ready, scraped once; bare nixl-sys process holding the same registrations):\n"
+        );
+        let _ = writeln!(
+            o,
+            "| plan | agent MiB | bare nixl-sys MiB | difference MiB | private difference MiB |"
+        );
+        let _ = writeln!(o, "|---|---:|---:|---:|---:|");
+        for m in rows {
+            let _ = writeln!(
+                o,
+                "| {} | {:.1} | {:.1} | {:+.1} | {:+.1} |",
+                m.plan,
+                m.agent_rss_kib as f64 / 1024.0,
+                m.raw_rss_kib as f64 / 1024.0,
+                m.delta_rss_mib,
+                m.delta_private_mib
+            );
+        }
+        o.push('\n');
+    }
+    if let Some(t) = &r.time_to_ready {
+        let _ = writeln!(
+            o,
+            "Time to ready (default plan, median of {}): agent {} ms (process start → /readyz 200; its own metric says {} ms), bare nixl-sys {} ms (start → NIXL loaded, agent + UCX backend created, plan registered): difference {:+.1} ms.\n",
+            t.reps,
+            f(t.agent_ms),
+            f(t.agent_self_reported_ms),
+            f(t.raw_ms),
+            t.delta_ms
+        );
+    }
+    if let Some(i) = &r.idle_cpu {
+        let _ = writeln!(
+            o,
+            "Idle CPU over {:.0} s, one /metrics scrape a second: agent {:.3} % of a core; bare nixl-sys (not scraped) {:.3} %; NIXL exporter process {}.\n",
+            i.seconds,
+            i.agent_pct,
+            i.raw_pct,
+            i.nixl_exporter_pct.map_or("unavailable".into(), |p| format!("{p:.3} %"))
+        );
+    }
+    if !r.targets.is_empty() {
+        let _ = writeln!(o, "| target | measured | status |");
+        let _ = writeln!(o, "|---|---|---|");
+        for t in &r.targets {
+            let status = match t.met {
+                Some(true) => "met",
+                Some(false) => "missed",
+                None => "not measured",
+            };
+            let _ = writeln!(o, "| {} | {} | {status} |", t.target, t.measured);
+        }
+    }
+    for e in &r.errors {
+        let _ = writeln!(o, "\nerror: {e}");
+    }
+    o
+}
