@@ -79,7 +79,7 @@ async fn index() -> Html<String> {
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = Format::negotiate(accept);
-    let body = s.metrics.encode(format);
+    let body = s.metrics.exposition(format);
     ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 

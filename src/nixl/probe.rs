@@ -17,16 +17,38 @@ impl MemoryProbe for SystemProbe {
     }
 
     fn first_unmapped(&self, regions: &[crate::plan::Region]) -> Result<Option<usize>, String> {
+        // One kernel question per run of touching regions (a group is usually
+        // carved from one allocation); per region only inside a failing run.
         let page = super::memory::page_size();
-        Ok(regions.iter().position(|r| {
-            let start = r.addr - r.addr % page;
-            let len = (r.addr - start).saturating_add(r.len);
-            // Safety: msync with MS_ASYNC on a range only asks the kernel
-            // whether it is mapped (ENOMEM when any page is not); it reads
-            // and writes no memory. Anonymous and file mappings alike.
-            let rc = unsafe { libc::msync(start as *mut libc::c_void, len, libc::MS_ASYNC) };
-            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM)
-        }))
+        let mapped = |start: usize, end: usize| {
+            let lo = start - start % page;
+            // Safety: msync with MS_ASYNC only asks the kernel whether the
+            // range is mapped (ENOMEM when any page is not); it reads and
+            // writes no memory. Anonymous and file mappings alike.
+            let rc = unsafe { libc::msync(lo as *mut libc::c_void, end - lo, libc::MS_ASYNC) };
+            !(rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM))
+        };
+        let mut order: Vec<usize> = (0..regions.len()).collect();
+        order.sort_unstable_by_key(|&i| regions[i].addr);
+        let end_of = |i: usize| regions[i].addr.saturating_add(regions[i].len);
+        let mut first_bad: Option<usize> = None;
+        let mut k = 0;
+        while k < order.len() {
+            let (start, mut end, run_start) = (regions[order[k]].addr, end_of(order[k]), k);
+            while k + 1 < order.len() && regions[order[k + 1]].addr <= end {
+                k += 1;
+                end = end.max(end_of(order[k]));
+            }
+            if !mapped(start, end) {
+                for &i in &order[run_start..=k] {
+                    if !mapped(regions[i].addr, end_of(i)) {
+                        first_bad = Some(first_bad.map_or(i, |b| b.min(i)));
+                    }
+                }
+            }
+            k += 1;
+        }
+        Ok(first_bad)
     }
 
     fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason> {

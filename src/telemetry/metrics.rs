@@ -137,7 +137,22 @@ pub struct Metrics {
     memlock_limit: Gauge,
     time_to_ready: Gauge,
     exemplars: Exemplars,
+    /// Bumped by every write; a cached exposition is reused while it holds.
+    generation: Arc<std::sync::atomic::AtomicU64>,
+    cache: Arc<Mutex<Vec<Cached>>>,
 }
+
+/// One cached exposition.
+struct Cached {
+    format: super::exposition::Format,
+    generation: u64,
+    at: std::time::Instant,
+    body: axum::body::Bytes,
+}
+
+/// Longest a cached exposition is served: the `process_*` values (CPU,
+/// memory, open fds) change without a write, so they are at most this old.
+pub const CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn opts(f: &Family) -> Opts {
     Opts::new(f.name, f.help)
@@ -204,6 +219,8 @@ impl Metrics {
             ),
             registry: r.clone(),
             exemplars: Exemplars::default(),
+            generation: Default::default(),
+            cache: Default::default(),
         };
         int_gauge_vec(names::BUILD_INFO)
             .with_label_values(&[build.version, build.revision, &build.nixl_version])
@@ -250,7 +267,35 @@ impl Metrics {
         super::exposition::encode_with(&self.registry, format, Some(&self.exemplars))
     }
 
+    /// What /metrics serves: the last encoding while no metric was written
+    /// and it is younger than [`CACHE_TTL`], else a fresh one. A scrape then
+    /// costs a clone of a reference-counted buffer, not an encode.
+    pub fn exposition(&self, format: super::exposition::Format) -> axum::body::Bytes {
+        use std::sync::atomic::Ordering;
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cache.iter().find(|c| c.format == format) {
+            if c.generation == generation && c.at.elapsed() < CACHE_TTL {
+                return c.body.clone();
+            }
+        }
+        let body = axum::body::Bytes::from(self.encode(format));
+        cache.retain(|c| c.format != format);
+        cache.push(Cached {
+            format,
+            generation,
+            at: std::time::Instant::now(),
+            body: body.clone(),
+        });
+        body
+    }
+
+    fn touch(&self) {
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
     pub(crate) fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: f64) {
+        self.touch();
         self.attempts.with_label_values(&l.attempt()).inc();
         self.descriptors
             .with_label_values(&l.attempt())
@@ -277,6 +322,7 @@ impl Metrics {
     }
 
     pub(crate) fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
+        self.touch();
         self.failures.with_label_values(&l.failure(reason)).inc();
         self.last_failure
             .with_label_values(&[&l.group, reason.as_str()])
@@ -284,6 +330,7 @@ impl Metrics {
     }
 
     pub(crate) fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
+        self.touch();
         self.registered_descriptors
             .with_label_values(&l.registered())
             .set(descriptors as i64);
@@ -296,6 +343,7 @@ impl Metrics {
     }
 
     pub(crate) fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
+        self.touch();
         self.deregistrations.with_label_values(&l.group()).inc();
         if let Some(reason) = failure {
             self.deregistration_failures
@@ -306,22 +354,27 @@ impl Metrics {
     }
 
     pub(crate) fn set_ready(&self, ready: bool) {
+        self.touch();
         self.ready.set(i64::from(ready));
     }
 
     pub(crate) fn set_nixl_available(&self, up: bool) {
+        self.touch();
         self.nixl_available.set(i64::from(up));
     }
 
     pub(crate) fn set_backend_up(&self, backend: &str, up: bool) {
+        self.touch();
         self.backend_up.with_label_values(&[backend]).set(i64::from(up));
     }
 
     pub(crate) fn set_memlock_limit(&self, bytes: Option<u64>) {
+        self.touch();
         self.memlock_limit.set(bytes.map_or(-1.0, |b| b as f64));
     }
 
     pub(crate) fn set_time_to_ready(&self, seconds: f64) {
+        self.touch();
         self.time_to_ready.set(seconds);
     }
 }
