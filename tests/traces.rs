@@ -200,3 +200,32 @@ fn a_down_collector_neither_delays_readiness_nor_scrapes() {
         t.elapsed()
     );
 }
+
+#[test]
+fn grpc_protocol_exports_to_a_real_trace_service() {
+    let rx = support::otlp::GrpcReceiver::start();
+    let endpoint = rx.endpoint();
+    let mut agent = AgentProcess::spawn(Spawn {
+        env: &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+        ..Default::default()
+    });
+    agent.wait_ready(WAIT);
+    let spans = rx.wait("kv's attempt span over gRPC", WAIT, |s| {
+        s.iter()
+            .any(|s| s.name == "nixl.group.register" && s.attrs.get("group").is_some_and(|g| g == "kv"))
+    });
+    let kv = spans
+        .iter()
+        .find(|s| s.name == "nixl.group.register" && s.attr("group") == "kv")
+        .unwrap();
+    assert_eq!(kv.attr("outcome"), "success");
+    assert_eq!(kv.resource["service.name"], "nixl-agent");
+    agent.signal("TERM");
+    assert_eq!(agent.wait_exit(WAIT).code(), Some(0));
+    rx.wait("the root span, flushed at shutdown", WAIT, |s| {
+        s.iter().any(|s| s.name == "nixl.lifecycle")
+    });
+}

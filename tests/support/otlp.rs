@@ -143,34 +143,102 @@ fn serve(conn: TcpStream, spans: &Mutex<Vec<RecvSpan>>) {
         let ok = request_line.starts_with("POST /v1/traces");
         if ok {
             let req = ExportTraceServiceRequest::decode(&body[..]).expect("a valid OTLP protobuf body");
-            let mut got = spans.lock().unwrap();
-            for rs in req.resource_spans {
-                let resource = rs.resource.as_ref().map(|r| attrs(&r.attributes)).unwrap_or_default();
-                for ss in rs.scope_spans {
-                    for s in ss.spans {
-                        got.push(RecvSpan {
-                            name: s.name.clone(),
-                            trace_id: hex(&s.trace_id),
-                            span_id: hex(&s.span_id),
-                            parent_span_id: hex(&s.parent_span_id),
-                            attrs: attrs(&s.attributes),
-                            status: s.status.as_ref().map_or(0, |st| st.code),
-                            status_message: s.status.as_ref().map(|st| st.message.clone()).unwrap_or_default(),
-                            events: s
-                                .events
-                                .iter()
-                                .map(|e| (e.name.clone(), attrs(&e.attributes)))
-                                .collect(),
-                            resource: resource.clone(),
-                        });
-                    }
-                }
-            }
+            collect(req, spans);
         }
         let status = if ok { "200 OK" } else { "404 Not Found" };
         let resp = format!("HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n");
         if out.write_all(resp.as_bytes()).is_err() {
             return;
         }
+    }
+}
+
+/// Flattens an export request into `spans`.
+fn collect(req: ExportTraceServiceRequest, spans: &Mutex<Vec<RecvSpan>>) {
+    let mut got = spans.lock().unwrap();
+    for rs in req.resource_spans {
+        let resource = rs.resource.as_ref().map(|r| attrs(&r.attributes)).unwrap_or_default();
+        for ss in rs.scope_spans {
+            for s in ss.spans {
+                got.push(RecvSpan {
+                    name: s.name.clone(),
+                    trace_id: hex(&s.trace_id),
+                    span_id: hex(&s.span_id),
+                    parent_span_id: hex(&s.parent_span_id),
+                    attrs: attrs(&s.attributes),
+                    status: s.status.as_ref().map_or(0, |st| st.code),
+                    status_message: s.status.as_ref().map(|st| st.message.clone()).unwrap_or_default(),
+                    events: s
+                        .events
+                        .iter()
+                        .map(|e| (e.name.clone(), attrs(&e.attributes)))
+                        .collect(),
+                    resource: resource.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// A real OTLP/gRPC receiver: the collector's `TraceService` over tonic.
+pub struct GrpcReceiver {
+    pub addr: SocketAddr,
+    spans: Arc<Mutex<Vec<RecvSpan>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+struct TraceSvc(Arc<Mutex<Vec<RecvSpan>>>);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for TraceSvc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<
+        tonic::Response<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse>,
+        tonic::Status,
+    > {
+        collect(request.into_inner(), &self.0);
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+impl GrpcReceiver {
+    pub fn start() -> GrpcReceiver {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        // A free port: bind, read it, release it for tonic.
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let svc = TraceSvc(spans.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let _ = tonic::transport::Server::builder()
+                    .add_service(TraceServiceServer::new(svc))
+                    .serve_with_shutdown(addr, async {
+                        let _ = rx.await;
+                    })
+                    .await;
+            });
+        });
+        super::wait_for(Duration::from_secs(10), "the gRPC receiver to listen", || {
+            TcpStream::connect(addr).ok().map(|_| ())
+        });
+        GrpcReceiver { addr, spans, _stop: tx }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn wait(&self, what: &str, timeout: Duration, pred: impl Fn(&[RecvSpan]) -> bool) -> Vec<RecvSpan> {
+        super::wait_for(timeout, what, || {
+            let s = self.spans.lock().unwrap().clone();
+            pred(&s).then_some(s)
+        })
     }
 }
