@@ -190,16 +190,21 @@ impl Drop for AgentProc {
         // SIGTERM first: the agent deregisters and exits.
         // Safety: kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        reap(&mut self.child, Duration::from_secs(5));
     }
+}
+
+/// Waits up to `grace` for a child asked to exit, then kills it.
+fn reap(child: &mut std::process::Child, grace: Duration) {
+    let end = Instant::now() + grace;
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A running `nixl-bench hold-raw`.
@@ -275,15 +280,7 @@ impl Drop for RawProc {
     fn drop(&mut self) {
         // Closing stdin makes it deregister and exit.
         drop(self.stdin.take());
-        let end = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        reap(&mut self.child, Duration::from_secs(5));
     }
 }
 
