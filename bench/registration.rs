@@ -29,9 +29,9 @@ use nixl_agent::lifecycle::driver::{Control, Driver};
 use nixl_agent::lifecycle::{Failure, Registrar, RuntimeFacts};
 use nixl_agent::nixl::{Backing, NixlRegistrar};
 use nixl_agent::plan::{GroupSpec, Kind, Plan, Region};
-use nixl_agent::status::{Status, StatusBoard};
+use nixl_agent::record::{Capture, Recorder};
+use nixl_agent::status::NixlStatus;
 use nixl_agent::telemetry::metrics::BuildInfo;
-use nixl_agent::telemetry::Metrics;
 use nixl_agent::validate::MemoryProbe;
 use nixl_agent::MemType;
 use nixl_sys::{Agent, AgentConfig, Backend, OptArgs, RegistrationHandle};
@@ -265,7 +265,7 @@ struct Marks {
 }
 
 /// The agent's `NixlRegistrar` behind the `Registrar` seam, plus timestamps:
-/// the driver calls `capture_begin` first thing in an attempt and
+/// the driver opens the capture window first thing in an attempt and
 /// `deregister_region` first thing in the drain's release. Preflight (the
 /// NIXL agent) and the UCX backend are created once beforehand, so what is
 /// timed is the attempt: validation, registration, events and status.
@@ -303,14 +303,20 @@ impl Registrar for Timed<'_> {
         }
         self.inner.deregister_region(handle)
     }
-    fn capture_begin(&mut self) {
+    fn capture(&self) -> &dyn Capture {
+        self
+    }
+}
+
+impl Capture for Timed<'_> {
+    fn begin(&self) {
         let mut m = self.marks.get();
         m.begin = Some(Instant::now());
         self.marks.set(m);
-        self.inner.capture_begin();
+        self.inner.capture().begin();
     }
-    fn capture_end(&mut self) -> Vec<String> {
-        let lines = self.inner.capture_end();
+    fn end(&self) -> Vec<String> {
+        let lines = self.inner.capture().end();
         // Queued now, read by the driver once the attempt is recorded: the
         // drain then follows at once.
         let _ = self.shutdown.send(Control::Shutdown);
@@ -358,8 +364,7 @@ impl AgentPath {
                 GroupSpec::provided("bench", Kind::Kv, MemType::Dram, regions.to_vec()).with_validate(validate)
             ],
         };
-        let metrics = Metrics::new(&plan, &BuildInfo::current(None));
-        let board = StatusBoard::new(Status::initial(&plan));
+        let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
         let (tx, rx) = std::sync::mpsc::channel();
         let marks = Cell::new(Marks::default());
         let timed = Timed {
@@ -372,11 +377,11 @@ impl AgentPath {
             max_attempts: 1,
             ..RetryConfig::default()
         };
-        let driver = Driver::new(timed, plan, retry, metrics, board.clone(), rx, Instant::now());
+        let driver = Driver::new(timed, plan, retry, rec.clone(), rx);
         let report = driver.run();
         let end = Instant::now();
         let m = marks.get();
-        let snapshot = board.snapshot();
+        let snapshot = rec.board().snapshot();
         if report.deregistered != n || report.failed != 0 {
             let g = snapshot.groups.first();
             return Err(format!(

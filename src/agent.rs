@@ -1,15 +1,26 @@
-//! Starting and stopping the whole agent: the entry point for the binary and
-//! for serving processes that embed the library.
+//! Starting and stopping the lifecycle: the entry point for the binary and
+//! for serving processes that hand their buffers to nixl-agent.
+//!
+//! Two ways to embed it (observe mode, the third entry point, is
+//! [`crate::Observer`]):
+//! - on the serving process's own NIXL agent ([`Prepared::on_agent`]): the
+//!   registrations are the ones the process then transfers with;
+//! - on a NIXL agent of nixl-agent's own (the default, what the binary does,
+//!   which owns no serving memory).
 //!
 //! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-//! use nixl_agent::{Agent, Config, GroupSpec, Kind, MemType, Plan, Region};
+//! # async fn f(agent: nixl_sys::Agent) -> Result<(), Box<dyn std::error::Error>> {
+//! use nixl_agent::{Config, GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
 //! let aux = vec![0u8; 1 << 16]; // the serving process's own buffer
 //! let plan = Plan { groups: vec![GroupSpec::provided(
 //!     "aux", Kind::Aux, MemType::Dram, vec![Region::new(aux.as_ptr() as usize, aux.len(), 0)])] };
-//! let agent = Agent::start(Config::default(), plan).await?;
-//! // ... serve; then, before freeing `aux`:
-//! agent.shutdown().await?;
+//! let running = Lifecycle::prepare(Config::default(), plan)?
+//!     .on_agent(agent)      // register on the process's own NIXL agent
+//!     .without_server()     // mount running.router() in the process's server
+//!     .start()
+//!     .await?;
+//! // ... transfer with `agent`; then, before freeing `aux`:
+//! running.shutdown().await?;
 //! # Ok(()) }
 //! ```
 
@@ -17,17 +28,20 @@ use crate::config::{Config, ConfigError, ProcessEnv};
 use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
 use crate::nixl::{self, Discovery, NixlRegistrar, NotFound, StderrTap};
+use crate::observe::{ObserveSettings, Observer};
 use crate::plan::Plan;
-use crate::status::{NixlStatus, Status, StatusBoard};
+use crate::record::Recorder;
+use crate::status::Status;
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::Metrics;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Why the agent did not start. Nothing was registered in any case.
+/// Why the lifecycle did not start. Nothing was registered in any case.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
@@ -43,15 +57,30 @@ pub enum StartError {
 #[error("no group named `{0}` in the plan")]
 pub struct UnknownGroup(pub String);
 
-/// Why shutdown did not finish cleanly.
+/// Why shutdown did not finish cleanly. Each variant says what NIXL may
+/// still hold: the caller must not free those buffers.
 #[derive(Debug, thiserror::Error)]
 pub enum ShutdownError {
-    #[error("drain did not finish within the {0:?} grace period")]
-    GraceExceeded(Duration),
-    #[error("the lifecycle thread panicked")]
+    #[error("drain did not finish within the {grace:?} grace period; still registered: {}", list(.still_registered))]
+    GraceExceeded {
+        grace: Duration,
+        /// Groups with descriptors still registered, and how many.
+        still_registered: Vec<(String, usize)>,
+    },
+    #[error("deregistration failed; still registered: {}", list(.0))]
+    LeftRegistered(Vec<(String, usize)>),
+    #[error("the lifecycle thread panicked; what it registered is unknown")]
     Panicked,
     #[error("interrupted by a second signal; what was not deregistered is released by the kernel at exit")]
     Interrupted,
+}
+
+fn list(groups: &[(String, usize)]) -> String {
+    if groups.is_empty() {
+        return "nothing".to_string();
+    }
+    let parts: Vec<String> = groups.iter().map(|(g, n)| format!("{g} ({n} descriptors)")).collect();
+    parts.join(", ")
 }
 
 /// A validated config and plan with NIXL located on disk: everything that
@@ -62,12 +91,29 @@ pub struct Prepared {
     found: Result<Discovery, NotFound>,
     started: Instant,
     tap: Option<StderrTap>,
+    agent: Option<nixl_sys::Agent>,
+    serve: bool,
 }
 
 impl Prepared {
     /// Attributes what NIXL/UCX print on stderr to the attempt that failed.
+    /// Off unless asked for: an embedding process keeps its own fds 1 and 2.
     pub fn with_stderr_tap(mut self, tap: Option<StderrTap>) -> Self {
         self.tap = tap;
+        self
+    }
+
+    /// Registers on the caller's NIXL agent: its backends are used (missing
+    /// ones are created on it), and nixl-agent creates no NIXL agent at all.
+    pub fn on_agent(mut self, agent: nixl_sys::Agent) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// Binds no port: the caller serves [`LifecycleHandle::router`] or
+    /// encodes [`LifecycleHandle::metrics`] itself.
+    pub fn without_server(mut self) -> Self {
+        self.serve = false;
         self
     }
 
@@ -82,10 +128,11 @@ impl Prepared {
     }
 }
 
-/// The agent.
-pub struct Agent;
+/// nixl-agent's registration lifecycle (plan → validate → register → ready
+/// → drain). Not to be confused with a NIXL agent (`nixl_sys::Agent`).
+pub struct Lifecycle;
 
-impl Agent {
+impl Lifecycle {
     /// Validates the config and the plan, and locates NIXL. No side effects.
     pub fn prepare(config: Config, plan: Plan) -> Result<Prepared, StartError> {
         let started = Instant::now();
@@ -98,33 +145,42 @@ impl Agent {
             found,
             started,
             tap: None,
+            agent: None,
+            serve: true,
         })
     }
 
-    /// `prepare` then `start`: the one call an embedding process needs.
-    pub async fn start(config: Config, plan: Plan) -> Result<AgentHandle, StartError> {
-        Agent::prepare(config, plan)?.start().await
+    /// `prepare` then `start` on a NIXL agent of nixl-agent's own, serving
+    /// on `config.listen`.
+    pub async fn start(config: Config, plan: Plan) -> Result<LifecycleHandle, StartError> {
+        Lifecycle::prepare(config, plan)?.start().await
     }
 }
 
 impl Prepared {
-    /// Binds the HTTP port, loads NIXL and starts the lifecycle thread. When
-    /// it returns `Err`, nothing is running and nothing was registered.
-    pub async fn start(self) -> Result<AgentHandle, StartError> {
+    /// Binds the HTTP port (unless [`Prepared::without_server`]), loads NIXL
+    /// and starts the lifecycle thread. When it returns `Err`, nothing is
+    /// running and nothing was registered.
+    pub async fn start(self) -> Result<LifecycleHandle, StartError> {
         let Prepared {
             config,
             plan,
             found,
             started,
             tap,
+            agent,
+            serve,
         } = self;
-        let addr = config.listen;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|source| StartError::Bind { addr, source })?;
+        let listener = if serve {
+            let addr = config.listen;
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Bind { addr, source })?;
+            let local = l.local_addr().map_err(|source| StartError::Bind { addr, source })?;
+            Some((l, local))
+        } else {
+            None
+        };
 
         let searched = found.as_ref().err().map(|nf| nf.searched.clone()).unwrap_or_default();
         let loaded = tokio::task::spawn_blocking(move || nixl::load(found))
@@ -132,76 +188,89 @@ impl Prepared {
             .expect("NIXL loading does not panic");
 
         let build = BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref()));
-        let metrics = Metrics::new(&plan, &build);
-        let mut initial = Status::initial(&plan);
-        initial.nixl = NixlStatus::from_load(&loaded, searched);
-        let board = StatusBoard::new(initial);
-
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let rec = Recorder::new(&build, nixl::status_of(&loaded, searched), started);
         let app = http::router(AppState {
-            metrics: metrics.clone(),
-            status: board.subscribe(),
+            metrics: rec.metrics().clone(),
+            status: rec.board().subscribe(),
         });
-        let server = tokio::spawn(http::server::serve(listener, app, config.http.clone(), stop_rx));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = listener.map(|(l, local)| {
+            let task = tokio::spawn(http::server::serve(l, app.clone(), config.http.clone(), stop_rx));
+            tracing::info!(listen = %local, "serving /metrics, /livez, /readyz, /v1/status");
+            (local, task)
+        });
 
         let agent_name = config.agent_name.clone();
         let groups: Vec<String> = plan.groups.iter().map(|g| g.name.clone()).collect();
-        let spawned = driver::spawn(
-            move || NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
-            plan,
-            config.retry.clone(),
-            metrics.clone(),
-            board.clone(),
-            started,
-        );
-        let (control, lifecycle) = match spawned {
+        let make = move || match agent {
+            Some(a) => NixlRegistrar::on_agent(a, loaded).with_tap(tap),
+            None => NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
+        };
+        let (control, lifecycle) = match driver::spawn(make, plan, config.retry.clone(), rec.clone()) {
             Ok(v) => v,
             Err(e) => {
                 let _ = stop_tx.send(true);
-                let _ = server.await;
+                if let Some((_, task)) = server {
+                    let _ = task.await;
+                }
                 return Err(StartError::Thread(e));
             }
         };
-        tracing::info!(listen = %local_addr, "serving /metrics, /livez, /readyz, /v1/status");
-        Ok(AgentHandle {
-            local_addr,
+        Ok(LifecycleHandle {
+            local_addr: server.as_ref().map(|(a, _)| *a),
             groups,
             grace: config.shutdown_grace,
-            metrics,
-            board,
+            rec,
+            router: app,
             control,
             lifecycle: Some(lifecycle),
-            server: Some((stop_tx, server)),
+            stop: stop_tx,
+            server: server.map(|(_, t)| t),
         })
     }
 }
 
-/// A running agent.
-pub struct AgentHandle {
-    local_addr: SocketAddr,
+/// A running lifecycle.
+pub struct LifecycleHandle {
+    local_addr: Option<SocketAddr>,
     groups: Vec<String>,
     grace: Duration,
-    metrics: Metrics,
-    board: StatusBoard,
+    rec: Recorder,
+    router: axum::Router,
     control: Sender<Control>,
-    lifecycle: Option<std::thread::JoinHandle<DrainReport>>,
-    server: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
+    lifecycle: Option<JoinHandle<DrainReport>>,
+    stop: watch::Sender<bool>,
+    server: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl AgentHandle {
-    /// The address the HTTP server is bound to (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
+impl LifecycleHandle {
+    /// The address the HTTP server is bound to (useful with port 0); `None`
+    /// when started [`Prepared::without_server`].
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// /metrics, /livez, /readyz, /v1/status, the dashboard and the rules,
+    /// for the caller's own axum server (`Router::merge` or `nest`).
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
     }
 
     /// A copy of the recorded status.
     pub fn status(&self) -> Status {
-        self.board.snapshot()
+        self.rec.board().snapshot()
     }
 
-    /// The metrics registry.
+    /// The metrics registry (encode it into the caller's own endpoint with
+    /// [`crate::telemetry::exposition::encode`]).
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        self.rec.metrics()
+    }
+
+    /// Observe mode on the same recording: calls the caller makes itself
+    /// show up beside the plan's groups, in the same metrics and status.
+    pub fn observer(&self, settings: ObserveSettings) -> Observer {
+        Observer::with_recorder(self.rec.clone(), settings)
     }
 
     /// Deregisters and registers again one group, or every group with
@@ -220,47 +289,74 @@ impl AgentHandle {
         Ok(())
     }
 
-    /// Waits until the agent is ready or `timeout` passes; returns readiness.
+    /// Waits until the lifecycle is ready or `timeout` passes; returns readiness.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        let mut rx = self.board.subscribe();
+        let mut rx = self.rec.board().subscribe();
         tokio::time::timeout(timeout, rx.wait_for(|s| s.ready))
             .await
             .is_ok_and(|r| r.is_ok())
     }
 
     /// Not ready at once, deregisters everything within the grace period,
-    /// then stops the HTTP server.
+    /// then stops the HTTP server. `Ok` means NIXL holds nothing nixl-agent
+    /// registered: the caller may free its buffers. Every `Err` names what
+    /// is still registered.
     pub async fn shutdown(mut self) -> Result<DrainReport, ShutdownError> {
         let grace = self.grace;
-        crate::telemetry::events::DrainStarted.emit(&self.metrics);
-        self.board.begin_drain();
+        self.rec.drain_started();
         let _ = self.control.send(Control::Shutdown);
         let result = match self.lifecycle.take() {
             Some(thread) => {
                 let join = tokio::task::spawn_blocking(move || thread.join());
                 match tokio::time::timeout(grace, join).await {
-                    Ok(Ok(Ok(report))) => Ok(report),
+                    Ok(Ok(Ok(report))) if report.still_registered.is_empty() => Ok(report),
+                    Ok(Ok(Ok(report))) => Err(ShutdownError::LeftRegistered(report.still_registered)),
                     Ok(_) => Err(ShutdownError::Panicked),
-                    Err(_) => Err(ShutdownError::GraceExceeded(grace)),
+                    Err(_) => Err(ShutdownError::GraceExceeded {
+                        grace,
+                        still_registered: self.still_registered(),
+                    }),
                 }
             }
             None => Ok(DrainReport::default()),
         };
-        if let Some((stop, server)) = self.server.take() {
-            let _ = stop.send(true);
+        let _ = self.stop.send(true);
+        if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
         }
         result
     }
+
+    /// Groups of the recorded status that hold descriptors now.
+    fn still_registered(&self) -> Vec<(String, usize)> {
+        self.status()
+            .groups
+            .into_iter()
+            .filter(|g| g.descriptors > 0)
+            .map(|g| (g.name, g.descriptors))
+            .collect()
+    }
 }
 
-impl Drop for AgentHandle {
+impl Drop for LifecycleHandle {
+    /// Dropped without `shutdown()`: drains anyway, and blocks (up to the
+    /// grace period) until the drain is over, so that buffers the caller
+    /// frees after the drop are no longer registered.
     fn drop(&mut self) {
-        // Dropped without shutdown(): still stop the lifecycle thread, which
-        // deregisters on its own when its control channel closes.
+        let _ = self.stop.send(true);
+        let Some(thread) = self.lifecycle.take() else { return };
+        self.rec.drain_started();
         let _ = self.control.send(Control::Shutdown);
-        if let Some((stop, _)) = self.server.take() {
-            let _ = stop.send(true);
+        let end = Instant::now() + self.grace;
+        while !thread.is_finished() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !thread.is_finished() {
+            tracing::error!(
+                grace_ms = self.grace.as_millis() as u64,
+                still_registered = %list(&self.still_registered()),
+                "dropped before the drain finished"
+            );
         }
     }
 }

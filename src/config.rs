@@ -2,7 +2,7 @@
 //! validation. Everything here runs before any port is bound or any NIXL call
 //! is made, so a bad config costs nothing but an error message.
 
-use crate::telemetry::names::MemType;
+use crate::model::MemType;
 use crate::units;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

@@ -6,7 +6,7 @@
 //! UCP_MEM_MAP_ALLOCATE flag` or `VRAM memory is detected as host by UCX`.
 //! Pure functions: the capture itself lives in `crate::nixl`.
 
-use crate::telemetry::names::Reason;
+use crate::model::Reason;
 
 /// Longest captured line kept, in bytes.
 pub const MAX_LINE: usize = 512;

@@ -6,7 +6,7 @@ use clap::Parser;
 use nixl_agent::cli::{Cli, Command};
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::nixl::{StderrTap, PLUGIN_DIR_ENV};
-use nixl_agent::{check, telemetry, Agent, Plan};
+use nixl_agent::{check, telemetry, Lifecycle, Plan};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         Some(Command::Check { json }) => Some(json),
         _ => None,
     };
-    let prepared = match Agent::prepare(config.clone(), Plan::from_config(&config)) {
+    let prepared = match Lifecycle::prepare(config.clone(), Plan::from_config(&config)) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("nixl-agent: {e}");

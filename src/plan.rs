@@ -5,69 +5,7 @@
 //! asks for `count` × `size` regions to be allocated ([`RegionSource::Allocate`]).
 
 use crate::config::{self, Config, ConfigError, GroupConfig};
-use crate::telemetry::names::{MemType, KIND_AUX, KIND_KV, KIND_STATE};
-use std::fmt;
-
-/// One contiguous memory region: what NIXL calls a descriptor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Region {
-    /// Start address in the process (host pointer or CUDA device pointer).
-    pub addr: usize,
-    /// Length in bytes.
-    pub len: usize,
-    /// Device id: the CUDA ordinal for VRAM, 0 for DRAM.
-    pub device: u32,
-}
-
-impl Region {
-    pub fn new(addr: usize, len: usize, device: u32) -> Region {
-        Region { addr, len, device }
-    }
-
-    /// One past the last byte, or `None` when the region wraps the address space.
-    pub fn end(&self) -> Option<usize> {
-        self.addr.checked_add(self.len)
-    }
-}
-
-/// What the buffers of a group are for: the `kind` label.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// KV cache (usually VRAM).
-    Kv,
-    /// Host metadata buffers used to coordinate transfer completion.
-    Aux,
-    /// Model state buffers (e.g. mamba/SSM state).
-    State,
-    /// Any other word, `[a-z0-9_]`, at most 32 bytes (checked by the plan).
-    Custom(String),
-}
-
-impl Kind {
-    pub fn parse(word: &str) -> Kind {
-        match word {
-            KIND_KV => Kind::Kv,
-            KIND_AUX => Kind::Aux,
-            KIND_STATE => Kind::State,
-            other => Kind::Custom(other.to_string()),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            Kind::Kv => KIND_KV,
-            Kind::Aux => KIND_AUX,
-            Kind::State => KIND_STATE,
-            Kind::Custom(s) => s,
-        }
-    }
-}
-
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::model::{Kind, MemType, Region};
 
 /// Where a group's regions come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +65,11 @@ impl GroupSpec {
     }
 
     /// The `backend` label: backend names joined with `+` (e.g. "UCX").
+    /// The group's label values.
+    pub fn labels(&self) -> crate::model::GroupLabels {
+        crate::model::GroupLabels::new(&self.name, &self.kind, self.mem_type, &self.backends, self.device)
+    }
+
     pub fn backend_label(&self) -> String {
         self.backends.join("+")
     }

@@ -1,7 +1,7 @@
 //! Process signals for the binary: SIGTERM/SIGINT stop the agent (a second
 //! one cuts the drain short), SIGUSR1 re-registers every group.
 
-use crate::agent::AgentHandle;
+use crate::agent::LifecycleHandle;
 
 /// SIGTERM/SIGINT (stop) and SIGUSR1 (re-register every group). Not SIGHUP:
 /// UCX takes SIGHUP as its debug signal (UCX_DEBUG_SIGNO) once a backend exists.
@@ -25,7 +25,7 @@ impl Signals {
     }
 
     /// Waits for a stop signal, re-registering on every SIGUSR1 meanwhile.
-    pub async fn next_stop(&mut self, agent: &AgentHandle) {
+    pub async fn next_stop(&mut self, agent: &LifecycleHandle) {
         loop {
             tokio::select! {
                 _ = self.hup.recv() => {

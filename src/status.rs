@@ -1,13 +1,15 @@
 //! The recorded state that HTTP handlers read: a snapshot published through a
-//! `tokio::sync::watch` channel by the lifecycle, never computed on request.
+//! `tokio::sync::watch` channel, never computed on request. The board is a
+//! subscriber of the recorder: every change comes from an event.
 
-use crate::lifecycle::machine::{GroupState, Phase};
-use crate::nixl::{LoadError, Loaded};
-use crate::plan::Plan;
-use crate::telemetry::names::{self, Reason};
+use crate::model::Reason;
+use crate::model::{GroupState, Phase};
+use crate::record::{Event, GroupDecl};
+use crate::telemetry::names;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::watch;
 
 /// What the agent knows about the NIXL runtime.
@@ -21,39 +23,17 @@ pub struct NixlStatus {
     pub version: Option<String>,
     pub plugin_dir: Option<String>,
     pub plugins: Vec<String>,
+    /// The NIXL agent registrations are made on.
+    pub agent: Option<String>,
+    /// `nixl-agent` when it created that agent, `caller` when it is the
+    /// serving process's own.
+    pub agent_owner: Option<&'static str>,
     /// The CUDA runtime preloaded for UCX's CUDA transports (GPU hosts).
     pub cudart: Option<String>,
     /// Where the agent looked, when nothing was found.
     pub searched: Vec<String>,
     pub reason: Option<Reason>,
     pub error: Option<String>,
-}
-
-impl NixlStatus {
-    /// What loading NIXL told: the library and which step found it, or the
-    /// error and every place searched (`searched` when loading had none).
-    pub fn from_load(loaded: &Result<Loaded, LoadError>, searched: Vec<String>) -> NixlStatus {
-        let path = |p: &std::path::Path| p.display().to_string();
-        match loaded {
-            Ok(l) => NixlStatus {
-                library: Some(path(&l.discovery.library)),
-                found_by: Some(l.discovery.found_by.as_str().to_string()),
-                version: l.discovery.version.clone(),
-                plugin_dir: l.plugin_dir.as_deref().map(path),
-                cudart: l.cudart.as_deref().map(path),
-                ..NixlStatus::default()
-            },
-            Err(e) => NixlStatus {
-                searched: if e.searched.is_empty() {
-                    searched
-                } else {
-                    e.searched.clone()
-                },
-                error: Some(e.message.clone()),
-                ..NixlStatus::default()
-            },
-        }
-    }
 }
 
 /// One backend.
@@ -75,6 +55,8 @@ pub struct GroupStatus {
     pub backends: Vec<String>,
     pub required: bool,
     pub validate: bool,
+    /// Observed (the caller registers; nixl-agent records) or planned.
+    pub observed: bool,
     pub state: GroupState,
     /// Descriptors and bytes registered now.
     pub descriptors: usize,
@@ -115,8 +97,8 @@ pub struct Check {
 }
 
 impl Status {
-    /// The snapshot before anything has run.
-    pub fn initial(plan: &Plan) -> Status {
+    /// The snapshot before anything has run: no group, no backend.
+    pub fn empty() -> Status {
         Status {
             version: env!("CARGO_PKG_VERSION"),
             phase: Phase::Starting,
@@ -124,44 +106,152 @@ impl Status {
             time_to_ready_seconds: None,
             memlock_limit_bytes: None,
             nixl: NixlStatus::default(),
-            backends: plan
-                .backends()
-                .into_iter()
-                .map(|name| BackendStatus {
-                    name,
+            backends: Vec::new(),
+            groups: Vec::new(),
+        }
+    }
+
+    fn declare(&mut self, d: &GroupDecl) {
+        for b in &d.backends {
+            if !self.backends.iter().any(|s| &s.name == b) {
+                self.backends.push(BackendStatus {
+                    name: b.clone(),
                     up: false,
                     reason: None,
                     error: None,
-                })
-                .collect(),
-            groups: plan
+                });
+            }
+        }
+        if self.groups.iter().any(|g| g.name == d.labels.group) {
+            return;
+        }
+        self.groups.push(GroupStatus {
+            name: d.labels.group.clone(),
+            kind: d.labels.kind.clone(),
+            mem_type: d.labels.mem_type,
+            device: d.device,
+            backends: d.backends.clone(),
+            required: d.required,
+            validate: d.validate,
+            observed: d.observed,
+            state: GroupState::Pending,
+            descriptors: 0,
+            bytes: 0,
+            planned_descriptors: d.planned.0,
+            planned_bytes: d.planned.1,
+            attempts: 0,
+            consecutive_failures: 0,
+            last_reason: None,
+            last_error: None,
+            last_diagnostics: Vec::new(),
+            failed_region: None,
+            next_retry_seconds: None,
+        });
+    }
+
+    fn group(&mut self, name: &str) -> Option<&mut GroupStatus> {
+        self.groups.iter_mut().find(|g| g.name == name)
+    }
+
+    fn backend(&mut self, name: &str, up: bool, failure: Option<&crate::model::Failure>) {
+        if let Some(b) = self.backends.iter_mut().find(|b| b.name == name) {
+            b.up = up;
+            b.reason = failure.map(|f| f.reason);
+            b.error = failure.map(|f| f.message.clone());
+        }
+    }
+
+    /// Ready: NIXL is up, the lifecycle runs, and every required group is
+    /// registered. Derived from the snapshot, never stored apart from it.
+    fn derive_ready(&self) -> bool {
+        self.nixl.available
+            && self.phase == Phase::Running
+            && self
                 .groups
                 .iter()
-                .map(|g| {
-                    let (planned_descriptors, planned_bytes) = g.totals();
-                    GroupStatus {
-                        name: g.name.clone(),
-                        kind: g.kind.as_str().to_string(),
-                        mem_type: g.mem_type.as_str(),
-                        device: g.device,
-                        backends: g.backends.clone(),
-                        required: g.required,
-                        validate: g.validate,
-                        state: GroupState::Pending,
-                        descriptors: 0,
-                        bytes: 0,
-                        planned_descriptors,
-                        planned_bytes,
-                        attempts: 0,
-                        consecutive_failures: 0,
-                        last_reason: None,
-                        last_error: None,
-                        last_diagnostics: Vec::new(),
-                        failed_region: None,
-                        next_retry_seconds: None,
+                .filter(|g| g.required)
+                .all(|g| g.state == GroupState::Registered)
+    }
+
+    /// Applies one event (the status board's part of the recording path).
+    fn apply(&mut self, e: &Event<'_>) {
+        match e {
+            Event::GroupDeclared(d) => self.declare(d),
+            Event::MemlockObserved { soft_limit, .. } => self.memlock_limit_bytes = *soft_limit,
+            Event::NixlLoaded(f) => {
+                self.nixl.available = true;
+                self.nixl.reason = None;
+                self.nixl.error = None;
+                self.nixl.plugins = f.plugins.clone();
+                self.nixl.agent = Some(f.agent.clone());
+                self.nixl.agent_owner = Some(if f.owned { "nixl-agent" } else { "caller" });
+            }
+            Event::NixlUnavailable(f) => {
+                self.nixl.available = false;
+                self.nixl.reason = Some(f.reason);
+                self.nixl.error = Some(f.message.clone());
+            }
+            Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
+            Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
+            Event::Attempted(a) => {
+                let Some(g) = self.group(&a.labels.group) else { return };
+                g.descriptors = a.holding.descriptors;
+                g.bytes = a.holding.bytes;
+                match a.outcome {
+                    Ok(()) => g.failed_region = None,
+                    Err(f) => {
+                        g.last_reason = Some(f.reason);
+                        g.last_error = Some(f.message.clone());
+                        g.last_diagnostics = f.diagnostics.clone();
+                        g.failed_region = f.region;
                     }
-                })
-                .collect(),
+                }
+                if g.observed {
+                    // An observed group is as good as its last call.
+                    g.attempts = g.attempts.saturating_add(1);
+                    if a.outcome.is_ok() {
+                        g.state = GroupState::Registered;
+                        g.consecutive_failures = 0;
+                    } else {
+                        g.state = GroupState::Failed;
+                        g.consecutive_failures = g.consecutive_failures.saturating_add(1);
+                    }
+                }
+            }
+            Event::RetryScheduled { labels, after, .. } => {
+                if let Some(g) = self.group(&labels.group) {
+                    g.next_retry_seconds = Some(after.as_secs_f64());
+                }
+            }
+            Event::Deregistered { labels, holding, .. } => {
+                let Some(g) = self.group(&labels.group) else { return };
+                g.descriptors = holding.descriptors;
+                g.bytes = holding.bytes;
+                if g.observed && holding.descriptors == 0 {
+                    g.state = GroupState::Deregistered;
+                }
+            }
+            Event::Progress { phase, groups } => {
+                if !matches!(self.phase, Phase::Draining | Phase::Stopped) || *phase == Phase::Stopped {
+                    self.phase = *phase;
+                }
+                for p in groups.iter() {
+                    let Some(g) = self.group(p.group) else { continue };
+                    g.state = p.state;
+                    g.attempts = p.attempts;
+                    g.consecutive_failures = p.consecutive_failures;
+                    if g.state != GroupState::Failed {
+                        g.next_retry_seconds = None;
+                    }
+                }
+            }
+            Event::ReadinessChanged { .. } => {}
+            Event::DrainStarted => {
+                if self.phase != Phase::Stopped {
+                    self.phase = Phase::Draining;
+                }
+            }
+            Event::DrainFinished { .. } => {}
         }
     }
 
@@ -211,20 +301,39 @@ impl Status {
 pub struct StatusBoard {
     tx: watch::Sender<Status>,
     draining: Arc<AtomicBool>,
+    started: Instant,
+}
+
+/// Readiness changed with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadyChange {
+    pub ready: bool,
+    /// Since the board was created, the first time it became ready.
+    pub time_to_ready: Option<std::time::Duration>,
 }
 
 impl StatusBoard {
-    pub fn new(initial: Status) -> StatusBoard {
+    /// `started` is what `time_to_ready_seconds` counts from.
+    pub fn new(initial: Status, started: Instant) -> StatusBoard {
         StatusBoard {
             tx: watch::Sender::new(initial),
             draining: Arc::new(AtomicBool::new(false)),
+            started,
         }
     }
 
     /// Latches not-ready at once; called the moment shutdown is requested.
-    pub fn begin_drain(&self) {
+    /// `on_change` runs inside the same write when readiness drops, so a
+    /// gauge set there cannot be overtaken by a concurrent event.
+    pub fn begin_drain(&self, on_change: impl FnOnce(&ReadyChange)) {
         self.draining.store(true, Ordering::SeqCst);
         self.tx.send_modify(|s| {
+            if s.ready {
+                on_change(&ReadyChange {
+                    ready: false,
+                    time_to_ready: None,
+                });
+            }
             s.ready = false;
             if !matches!(s.phase, Phase::Stopped) {
                 s.phase = Phase::Draining;
@@ -236,8 +345,30 @@ impl StatusBoard {
         self.draining.load(Ordering::SeqCst)
     }
 
-    pub fn update(&self, f: impl FnOnce(&mut Status)) {
-        self.tx.send_modify(f);
+    /// The status subscriber: applies the event and derives readiness in
+    /// the same write, with the drain latch read inside it, so no event can
+    /// make the snapshot ready once shutdown began.
+    /// `on_change` runs inside that write when readiness flips.
+    pub(crate) fn on(&self, e: &Event<'_>, on_change: impl FnOnce(&ReadyChange)) -> Option<ReadyChange> {
+        let mut change = None;
+        self.tx.send_modify(|s| {
+            s.apply(e);
+            let ready = !self.draining.load(Ordering::SeqCst) && s.derive_ready();
+            if ready != s.ready {
+                let first = ready && s.time_to_ready_seconds.is_none();
+                let c = ReadyChange {
+                    ready,
+                    time_to_ready: first.then(|| self.started.elapsed()),
+                };
+                if let Some(t) = c.time_to_ready {
+                    s.time_to_ready_seconds = Some(t.as_secs_f64());
+                }
+                s.ready = ready;
+                on_change(&c);
+                change = Some(c);
+            }
+        });
+        change
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Status> {

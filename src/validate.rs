@@ -4,8 +4,8 @@
 //! pointer attributes, RLIMIT_MEMLOCK), passed in through [`MemoryProbe`] so
 //! every rule is unit-tested without NIXL or CUDA.
 
+use crate::model::{MemType, Reason};
 use crate::plan::{GroupSpec, Region};
-use crate::telemetry::names::{MemType, Reason};
 
 /// What CUDA says about a pointer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,12 @@ pub trait MemoryProbe {
     fn memlock(&self) -> Memlock;
 }
 
+/// What a group expects of its regions.
+struct Expect {
+    mem_type: MemType,
+    device: u32,
+}
+
 /// Why a group was refused before registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
@@ -78,6 +84,19 @@ pub fn validate_group(
     probe: &dyn MemoryProbe,
     pinned_bytes: u64,
 ) -> Result<(), Rejection> {
+    validate_regions(spec.mem_type, spec.device, regions, probe, pinned_bytes)
+}
+
+/// [`validate_group`] for regions that belong to no plan (observe mode):
+/// the same checks against the group's memory type and device.
+pub fn validate_regions(
+    mem_type: MemType,
+    device: u32,
+    regions: &[Region],
+    probe: &dyn MemoryProbe,
+    pinned_bytes: u64,
+) -> Result<(), Rejection> {
+    let spec = Expect { mem_type, device };
     for (i, r) in regions.iter().enumerate() {
         if r.len == 0 {
             return Err(reject(

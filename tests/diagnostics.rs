@@ -8,7 +8,7 @@ mod support;
 
 use nixl_agent::config::{Config, RetryConfig};
 use nixl_agent::nixl::StderrTap;
-use nixl_agent::{Agent, GroupSpec, Kind, MemType, Plan, Region};
+use nixl_agent::{GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
 use std::time::Duration;
 use support::otlp::Receiver;
 
@@ -44,7 +44,7 @@ async fn null_aux_region_without_validation_is_diagnosed_from_ucx_output() {
         )
         .with_validate(false)],
     };
-    let agent = Agent::prepare(config, plan)
+    let agent = Lifecycle::prepare(config, plan)
         .unwrap()
         .with_stderr_tap(Some(tap.clone()))
         .start()

@@ -5,7 +5,7 @@
 mod support;
 
 use nixl_agent::config::Config;
-use nixl_agent::{Agent, GroupSpec, Kind, MemType, Plan, Region};
+use nixl_agent::{GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
 use std::time::Duration;
 use support::{AgentProcess, Spawn};
 
@@ -79,7 +79,7 @@ async fn host_pointer_in_a_vram_group_is_mem_type_mismatch() {
         groups: vec![],
         ..Config::default()
     };
-    let agent = Agent::start(config, plan).await.unwrap();
+    let agent = Lifecycle::start(config, plan).await.unwrap();
     let mut reason = None;
     for _ in 0..500 {
         reason = agent.status().groups[0].last_reason;

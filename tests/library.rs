@@ -5,7 +5,7 @@ mod support;
 
 use nixl_agent::config::{Config, RetryConfig};
 use nixl_agent::telemetry::exposition::{encode, Format};
-use nixl_agent::{Agent, AgentHandle, GroupSpec, Kind, MemType, Plan, Region};
+use nixl_agent::{GroupSpec, Kind, Lifecycle, LifecycleHandle, MemType, Plan, Region};
 use std::time::Duration;
 use support::Scrape;
 
@@ -30,12 +30,12 @@ fn region(buf: &[u8]) -> Region {
     Region::new(buf.as_ptr() as usize, buf.len(), 0)
 }
 
-fn scrape(agent: &AgentHandle) -> Scrape {
+fn scrape(agent: &LifecycleHandle) -> Scrape {
     Scrape::parse(&encode(agent.metrics().registry(), Format::Text))
 }
 
 /// Waits until the group has failed at least once; returns the scrape.
-async fn wait_failure(agent: &AgentHandle, group: &str) -> Scrape {
+async fn wait_failure(agent: &LifecycleHandle, group: &str) -> Scrape {
     for _ in 0..1500 {
         let s = scrape(agent);
         if s.metric("nixl_agent_registration_failures_total")
@@ -50,7 +50,7 @@ async fn wait_failure(agent: &AgentHandle, group: &str) -> Scrape {
     panic!("group {group} never failed: {:#?}", agent.status());
 }
 
-async fn wait_registered(agent: &AgentHandle, group: &str) {
+async fn wait_registered(agent: &LifecycleHandle, group: &str) {
     for _ in 0..1500 {
         if scrape(agent)
             .metric("nixl_agent_group_registered")
@@ -87,7 +87,7 @@ async fn null_aux(validate: bool, expect: &str) {
             .with_validate(validate),
         ],
     };
-    let agent = Agent::start(config(&format!("null-aux-{validate}")), plan)
+    let agent = Lifecycle::start(config(&format!("null-aux-{validate}")), plan)
         .await
         .unwrap();
     wait_registered(&agent, "kv").await;
@@ -128,7 +128,7 @@ async fn null_aux(validate: bool, expect: &str) {
     );
 
     // The HTTP surface says the same, and keeps serving.
-    let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
+    let r = support::get(agent.local_addr().unwrap(), "/readyz?verbose").unwrap();
     assert_eq!(r.status, 503);
     assert!(r.body.contains(&format!("[-]group:aux failed: {expect}")), "{}", r.body);
     assert!(r.body.contains("[+]group:kv ok"), "{}", r.body);
@@ -137,7 +137,7 @@ async fn null_aux(validate: bool, expect: &str) {
     assert_eq!(aux_st.failed_region, Some(1));
     let err = aux_st.last_error.clone().unwrap();
     assert!(err.contains("region 1"), "{err}");
-    assert_eq!(support::get(agent.local_addr(), "/livez").unwrap().status, 200);
+    assert_eq!(support::get(agent.local_addr().unwrap(), "/livez").unwrap().status, 200);
 
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
@@ -184,7 +184,7 @@ async fn validation_catches_what_nixl_would_accept() {
         ("overlap", "overlapping_regions"),
         ("empty", "zero_length"),
     ];
-    let agent = Agent::start(config("validation"), Plan { groups }).await.unwrap();
+    let agent = Lifecycle::start(config("validation"), Plan { groups }).await.unwrap();
     for (group, reason) in expect {
         let s = wait_failure(&agent, group).await;
         assert!(
@@ -212,7 +212,7 @@ async fn shutdown_drains_to_zero_and_stops_serving() {
             bufs.iter().map(|b| region(b)).collect(),
         )],
     };
-    let agent = Agent::start(config("drain"), plan).await.unwrap();
+    let agent = Lifecycle::start(config("drain"), plan).await.unwrap();
     assert!(agent.wait_ready(READY).await, "{:#?}", agent.status());
     let s = scrape(&agent);
     assert_eq!(
@@ -225,7 +225,7 @@ async fn shutdown_drains_to_zero_and_stops_serving() {
         s.metric("nixl_agent_registered_bytes").label("group", "kv").value(),
         (16 * (64 << 10)) as f64
     );
-    let addr = agent.local_addr();
+    let addr = agent.local_addr().unwrap();
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
     assert_eq!((report.deregistered, report.failed), (16, 0));
@@ -266,7 +266,7 @@ async fn optional_failing_group_does_not_gate_readiness() {
             .with_required(false),
         ],
     };
-    let agent = Agent::start(config("optional"), plan).await.unwrap();
+    let agent = Lifecycle::start(config("optional"), plan).await.unwrap();
     assert!(agent.wait_ready(READY).await);
     let s = wait_failure(&agent, "extra").await;
     assert_eq!(
@@ -276,7 +276,7 @@ async fn optional_failing_group_does_not_gate_readiness() {
             .map(|v| v >= 1.0),
         Some(true)
     );
-    let r = support::get(agent.local_addr(), "/readyz?verbose").unwrap();
+    let r = support::get(agent.local_addr().unwrap(), "/readyz?verbose").unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(
         !r.body.contains("extra"),
@@ -290,7 +290,7 @@ async fn optional_failing_group_does_not_gate_readiness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_plan_is_refused_before_anything_starts() {
     let g = GroupSpec::provided("a\"b", Kind::Aux, MemType::Dram, vec![]);
-    let err = Agent::start(config("bad-plan"), Plan { groups: vec![g] })
+    let err = Lifecycle::start(config("bad-plan"), Plan { groups: vec![g] })
         .await
         .err()
         .expect("refused");

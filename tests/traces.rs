@@ -87,9 +87,28 @@ fn lifecycle_span_tree_retries_resource_logs_and_exemplars() {
     let preflight = named(&spans, "nixl.preflight");
     assert_eq!(preflight.len(), 1);
 
-    // One trace, rooted at nixl.lifecycle (exported when it ends, at drain).
+    // One trace per operation, exported when it ends: every attempt is a
+    // root of its own trace, and backend creation belongs to the attempt
+    // that needed it. Nothing waits for the process to end.
     let trace = &kv.trace_id;
-    assert!(spans.iter().all(|s| &s.trace_id == trace), "one trace per agent run");
+    for s in named(&spans, "nixl.group.register") {
+        assert_eq!(s.parent_span_id, "", "an attempt is a root span");
+    }
+    let mut traces: Vec<&str> = named(&spans, "nixl.group.register")
+        .iter()
+        .map(|s| s.trace_id.as_str())
+        .collect();
+    let attempts = traces.len();
+    traces.sort_unstable();
+    traces.dedup();
+    assert_eq!(traces.len(), attempts, "each attempt has a trace of its own");
+    for b in &backend {
+        let parent = spans.iter().find(|s| s.span_id == b.parent_span_id);
+        assert_eq!(parent.map(|p| p.name.as_str()), Some("nixl.group.register"), "{b:?}");
+        assert_eq!(&b.trace_id, &parent.unwrap().trace_id);
+    }
+    assert_eq!(preflight[0].parent_span_id, "", "preflight is an operation of its own");
+    assert_ne!(&preflight[0].trace_id, trace);
     let s = kv.resource.clone();
     assert_eq!(s["service.name"], "nixl-agent");
     assert_eq!(s["service.version"], env!("CARGO_PKG_VERSION"));
@@ -125,25 +144,20 @@ fn lifecycle_span_tree_retries_resource_logs_and_exemplars() {
 
     agent.signal("TERM");
     assert_eq!(agent.wait_exit(WAIT).code(), Some(0));
-    let spans = rx.wait("root and deregister spans after drain", WAIT, |s| {
-        !named(s, "nixl.lifecycle").is_empty() && !named(s, "nixl.group.deregister").is_empty()
+    let spans = rx.wait("drain and deregister spans after drain", WAIT, |s| {
+        !named(s, "nixl.drain").is_empty() && !named(s, "nixl.group.deregister").is_empty()
     });
-    let root = named(&spans, "nixl.lifecycle")[0];
-    assert_eq!(root.parent_span_id, "", "nixl.lifecycle is the root");
+    let root = named(&spans, "nixl.drain")[0];
+    assert_eq!(root.parent_span_id, "", "the drain is the root of its trace");
     let dereg = named(&spans, "nixl.group.deregister");
     assert_eq!(dereg.len(), 1);
     assert_eq!(dereg[0].attr("group"), "kv");
     assert_eq!(dereg[0].attr("descriptor_count"), "4");
-    for child in ["nixl.preflight", "nixl.group.deregister"] {
-        assert_eq!(
-            named(&spans, child)[0].parent_span_id,
-            root.span_id,
-            "{child} is a child of the root"
-        );
-    }
-    assert!(named(&spans, "nixl.group.register")
-        .iter()
-        .all(|s| s.parent_span_id == root.span_id));
+    assert_eq!(
+        dereg[0].parent_span_id, root.span_id,
+        "deregistration is part of the drain"
+    );
+    assert_eq!(dereg[0].trace_id, root.trace_id);
 }
 
 #[test]
@@ -225,7 +239,7 @@ fn grpc_protocol_exports_to_a_real_trace_service() {
     assert_eq!(kv.resource["service.name"], "nixl-agent");
     agent.signal("TERM");
     assert_eq!(agent.wait_exit(WAIT).code(), Some(0));
-    rx.wait("the root span, flushed at shutdown", WAIT, |s| {
-        s.iter().any(|s| s.name == "nixl.lifecycle")
+    rx.wait("the drain span, flushed at shutdown", WAIT, |s| {
+        s.iter().any(|s| s.name == "nixl.drain")
     });
 }

@@ -9,15 +9,16 @@ mod render;
 pub use render::{render_human, Progress};
 
 use crate::config::Config;
-use crate::diagnose;
-use crate::lifecycle::group::{register_all, release_all};
-use crate::lifecycle::{Failure, Registrar};
+use crate::lifecycle::registration::{Backends, Registration};
+use crate::lifecycle::Registrar;
+use crate::model::{Failure, GroupFailure};
+use crate::model::{MemType, Reason};
 use crate::nixl::facts::{self, CudaDevice, UcxFacts};
 use crate::nixl::{self, NixlRegistrar, StderrTap};
 use crate::plan::{Plan, RegionSource};
+use crate::record::Recorder;
 use crate::status::NixlStatus;
-use crate::telemetry::names::{MemType, Reason};
-use crate::validate;
+use crate::telemetry::metrics::BuildInfo;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -117,7 +118,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
 
     progress.start("NIXL runtime");
     let loaded = nixl::load(found);
-    let runtime = NixlStatus::from_load(&loaded, searched);
+    let runtime = nixl::status_of(&loaded, searched);
     let outcome = if loaded.is_ok() { Outcome::Ok } else { Outcome::Fail };
     let mut nixl_check = NixlCheck { outcome, runtime };
     let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap);
@@ -352,43 +353,28 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl_up: 
         g.reason = Some(Reason::NixlUnavailable);
         return g;
     }
-    registrar.capture_begin();
+    // The very attempt the lifecycle makes, recorded into a registry
+    // nobody serves: check reports from the result.
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let mut registration = Registration::new(spec);
     let t0 = Instant::now();
-    let result = (|| -> Result<(), (Reason, String)> {
-        for b in &spec.backends {
-            registrar
-                .ensure_backend(b)
-                .map_err(|f| (f.reason, format!("backend {b}: {}", f.message)))?;
-        }
-        let (regions, backing) = match &spec.source {
-            RegionSource::Provided(r) => (r.clone(), None),
-            RegionSource::Allocate { count, size } => {
-                let (r, b) = registrar
-                    .allocate(spec, *count, *size)
-                    .map_err(|f| (f.reason, f.message))?;
-                (r, Some(b))
-            }
-        };
-        if spec.validate {
-            validate::validate_group(spec, &regions, registrar.probe(), 0).map_err(|r| (r.reason, r.message))?;
-        }
-        let handles = register_all(registrar, spec, &regions).map_err(|f| (f.reason, f.message))?;
-        let (failed, first) = release_all(registrar, handles);
-        drop(backing);
-        match first {
-            Some(f) => Err((f.reason, format!("{failed} deregistrations failed: {}", f.message))),
-            None => Ok(()),
-        }
-    })();
+    let result = registration
+        .attempt(registrar, &rec, spec, 1, &mut Backends::default(), 0)
+        .and_then(|()| match registration.deregister(registrar, &rec) {
+            (_, 0) => Ok(()),
+            (_, failed) => Err(GroupFailure::whole(Failure::new(
+                Reason::Unknown,
+                format!("{failed} deregistrations failed"),
+            ))),
+        });
+    registration.free();
     g.seconds = t0.elapsed().as_secs_f64();
-    let lines = registrar.capture_end();
-    if let Err((reason, message)) = result {
-        let reason = diagnose::refine(reason, &lines);
+    if let Err(f) = result {
         g.outcome = if spec.required { Outcome::Fail } else { Outcome::Warn };
-        g.reason = Some(reason);
-        g.error = Some(message);
-        g.diagnostics = lines;
-        g.advice = Some(reason.advice());
+        g.reason = Some(f.reason);
+        g.error = Some(f.message);
+        g.diagnostics = f.diagnostics;
+        g.advice = Some(f.reason.advice());
     }
     g
 }

@@ -5,21 +5,8 @@
 //! reported, so a failed group holds nothing.
 
 use super::{Failure, Registrar};
+pub use crate::model::GroupFailure;
 use crate::plan::{GroupSpec, Region};
-use crate::telemetry::names::Reason;
-
-/// A failed attempt, after rollback.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupFailure {
-    pub reason: Reason,
-    /// The region to blame, when there is one.
-    pub region: Option<usize>,
-    pub message: String,
-    /// Regions registered before the failure and deregistered again.
-    pub rolled_back: usize,
-    /// What NIXL/UCX printed during the attempt (see `crate::diagnose`).
-    pub diagnostics: Vec<String>,
-}
 
 /// Registers every region, or none.
 pub fn register_all<R: Registrar>(
@@ -69,8 +56,8 @@ pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> (usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{MemType, Reason};
     use crate::plan::Kind;
-    use crate::telemetry::names::MemType;
     use crate::validate::{DevicePointer, Memlock, MemoryProbe};
     use std::collections::BTreeSet;
     use std::time::Duration;

@@ -9,42 +9,9 @@
 
 use crate::backoff;
 use crate::config::RetryConfig;
-use crate::telemetry::names::Reason;
+use crate::model::Reason;
+pub use crate::model::{GroupState, Phase};
 use std::time::Duration;
-
-/// Where the agent as a whole is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Loading NIXL and creating its agent.
-    Starting,
-    /// NIXL is up; groups are registered and retried.
-    Running,
-    /// NIXL could not be loaded: the agent serves probes, never ready.
-    Unavailable,
-    /// Shutting down: not ready, deregistering.
-    Draining,
-    /// Everything deregistered.
-    Stopped,
-}
-
-/// Where one group is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GroupState {
-    /// Not attempted yet.
-    Pending,
-    /// An attempt is in flight.
-    Registering,
-    /// Every region is registered.
-    Registered,
-    /// The last attempt failed; a retry is scheduled.
-    Failed,
-    /// The last attempt failed and `retry.max_attempts` is spent.
-    GaveUp,
-    /// Deregistered during drain.
-    Deregistered,
-}
 
 /// Everything that can happen to the lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]

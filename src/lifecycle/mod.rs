@@ -8,39 +8,13 @@
 pub mod driver;
 pub mod group;
 pub mod machine;
+pub mod registration;
 
+pub use crate::model::{Failure, GroupFailure, RuntimeFacts};
 use crate::plan::{GroupSpec, Region};
-use crate::telemetry::names::Reason;
+use crate::record::{Capture, NoCapture};
 use crate::validate::MemoryProbe;
 use std::time::Duration;
-
-/// A failed step: a closed reason for labels, a message for people.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub reason: Reason,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(reason: Reason, message: impl Into<String>) -> Failure {
-        Failure {
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.reason, self.message)
-    }
-}
-
-/// What preflight learned about the NIXL runtime.
-#[derive(Debug, Clone, Default)]
-pub struct RuntimeFacts {
-    pub plugins: Vec<String>,
-}
 
 /// The operations the lifecycle needs from NIXL (and the memory allocator).
 /// Implemented by `crate::nixl::NixlRegistrar`; nothing here knows about FFI.
@@ -66,12 +40,19 @@ pub trait Registrar {
     fn probe(&self) -> &dyn MemoryProbe;
     /// Registers one region with the group's backends.
     fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<Self::Handle, Failure>;
+    /// Registers a whole group, all or nothing. The default registers region
+    /// by region (so a failure names its region) and rolls back; a path that
+    /// can register a list in one call overrides it.
+    fn register_group(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Vec<Self::Handle>, GroupFailure>
+    where
+        Self: Sized,
+    {
+        group::register_all(self, spec, regions)
+    }
     /// Deregisters one region.
     fn deregister_region(&mut self, handle: Self::Handle) -> Result<(), Failure>;
-    /// Starts collecting what the runtime prints (NIXL/UCX stderr).
-    fn capture_begin(&mut self) {}
-    /// Stops collecting; returns the lines printed since `capture_begin`.
-    fn capture_end(&mut self) -> Vec<String> {
-        Vec::new()
+    /// What NIXL/UCX print during an attempt is collected through this.
+    fn capture(&self) -> &dyn Capture {
+        &NoCapture
     }
 }

@@ -1,7 +1,7 @@
 //! CUDA through cudarc, loaded at run time. cudarc panics when libcuda is
 //! absent, so every entry point checks [`driver_present`] first.
 
-use crate::telemetry::names::Reason;
+use crate::model::Reason;
 use crate::validate::DevicePointer;
 use cudarc::driver::{sys, CudaContext, CudaSlice, DevicePtr};
 use std::collections::HashMap;

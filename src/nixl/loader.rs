@@ -137,3 +137,29 @@ fn dlopen(path: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// What loading told, for /v1/status: the library and which step found it,
+/// or the error and every place searched (`searched` when loading had none).
+pub fn status_of(loaded: &Result<Loaded, LoadError>, searched: Vec<String>) -> crate::status::NixlStatus {
+    use crate::status::NixlStatus;
+    let path = |p: &std::path::Path| p.display().to_string();
+    match loaded {
+        Ok(l) => NixlStatus {
+            library: Some(path(&l.discovery.library)),
+            found_by: Some(l.discovery.found_by.as_str().to_string()),
+            version: l.discovery.version.clone(),
+            plugin_dir: l.plugin_dir.as_deref().map(path),
+            cudart: l.cudart.as_deref().map(path),
+            ..NixlStatus::default()
+        },
+        Err(e) => NixlStatus {
+            searched: if e.searched.is_empty() {
+                searched
+            } else {
+                e.searched.clone()
+            },
+            error: Some(e.message.clone()),
+            ..NixlStatus::default()
+        },
+    }
+}

@@ -4,8 +4,8 @@
 
 use super::cuda::{self, VramArea};
 use crate::lifecycle::Failure;
+use crate::model::{MemType, Reason};
 use crate::plan::Region;
-use crate::telemetry::names::{MemType, Reason};
 
 /// What keeps a group's allocated memory alive.
 pub enum Backing {

@@ -14,12 +14,13 @@ pub mod discover;
 pub mod facts;
 mod loader;
 mod memory;
+mod observe;
 mod probe;
 mod registrar;
 mod stderr;
 
 pub use discover::{discover, Discovery, FoundBy, NotFound};
-pub use loader::{load, LoadError, Loaded, PLUGIN_DIR_ENV};
+pub use loader::{load, status_of, LoadError, Loaded, PLUGIN_DIR_ENV};
 pub use memory::Backing;
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;

@@ -2,7 +2,7 @@
 //! CAP_IPC_LOCK, and CUDA pointer attributes.
 
 use super::cuda;
-use crate::telemetry::names::Reason;
+use crate::model::Reason;
 use crate::validate::{self, DevicePointer, Memlock, MemoryProbe};
 
 /// Reads facts about this process's memory.

@@ -4,9 +4,10 @@ use super::loader::{LoadError, Loaded};
 use super::memory::{self, Backing};
 use super::probe::SystemProbe;
 use super::stderr::StderrTap;
-use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
-use crate::plan::{GroupSpec, Region};
-use crate::telemetry::names::{MemType, Reason};
+use crate::lifecycle::Registrar;
+use crate::model::{Failure, MemType, Reason, Region, RuntimeFacts};
+use crate::plan::GroupSpec;
+use crate::record::{Capture, NoCapture};
 use crate::validate::MemoryProbe;
 use nixl_sys::{Agent, AgentConfig, Backend, NixlError, OptArgs, RegistrationHandle};
 use std::collections::HashMap;
@@ -78,11 +79,14 @@ struct Live {
     opts: Vec<(Vec<String>, OptArgs)>,
 }
 
-/// Owns the NIXL agent, its backends and the memory it allocated. Lives on
-/// the lifecycle thread only.
+/// Registers on a NIXL agent: one nixl-agent creates (the binary, `check`)
+/// or the serving process's own (embedding). Owns the backends it created
+/// and the memory it allocated. Lives on the lifecycle thread only.
 pub struct NixlRegistrar {
     name: String,
     loaded: Result<Loaded, LoadError>,
+    /// The caller's NIXL agent, when registrations go there.
+    given: Option<Agent>,
     live: Option<Live>,
     probe: SystemProbe,
     tap: Option<StderrTap>,
@@ -95,10 +99,19 @@ impl NixlRegistrar {
         NixlRegistrar {
             name: agent_name.to_string(),
             loaded,
+            given: None,
             live: None,
             probe: SystemProbe,
             tap: None,
         }
+    }
+
+    /// Registers on the caller's NIXL agent instead of creating one: the
+    /// backends it already has are used, missing ones are created on it.
+    pub fn on_agent(agent: Agent, loaded: Result<Loaded, LoadError>) -> NixlRegistrar {
+        let mut r = NixlRegistrar::new(&agent.name(), loaded);
+        r.given = Some(agent);
+        r
     }
 
     /// Attributes what NIXL/UCX print during failed calls, through the tap.
@@ -132,19 +145,26 @@ impl Registrar for NixlRegistrar {
             }
             return Err(Failure::new(Reason::NixlUnavailable, msg));
         }
-        // No progress or listen thread: the agent only registers memory, and
-        // NIXL's default progress thread busy-polls a whole core when idle.
-        let cfg = AgentConfig {
-            enable_prog_thread: false,
-            enable_listen_thread: false,
-            ..AgentConfig::default()
+        let owned = self.given.is_none();
+        let agent = match self.given.clone() {
+            Some(agent) => agent,
+            None => {
+                // No progress or listen thread: this agent only registers
+                // memory, and NIXL's default progress thread busy-polls a
+                // whole core when idle.
+                let cfg = AgentConfig {
+                    enable_prog_thread: false,
+                    enable_listen_thread: false,
+                    ..AgentConfig::default()
+                };
+                Agent::new_configured(&self.name, &cfg).map_err(|e| {
+                    Failure::new(
+                        Reason::NixlUnavailable,
+                        format!("creating NIXL agent {:?}: {e}", self.name),
+                    )
+                })?
+            }
         };
-        let agent = Agent::new_configured(&self.name, &cfg).map_err(|e| {
-            Failure::new(
-                Reason::NixlUnavailable,
-                format!("creating NIXL agent {:?}: {e}", self.name),
-            )
-        })?;
         let list = agent
             .get_available_plugins()
             .map_err(|e| failure(e, "listing NIXL plugins"))?;
@@ -157,12 +177,24 @@ impl Registrar for NixlRegistrar {
             backends: HashMap::new(),
             opts: Vec::new(),
         });
-        Ok(RuntimeFacts { plugins })
+        let discovery = self.loaded.as_ref().ok().map(|l| &l.discovery);
+        Ok(RuntimeFacts {
+            plugins,
+            agent: self.name.clone(),
+            owned,
+            library: discovery.map(|d| d.library.display().to_string()),
+            version: discovery.and_then(|d| d.version.clone()),
+        })
     }
 
     fn ensure_backend(&mut self, name: &str) -> Result<Option<Duration>, Failure> {
         let live = self.live()?;
         if live.backends.contains_key(name) {
+            return Ok(None);
+        }
+        // On the caller's agent, a backend it created is used as it is.
+        if let Some(backend) = live.agent.get_backend(name) {
+            live.backends.insert(name.to_string(), backend);
             return Ok(None);
         }
         if !live.plugins.iter().any(|p| p == name) {
@@ -227,13 +259,10 @@ impl Registrar for NixlRegistrar {
         handle.deregister().map_err(|e| failure(e, "NIXL deregisterMem"))
     }
 
-    fn capture_begin(&mut self) {
-        if let Some(t) = &self.tap {
-            t.open();
+    fn capture(&self) -> &dyn Capture {
+        match &self.tap {
+            Some(t) => t,
+            None => &NoCapture,
         }
-    }
-
-    fn capture_end(&mut self) -> Vec<String> {
-        self.tap.as_ref().map(StderrTap::close).unwrap_or_default()
     }
 }

@@ -178,3 +178,13 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
         }
     }
 }
+
+impl crate::record::Capture for StderrTap {
+    fn begin(&self) {
+        self.open();
+    }
+
+    fn end(&self) -> Vec<String> {
+        self.close()
+    }
+}

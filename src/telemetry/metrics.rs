@@ -5,10 +5,18 @@
 //! Only [`super::events`] writes to it; the HTTP layer only encodes it.
 
 use super::names::{self, Family, Reason};
-use crate::plan::{GroupSpec, Plan};
+use crate::model::GroupLabels;
+use crate::record::Event;
 use prometheus::{Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
 
 /// Upper bounds of the registration duration histogram, in seconds.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -79,27 +87,15 @@ impl BuildInfo {
     }
 }
 
-/// The label values of one group, computed once.
-#[derive(Debug, Clone)]
-pub struct GroupLabels {
-    pub group: String,
-    pub kind: String,
-    pub mem_type: &'static str,
-    pub backend: String,
-    pub device: String,
+/// Label tuples of the per-group families.
+trait GroupSeries {
+    fn attempt(&self) -> [&str; 4];
+    fn failure(&self, reason: Reason) -> [&str; 5];
+    fn registered(&self) -> [&str; 4];
+    fn group(&self) -> [&str; 3];
 }
 
-impl GroupLabels {
-    pub fn of(spec: &GroupSpec) -> GroupLabels {
-        GroupLabels {
-            group: spec.name.clone(),
-            kind: spec.kind.as_str().to_string(),
-            mem_type: spec.mem_type.as_str(),
-            backend: spec.backend_label(),
-            device: spec.device.to_string(),
-        }
-    }
-
+impl GroupSeries for GroupLabels {
     fn attempt(&self) -> [&str; 4] {
         [&self.group, &self.kind, self.mem_type, &self.backend]
     }
@@ -147,7 +143,7 @@ struct Cached {
     format: super::exposition::Format,
     generation: u64,
     at: std::time::Instant,
-    body: axum::body::Bytes,
+    body: bytes::Bytes,
 }
 
 /// Longest a cached exposition is served: the `process_*` values (CPU,
@@ -165,8 +161,9 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C
 }
 
 impl Metrics {
-    /// Builds the registry for a plan and pre-creates its known series.
-    pub fn new(plan: &Plan, build: &BuildInfo) -> Metrics {
+    /// Builds the registry; per-group series are created when a group is
+    /// declared ([`Event::GroupDeclared`]).
+    pub fn new(build: &BuildInfo) -> Metrics {
         let r = Registry::new();
         let counter = |name| {
             register(
@@ -236,25 +233,64 @@ impl Metrics {
             .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("process collector registers once");
 
-        for spec in &plan.groups {
-            let l = GroupLabels::of(spec);
-            m.attempts.with_label_values(&l.attempt());
-            m.descriptors.with_label_values(&l.attempt());
-            m.duration.with_label_values(&l.attempt());
-            for reason in Reason::ALL {
-                m.failures.with_label_values(&l.failure(reason));
-                m.deregistration_failures
-                    .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
-            }
-            m.registered_descriptors.with_label_values(&l.registered()).set(0);
-            m.registered_bytes.with_label_values(&l.registered()).set(0);
-            m.deregistrations.with_label_values(&l.group());
-            m.group_registered.with_label_values(&l.group()).set(0);
-        }
-        for b in plan.backends() {
-            m.backend_up.with_label_values(&[&b]).set(0);
-        }
         m
+    }
+
+    /// The metrics subscriber: what each event changes in the registry.
+    pub(crate) fn on(&self, e: &Event<'_>) {
+        match e {
+            Event::GroupDeclared(d) => self.declare(&d.labels, &d.backends),
+            Event::MemlockObserved { soft_limit, .. } => self.set_memlock_limit(*soft_limit),
+            Event::NixlLoaded(_) => self.set_nixl_available(true),
+            Event::NixlUnavailable(_) => self.set_nixl_available(false),
+            Event::BackendCreated { backend, .. } => self.set_backend_up(backend, true),
+            Event::BackendFailed { backend, .. } => self.set_backend_up(backend, false),
+            Event::Attempted(a) => {
+                self.attempt(a.labels, a.descriptors, a.elapsed.map(|d| d.as_secs_f64()));
+                if let Err(f) = a.outcome {
+                    self.failure(a.labels, f.reason, unix_now());
+                }
+                self.registered(a.labels, a.holding.descriptors, a.holding.bytes);
+            }
+            Event::Deregistered {
+                labels,
+                failure,
+                holding,
+                ..
+            } => {
+                self.deregistered(labels, failure.map(|f| f.reason));
+                self.registered(labels, holding.descriptors, holding.bytes);
+            }
+            Event::ReadinessChanged { ready, time_to_ready } => {
+                self.set_ready(*ready);
+                if let Some(t) = time_to_ready {
+                    self.set_time_to_ready(t.as_secs_f64());
+                }
+            }
+            Event::DrainStarted => self.set_ready(false),
+            Event::RetryScheduled { .. } | Event::Progress { .. } | Event::DrainFinished { .. } => {}
+        }
+    }
+
+    /// Creates a group's series at 0, so alerts and dashboards see them
+    /// before the first attempt.
+    fn declare(&self, l: &GroupLabels, backends: &[String]) {
+        self.touch();
+        self.attempts.with_label_values(&l.attempt());
+        self.descriptors.with_label_values(&l.attempt());
+        self.duration.with_label_values(&l.attempt());
+        for reason in Reason::ALL {
+            self.failures.with_label_values(&l.failure(reason));
+            self.deregistration_failures
+                .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
+        }
+        self.registered_descriptors.with_label_values(&l.registered());
+        self.registered_bytes.with_label_values(&l.registered());
+        self.deregistrations.with_label_values(&l.group());
+        self.group_registered.with_label_values(&l.group());
+        for b in backends {
+            self.backend_up.with_label_values(&[b]);
+        }
     }
 
     /// The registry, for the exposition encoders.
@@ -270,7 +306,7 @@ impl Metrics {
     /// What /metrics serves: the last encoding while no metric was written
     /// and it is younger than [`CACHE_TTL`], else a fresh one. A scrape then
     /// costs a clone of a reference-counted buffer, not an encode.
-    pub fn exposition(&self, format: super::exposition::Format) -> axum::body::Bytes {
+    pub fn exposition(&self, format: super::exposition::Format) -> bytes::Bytes {
         use std::sync::atomic::Ordering;
         let generation = self.generation.load(Ordering::Acquire);
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -279,7 +315,7 @@ impl Metrics {
                 return c.body.clone();
             }
         }
-        let body = axum::body::Bytes::from(self.encode(format));
+        let body = bytes::Bytes::from(self.encode(format));
         cache.retain(|c| c.format != format);
         cache.push(Cached {
             format,
@@ -294,12 +330,14 @@ impl Metrics {
         self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
-    pub(crate) fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: f64) {
+    fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: Option<f64>) {
         self.touch();
         self.attempts.with_label_values(&l.attempt()).inc();
         self.descriptors
             .with_label_values(&l.attempt())
             .observe(descriptors as f64);
+        // An attempt that never reached NIXL has no duration to observe.
+        let Some(seconds) = seconds else { return };
         self.duration.with_label_values(&l.attempt()).observe(seconds);
         if let Some((trace, span)) = super::traces::current_ids() {
             let labels = [
@@ -321,7 +359,7 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
+    fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
         self.touch();
         self.failures.with_label_values(&l.failure(reason)).inc();
         self.last_failure
@@ -329,7 +367,7 @@ impl Metrics {
             .set(unix_seconds);
     }
 
-    pub(crate) fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
+    fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
         self.touch();
         self.registered_descriptors
             .with_label_values(&l.registered())
@@ -342,7 +380,7 @@ impl Metrics {
             .set(i64::from(descriptors > 0));
     }
 
-    pub(crate) fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
+    fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
         self.touch();
         self.deregistrations.with_label_values(&l.group()).inc();
         if let Some(reason) = failure {
@@ -353,27 +391,27 @@ impl Metrics {
         self.registered(l, 0, 0);
     }
 
-    pub(crate) fn set_ready(&self, ready: bool) {
+    fn set_ready(&self, ready: bool) {
         self.touch();
         self.ready.set(i64::from(ready));
     }
 
-    pub(crate) fn set_nixl_available(&self, up: bool) {
+    fn set_nixl_available(&self, up: bool) {
         self.touch();
         self.nixl_available.set(i64::from(up));
     }
 
-    pub(crate) fn set_backend_up(&self, backend: &str, up: bool) {
+    fn set_backend_up(&self, backend: &str, up: bool) {
         self.touch();
         self.backend_up.with_label_values(&[backend]).set(i64::from(up));
     }
 
-    pub(crate) fn set_memlock_limit(&self, bytes: Option<u64>) {
+    fn set_memlock_limit(&self, bytes: Option<u64>) {
         self.touch();
         self.memlock_limit.set(bytes.map_or(-1.0, |b| b as f64));
     }
 
-    pub(crate) fn set_time_to_ready(&self, seconds: f64) {
+    fn set_time_to_ready(&self, seconds: f64) {
         self.touch();
         self.time_to_ready.set(seconds);
     }

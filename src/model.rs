@@ -1,0 +1,352 @@
+//! The domain words everything else is written in: regions, kinds, memory
+//! types, the closed failure vocabulary, a failure, and the states of the
+//! lifecycle and of a group.
+//!
+//! Architecture Invariant: this module imports nothing of the crate. Every
+//! other module may import it; the label values the metrics export are the
+//! `as_str()` of these types (re-exported by `telemetry::names`).
+
+use std::fmt;
+
+/// Why a registration step failed: the closed vocabulary of the `reason` label.
+///
+/// Adding a variant is a design change: update the README table, the runbooks
+/// and the dashboards with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    NixlUnavailable,
+    PluginUnavailable,
+    BackendInitFailed,
+    CudaUnavailable,
+    AllocationFailed,
+    InvalidAddress,
+    ZeroLength,
+    UnmappedAddress,
+    OverlappingRegions,
+    MemTypeMismatch,
+    DeviceMismatch,
+    MemlockLimit,
+    NixlInvalidParam,
+    NixlNotFound,
+    NixlBackendError,
+    Timeout,
+    Unknown,
+}
+
+impl Reason {
+    /// Every reason, in the order the README documents them.
+    pub const ALL: [Reason; 17] = [
+        Reason::NixlUnavailable,
+        Reason::PluginUnavailable,
+        Reason::BackendInitFailed,
+        Reason::CudaUnavailable,
+        Reason::AllocationFailed,
+        Reason::InvalidAddress,
+        Reason::ZeroLength,
+        Reason::UnmappedAddress,
+        Reason::OverlappingRegions,
+        Reason::MemTypeMismatch,
+        Reason::DeviceMismatch,
+        Reason::MemlockLimit,
+        Reason::NixlInvalidParam,
+        Reason::NixlNotFound,
+        Reason::NixlBackendError,
+        Reason::Timeout,
+        Reason::Unknown,
+    ];
+
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::NixlUnavailable => "nixl_unavailable",
+            Reason::PluginUnavailable => "plugin_unavailable",
+            Reason::BackendInitFailed => "backend_init_failed",
+            Reason::CudaUnavailable => "cuda_unavailable",
+            Reason::AllocationFailed => "allocation_failed",
+            Reason::InvalidAddress => "invalid_address",
+            Reason::ZeroLength => "zero_length",
+            Reason::UnmappedAddress => "unmapped_address",
+            Reason::OverlappingRegions => "overlapping_regions",
+            Reason::MemTypeMismatch => "mem_type_mismatch",
+            Reason::DeviceMismatch => "device_mismatch",
+            Reason::MemlockLimit => "memlock_limit",
+            Reason::NixlInvalidParam => "nixl_invalid_param",
+            Reason::NixlNotFound => "nixl_not_found",
+            Reason::NixlBackendError => "nixl_backend_error",
+            Reason::Timeout => "timeout",
+            Reason::Unknown => "unknown",
+        }
+    }
+
+    /// One line for operators: what the reason means and where to look.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            Reason::NixlUnavailable => {
+                "libnixl_capi.so was not found or could not be loaded, or no NIXL agent could be created"
+            }
+            Reason::PluginUnavailable => "the group's backend has no plugin in the NIXL plugin directory",
+            Reason::BackendInitFailed => "the backend plugin exists but NIXL could not create the backend",
+            Reason::CudaUnavailable => "a VRAM group needs a CUDA driver and device, and none was found",
+            Reason::AllocationFailed => "the agent could not allocate the group's regions (binary-owned memory only)",
+            Reason::InvalidAddress => "a region starts at address 0 with a non-zero length",
+            Reason::ZeroLength => "a region has length 0",
+            Reason::UnmappedAddress => "a DRAM region is not (fully) mapped in the process",
+            Reason::OverlappingRegions => "two regions of the group overlap",
+            Reason::MemTypeMismatch => {
+                "a region's memory is not of the group's mem_type (e.g. a host pointer in a VRAM group)"
+            }
+            Reason::DeviceMismatch => "a VRAM region lives on another device than the group's device",
+            Reason::MemlockLimit => "registering the group would pin more bytes than RLIMIT_MEMLOCK allows",
+            Reason::NixlInvalidParam => "NIXL rejected the registration as an invalid parameter",
+            Reason::NixlNotFound => "NIXL reported that a backend or descriptor was not found",
+            Reason::NixlBackendError => "the NIXL backend (e.g. UCX) failed the registration; its stderr says why",
+            Reason::Timeout => "a lifecycle step did not finish within its deadline",
+            Reason::Unknown => "an error the agent does not classify; see the log and /v1/status",
+        }
+    }
+}
+
+impl Reason {
+    /// What to do about it, in one line (shown by `nixl-agent check`).
+    pub const fn advice(self) -> &'static str {
+        match self {
+            Reason::NixlUnavailable => "install NIXL (pip install nixl-cu12) or point --nixl-lib-dir / NIXL_LIB_DIR at the folder holding libnixl_capi.so",
+            Reason::PluginUnavailable => "check the backend name and NIXL_PLUGIN_DIR (the plugins folder beside libnixl_capi.so)",
+            Reason::BackendInitFailed => "run with UCX_LOG_LEVEL=info; check UCX_TLS / UCX_NET_DEVICES and that the NIC/driver stack is present",
+            Reason::CudaUnavailable => "run on a host with a CUDA driver and expose the GPU to the container (--gpus, nvidia device plugin)",
+            Reason::AllocationFailed => "lower count × size or free host/GPU memory",
+            Reason::InvalidAddress => "the buffer pointer is null: the serving process handed over an unallocated tensor",
+            Reason::ZeroLength => "a buffer length is 0: skip empty tensors before registering",
+            Reason::UnmappedAddress => "the pointer is stale or from another process: register buffers while they are allocated",
+            Reason::OverlappingRegions => "two buffers of the group overlap: register each allocation once",
+            Reason::MemTypeMismatch => "use the right mem_type; for VRAM, UCX needs CUDA support (libcudart.so.12 loadable, UCX_TLS with cuda)",
+            Reason::DeviceMismatch => "set the group's device to the GPU the buffers live on (CUDA_VISIBLE_DEVICES renumbers GPUs)",
+            Reason::MemlockLimit => "raise the memlock limit: ulimit -l unlimited, docker --ulimit memlock=-1, systemd LimitMEMLOCK=infinity",
+            Reason::NixlInvalidParam => "NIXL rejected the request: check mem_type, device ids and backend names",
+            Reason::NixlNotFound => "the backend was not created or was dropped: check the backend list and its creation error",
+            Reason::NixlBackendError => "read the NIXL/UCX lines attached to the failure (diagnostics); UCX_LOG_LEVEL=debug tells more",
+            Reason::Timeout => "the step exceeded its deadline: check for a hung driver or collector",
+            Reason::Unknown => "see the log and /v1/status for the error text",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Values of the `mem_type` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum MemType {
+    #[serde(rename = "DRAM", alias = "dram")]
+    Dram,
+    #[serde(rename = "VRAM", alias = "vram")]
+    Vram,
+}
+
+impl MemType {
+    pub const ALL: [MemType; 2] = [MemType::Dram, MemType::Vram];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MemType::Dram => "DRAM",
+            MemType::Vram => "VRAM",
+        }
+    }
+}
+
+impl fmt::Display for MemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Well-known values of the `kind` label. A group may also use its own word
+/// (validated to `[a-z0-9_]`, at most 32 bytes): see [`Kind`].
+pub const KIND_KV: &str = "kv";
+pub const KIND_AUX: &str = "aux";
+pub const KIND_STATE: &str = "state";
+
+/// One contiguous memory region: what NIXL calls a descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    /// Start address in the process (host pointer or CUDA device pointer).
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// Device id: the CUDA ordinal for VRAM, 0 for DRAM.
+    pub device: u32,
+}
+
+impl Region {
+    pub fn new(addr: usize, len: usize, device: u32) -> Region {
+        Region { addr, len, device }
+    }
+
+    /// One past the last byte, or `None` when the region wraps the address space.
+    pub fn end(&self) -> Option<usize> {
+        self.addr.checked_add(self.len)
+    }
+}
+
+/// What the buffers of a group are for: the `kind` label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// KV cache (usually VRAM).
+    Kv,
+    /// Host metadata buffers used to coordinate transfer completion.
+    Aux,
+    /// Model state buffers (e.g. mamba/SSM state).
+    State,
+    /// Any other word, `[a-z0-9_]`, at most 32 bytes (checked by the plan).
+    Custom(String),
+}
+
+impl Kind {
+    pub fn parse(word: &str) -> Kind {
+        match word {
+            KIND_KV => Kind::Kv,
+            KIND_AUX => Kind::Aux,
+            KIND_STATE => Kind::State,
+            other => Kind::Custom(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Kind::Kv => KIND_KV,
+            Kind::Aux => KIND_AUX,
+            Kind::State => KIND_STATE,
+            Kind::Custom(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed step: a closed reason for labels, a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Failure {
+        Failure {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.reason, self.message)
+    }
+}
+
+/// Where the agent as a whole is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Loading NIXL and creating its agent.
+    Starting,
+    /// NIXL is up; groups are registered and retried.
+    Running,
+    /// NIXL could not be loaded: the agent serves probes, never ready.
+    Unavailable,
+    /// Shutting down: not ready, deregistering.
+    Draining,
+    /// Everything deregistered.
+    Stopped,
+}
+
+/// Where one group is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupState {
+    /// Not attempted yet.
+    Pending,
+    /// An attempt is in flight.
+    Registering,
+    /// Every region is registered.
+    Registered,
+    /// The last attempt failed; a retry is scheduled.
+    Failed,
+    /// The last attempt failed and `retry.max_attempts` is spent.
+    GaveUp,
+    /// Deregistered during drain.
+    Deregistered,
+}
+
+/// The label values of one group, computed once when the group is declared
+/// (from a plan, or on first use in observe mode) and carried by every event
+/// about it. Only values that passed the label rules get here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLabels {
+    pub group: String,
+    pub kind: String,
+    pub mem_type: &'static str,
+    /// The group's backends joined with `+` (`UCX`, `UCX+GDS`).
+    pub backend: String,
+    pub device: String,
+}
+
+impl GroupLabels {
+    pub fn new(group: &str, kind: &Kind, mem_type: MemType, backends: &[String], device: u32) -> GroupLabels {
+        GroupLabels {
+            group: group.to_string(),
+            kind: kind.as_str().to_string(),
+            mem_type: mem_type.as_str(),
+            backend: backends.join("+"),
+            device: device.to_string(),
+        }
+    }
+}
+
+/// A failed group attempt, after rollback: what the metrics, the status and
+/// the log say about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupFailure {
+    pub reason: Reason,
+    /// The region to blame, when there is one.
+    pub region: Option<usize>,
+    pub message: String,
+    /// Regions registered before the failure and deregistered again.
+    pub rolled_back: usize,
+    /// What NIXL/UCX printed during the attempt.
+    pub diagnostics: Vec<String>,
+}
+
+impl GroupFailure {
+    /// A failure of the group as a whole (no region to blame).
+    pub fn whole(f: Failure) -> GroupFailure {
+        GroupFailure {
+            reason: f.reason,
+            region: None,
+            message: f.message,
+            rolled_back: 0,
+            diagnostics: Vec::new(),
+        }
+    }
+}
+
+/// What preflight learned about the NIXL runtime and agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeFacts {
+    pub plugins: Vec<String>,
+    /// The NIXL agent's name.
+    pub agent: String,
+    /// Whether nixl-agent created that NIXL agent (`false`: the caller's).
+    pub owned: bool,
+    pub library: Option<String>,
+    pub version: Option<String>,
+}
