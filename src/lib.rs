@@ -27,5 +27,6 @@ pub mod validate;
 pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError};
 pub use config::Config;
 pub use model::{MemType, Reason};
+pub use nixl::{load_nixl, Descriptor};
 pub use observe::{Expected, ObserveSettings, Observer};
 pub use plan::{GroupSpec, Kind, Plan, Region, RegionSource};

@@ -10,6 +10,7 @@
 #![allow(unsafe_code)]
 
 mod cuda;
+mod descriptor;
 pub mod discover;
 pub mod facts;
 mod loader;
@@ -19,6 +20,7 @@ mod probe;
 mod registrar;
 mod stderr;
 
+pub use descriptor::Descriptor;
 pub use discover::{discover, Discovery, FoundBy, NotFound};
 pub use loader::{load, status_of, LoadError, Loaded, PLUGIN_DIR_ENV};
 pub use memory::Backing;
@@ -29,4 +31,13 @@ pub use stderr::StderrTap;
 /// Whether a CUDA driver library can be loaded in this process.
 pub fn cuda_driver_present() -> bool {
     cuda::driver_present()
+}
+
+/// Loads the NIXL runtime for an embedding process, before it creates its
+/// own `nixl_sys::Agent`: finds `libnixl_capi.so` (in `lib_dir`, else
+/// `NIXL_LIB_DIR`, the NIXL wheel, /opt/nvidia/nvda_nixl, the loader path)
+/// and loads it by full path, so that nixl-sys never aborts on a missing
+/// library. `Loaded::plugin_dir` is what `NIXL_PLUGIN_DIR` should say.
+pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError> {
+    load(discover(lib_dir, &crate::config::ProcessEnv))
 }

@@ -1,49 +1,18 @@
 //! [`NixlRegistrar`]: the real NIXL behind the lifecycle's `Registrar` trait.
 
+use super::descriptor::Descriptor;
 use super::loader::{LoadError, Loaded};
 use super::memory::{self, Backing};
 use super::probe::SystemProbe;
 use super::stderr::StderrTap;
 use crate::lifecycle::Registrar;
-use crate::model::{Failure, MemType, Reason, Region, RuntimeFacts};
+use crate::model::{Failure, Reason, Region, RuntimeFacts};
 use crate::plan::GroupSpec;
 use crate::record::{Capture, NoCapture};
 use crate::validate::MemoryProbe;
 use nixl_sys::{Agent, AgentConfig, Backend, NixlError, OptArgs, RegistrationHandle};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-/// One region as nixl-sys wants to see it.
-#[derive(Debug)]
-struct Desc {
-    addr: usize,
-    len: usize,
-    device: u64,
-    mem_type: nixl_sys::MemType,
-}
-
-impl nixl_sys::MemoryRegion for Desc {
-    // Safety (of the contract): the returned pointer is only handed to NIXL
-    // for registration, never dereferenced by Rust. Validity of the memory is
-    // the plan's promise (and what validation checks when enabled).
-    unsafe fn as_ptr(&self) -> *const u8 {
-        self.addr as *const u8
-    }
-
-    fn size(&self) -> usize {
-        self.len
-    }
-}
-
-impl nixl_sys::NixlDescriptor for Desc {
-    fn mem_type(&self) -> nixl_sys::MemType {
-        self.mem_type
-    }
-
-    fn device_id(&self) -> u64 {
-        self.device
-    }
-}
 
 /// Maps a nixl-sys error to the closed reason vocabulary.
 pub fn reason_of(e: &NixlError) -> Reason {
@@ -138,7 +107,9 @@ impl Registrar for NixlRegistrar {
     type Backing = Backing;
 
     fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
-        if let Err(e) = &self.loaded {
+        // On the caller's agent NIXL is loaded by definition; the load
+        // result only feeds the status.
+        if let (Err(e), None) = (&self.loaded, &self.given) {
             let mut msg = e.message.clone();
             if !e.searched.is_empty() {
                 msg.push_str(&format!("; searched: {}", e.searched.join(", ")));
@@ -241,15 +212,7 @@ impl Registrar for NixlRegistrar {
                 live.opts.len() - 1
             }
         };
-        let desc = Desc {
-            addr: region.addr,
-            len: region.len,
-            device: u64::from(region.device),
-            mem_type: match spec.mem_type {
-                MemType::Dram => nixl_sys::MemType::Dram,
-                MemType::Vram => nixl_sys::MemType::Vram,
-            },
-        };
+        let desc = Descriptor::new(*region, spec.mem_type);
         live.agent
             .register_memory(&desc, Some(&live.opts[slot].1))
             .map_err(|e| failure(e, "NIXL registerMem"))

@@ -1,0 +1,300 @@
+//! Proof by transfer: what nixl-agent registers is what the serving process
+//! transfers with. Two real NIXL agents in one process (UCX, DRAM, this
+//! CPU-only machine): the serving process's agent hands its kv/aux buffers
+//! to nixl-agent — once through the lifecycle on its own agent, once through
+//! observe mode — exchanges metadata with a peer, WRITEs and READs real
+//! bytes, then drains; NIXL itself then refuses a transfer over the drained
+//! regions and its metadata no longer carries them.
+
+mod support;
+
+use nixl_agent::config::{Config, RetryConfig};
+use nixl_agent::telemetry::exposition::{encode, Format};
+use nixl_agent::{Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, Observer, Plan, Region};
+use nixl_sys::{Agent, Backend, OptArgs, XferDescList, XferOp, XferStatus};
+use std::time::{Duration, Instant};
+use support::Scrape;
+
+const LEN: usize = 64 << 10;
+const AUX: usize = 4 << 10;
+
+/// A NIXL agent as a serving process creates it: default config (progress
+/// thread on, so the peer side of a transfer progresses), UCX backend.
+fn serving_agent(name: &str) -> (Agent, Backend) {
+    nixl_agent::load_nixl(Some(&support::nixl_lib_dir())).expect("NIXL runtime from the wheel");
+    let agent = Agent::new(name).expect("NIXL agent");
+    let (_, params) = agent.get_plugin_params("UCX").expect("UCX plugin");
+    let backend = agent.create_backend("UCX", &params).expect("UCX backend");
+    (agent, backend)
+}
+
+fn opts(b: &Backend) -> OptArgs {
+    let mut o = OptArgs::new().unwrap();
+    o.add_backend(b).unwrap();
+    o
+}
+
+fn dlist(buf: &[u8]) -> XferDescList<'static> {
+    let mut l = XferDescList::new(nixl_sys::MemType::Dram).unwrap();
+    l.add_desc(buf.as_ptr() as usize, buf.len(), 0);
+    l
+}
+
+/// Posts `op` from `a` between `local` and the peer's `remote`, waits for
+/// completion. The request is dropped before returning (NIXL must not hold
+/// a request over a region that is about to be deregistered).
+fn transfer(a: &Agent, op: XferOp, local: &[u8], remote: &[u8], peer: &str) {
+    let req = a
+        .create_xfer_req(op, &dlist(local), &dlist(remote), peer, None)
+        .expect("transfer request over registered memory");
+    let t0 = Instant::now();
+    if a.post_xfer_req(&req, None).expect("post") {
+        while a.get_xfer_status(&req).expect("status") != XferStatus::Success {
+            assert!(t0.elapsed() < Duration::from_secs(20), "transfer did not complete");
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Both agents learn each other's registrations.
+fn exchange(a: &Agent, b: &Agent) -> (String, String) {
+    let name_a = b.load_remote_md(&a.get_local_md().unwrap()).unwrap();
+    let name_b = a.load_remote_md(&b.get_local_md().unwrap()).unwrap();
+    (name_a, name_b)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn config(name: &str) -> Config {
+    Config {
+        agent_name: name.to_string(),
+        nixl_lib_dir: Some(support::nixl_lib_dir()),
+        retry: RetryConfig {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(100),
+            max_attempts: 0,
+        },
+        groups: vec![],
+        ..Config::default()
+    }
+}
+
+fn host(buf: &[u8]) -> Region {
+    Region::new(buf.as_ptr() as usize, buf.len(), 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_on_the_serving_agent_registers_what_it_transfers_with() {
+    let (a, _backend_a) = serving_agent("prefill-0");
+    let (b, backend_b) = serving_agent("decode-0");
+    let kv = pattern(LEN, 7);
+    let aux = vec![0u8; AUX];
+    let peer = pattern(LEN, 99);
+    let _peer_reg = b
+        .register_memory(&Descriptor::host(&peer), Some(&opts(&backend_b)))
+        .unwrap();
+    let md_unregistered = a.get_local_md().unwrap().len();
+
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![host(&kv)]),
+            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![host(&aux)]),
+        ],
+    };
+    let running = Lifecycle::prepare(config("ignored-on-the-callers-agent"), plan)
+        .unwrap()
+        .on_agent(a.clone())
+        .without_server()
+        .start()
+        .await
+        .unwrap();
+    assert!(
+        running.wait_ready(Duration::from_secs(30)).await,
+        "{:#?}",
+        running.status()
+    );
+    assert_eq!(running.local_addr(), None, "no port of its own");
+
+    // The registrations belong to the caller's agent: no NIXL agent of ours.
+    let status = running.status();
+    assert_eq!(status.nixl.agent.as_deref(), Some("prefill-0"));
+    assert_eq!(status.nixl.agent_owner, Some("caller"));
+    let s = Scrape::parse(&encode(running.metrics().registry(), Format::Text));
+    for (group, bytes) in [("kv", LEN), ("aux", AUX)] {
+        let m = s.metric("nixl_agent_registered_descriptors").label("group", group);
+        assert_eq!(m.value(), 1.0, "{group}");
+        let m = s.metric("nixl_agent_registered_bytes").label("group", group);
+        assert_eq!(m.value(), bytes as f64, "{group}");
+    }
+
+    // A's metadata now carries kv and aux; the peer learns them.
+    assert!(a.get_local_md().unwrap().len() > md_unregistered);
+    let (_, name_b) = exchange(&a, &b);
+    transfer(&a, XferOp::Write, &kv, &peer, &name_b);
+    assert_eq!(peer, kv, "WRITE from the kv group reached the peer");
+    transfer(&a, XferOp::Read, &aux, &peer[..AUX], &name_b);
+    assert_eq!(aux, kv[..AUX], "READ into the aux group brought the peer's bytes");
+
+    // Drain: Ok means NIXL holds nothing of ours.
+    let md_registered = a.get_local_md().unwrap().len();
+    let report = running.shutdown().await.expect("clean drain");
+    assert_eq!(report.deregistered, 2);
+    assert!(report.still_registered.is_empty());
+
+    // NIXL's own view: the regions are gone from A's metadata, and a
+    // transfer over them is refused.
+    assert_eq!(a.get_local_md().unwrap().len(), md_unregistered);
+    assert!(a.get_local_md().unwrap().len() < md_registered);
+    for (op, local) in [(XferOp::Write, &kv), (XferOp::Read, &aux)] {
+        let refused = a.create_xfer_req(op, &dlist(local), &dlist(&peer[..local.len()]), &name_b, None);
+        assert!(refused.is_err(), "NIXL still transfers over a drained region");
+    }
+    // The caller's agent and backend are the caller's again, still usable.
+    let again = a.register_memory(&Descriptor::host(&kv), Some(&opts(&a.get_backend("UCX").unwrap())));
+    assert!(again.is_ok(), "the serving agent still registers after the drain");
+}
+
+#[test]
+fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned() {
+    let (a, backend_a) = serving_agent("prefill-1");
+    let (b, backend_b) = serving_agent("decode-1");
+    let (opts_a, opts_b) = (opts(&backend_a), opts(&backend_b));
+    let kv = pattern(LEN, 3);
+    let aux = vec![0u8; AUX];
+    let peer = pattern(LEN, 42);
+    let _peer_reg = b.register_memory(&Descriptor::host(&peer), Some(&opts_b)).unwrap();
+    let observer = Observer::new(ObserveSettings {
+        expect: vec![
+            Expected::new("kv", Kind::Kv, MemType::Dram),
+            Expected::new("aux", Kind::Aux, MemType::Dram),
+        ],
+        validate: true,
+        ..ObserveSettings::default()
+    });
+    let scrape = || Scrape::parse(&encode(observer.metrics().registry(), Format::Text));
+    assert!(!observer.status().ready, "expected groups not registered yet");
+
+    // The caller's own registration calls, through the observer.
+    let kv_desc = Descriptor::host(&kv);
+    let aux_desc = Descriptor::host(&aux);
+    let mut kv_reg = observer
+        .register(&a, "kv", Kind::Kv, &kv_desc, Some(&opts_a))
+        .expect("kv registers");
+    assert!(!observer.status().ready, "aux still missing");
+    let mut aux_reg = observer
+        .register(&a, "aux", Kind::Aux, &aux_desc, Some(&opts_a))
+        .expect("aux registers");
+    let status = observer.status();
+    assert!(status.ready, "{status:#?}");
+    assert_eq!(status.nixl.agent.as_deref(), Some("prefill-1"));
+    let s = scrape();
+    assert_eq!(
+        s.metric("nixl_agent_registered_bytes").label("group", "kv").value(),
+        LEN as f64
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "aux")
+            .value(),
+        1.0
+    );
+    assert_eq!(s.metric("nixl_agent_ready").value(), 1.0);
+
+    // The seed: a null aux pointer. The caller sees exactly the error NIXL
+    // gives without the observer, and the failure is recorded by reason.
+    let null = Descriptor::new(Region::new(0, AUX, 0), MemType::Dram);
+    let direct = a.register_memory(&null, Some(&opts_a)).map(|_| ()).unwrap_err();
+    let observed = observer
+        .register(&a, "aux", Kind::Aux, &null, Some(&opts_a))
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(format!("{observed:?}"), format!("{direct:?}"));
+    let s = scrape();
+    let failures = s
+        .metric("nixl_agent_registration_failures_total")
+        .label("group", "aux")
+        .label("reason", "invalid_address");
+    assert_eq!(failures.value(), 1.0, "validation names the null pointer");
+    let aux_status = observer.status().groups.into_iter().find(|g| g.name == "aux").unwrap();
+    assert_eq!(aux_status.last_reason, Some(nixl_agent::Reason::InvalidAddress));
+    assert_eq!(aux_status.descriptors, 1, "the earlier aux registration still holds");
+
+    // The observed registrations are the ones the process transfers with.
+    let (_, name_b) = exchange(&a, &b);
+    transfer(&a, XferOp::Write, &kv, &peer, &name_b);
+    assert_eq!(peer, kv);
+    transfer(&a, XferOp::Read, &aux, &peer[..AUX], &name_b);
+    assert_eq!(aux, kv[..AUX]);
+
+    // Deregistration through the observer: gauges drop, NIXL refuses.
+    observer.deregister("kv", Kind::Kv, &kv_desc, &mut kv_reg).unwrap();
+    observer.deregister("aux", Kind::Aux, &aux_desc, &mut aux_reg).unwrap();
+    let s = scrape();
+    for group in ["kv", "aux"] {
+        assert_eq!(
+            s.metric("nixl_agent_registered_descriptors")
+                .label("group", group)
+                .value(),
+            0.0
+        );
+        assert_eq!(
+            s.metric("nixl_agent_deregistrations_total")
+                .label("group", group)
+                .value(),
+            1.0
+        );
+    }
+    assert!(
+        !observer.status().ready,
+        "a fully deregistered expected group is not ready"
+    );
+    for (op, local) in [(XferOp::Write, &kv), (XferOp::Read, &aux)] {
+        let refused = a.create_xfer_req(op, &dlist(local), &dlist(&peer[..local.len()]), &name_b, None);
+        assert!(refused.is_err(), "NIXL still transfers over a deregistered region");
+    }
+}
+
+#[test]
+fn observed_groups_are_capped_and_names_follow_the_label_rules() {
+    let (a, backend) = serving_agent("prefill-2");
+    let o = opts(&backend);
+    let observer = Observer::new(ObserveSettings {
+        max_groups: 2,
+        ..ObserveSettings::default()
+    });
+    let bufs: Vec<Vec<u8>> = (0..5).map(|i| pattern(4096, i)).collect();
+    let names = ["layer0", "layer1", "layer2", "bad name\"}", "layer0"];
+    let mut regs = Vec::new();
+    for (buf, name) in bufs.iter().zip(names) {
+        regs.push(
+            observer
+                .register(&a, name, Kind::Kv, &Descriptor::host(buf), Some(&o))
+                .unwrap(),
+        );
+    }
+    let s = scrape_groups(&observer);
+    assert_eq!(s, ["layer0", "layer1", "other"], "two by name, the rest under `other`");
+    let m = Scrape::parse(&encode(observer.metrics().registry(), Format::Text));
+    assert_eq!(
+        m.metric("nixl_agent_registered_descriptors")
+            .label("group", "layer0")
+            .value(),
+        2.0
+    );
+    assert_eq!(
+        m.metric("nixl_agent_registered_descriptors")
+            .label("group", "other")
+            .value(),
+        2.0
+    );
+}
+
+fn scrape_groups(o: &Observer) -> Vec<String> {
+    let mut g: Vec<String> = o.status().groups.into_iter().map(|g| g.name).collect();
+    g.sort();
+    g
+}
