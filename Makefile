@@ -30,6 +30,8 @@ test: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) build --all-targets
+	# What an embedder builds: the library without the CLI (no clap), and the example.
+	$(CARGO) build --no-default-features --lib --example serving
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --no-fail-fast; \
 	else \

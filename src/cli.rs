@@ -49,7 +49,23 @@ pub struct Opts {
     pub nixl_lib_dir: Option<PathBuf>,
     /// Log format [env: NIXL_AGENT_LOG_FORMAT] [default: text]
     #[arg(long, global = true, value_enum)]
-    pub log_format: Option<LogFormat>,
+    pub log_format: Option<LogFormatArg>,
+}
+
+/// `--log-format` values (the config's `LogFormat` knows nothing of clap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(a: LogFormatArg) -> LogFormat {
+        match a {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
 }
 
 impl Opts {
@@ -69,7 +85,7 @@ impl Opts {
             config.nixl_lib_dir = Some(d.clone());
         }
         if let Some(f) = self.log_format {
-            config.log_format = f;
+            config.log_format = f.into();
         }
         config.validate()?;
         Ok(config)
@@ -96,7 +112,7 @@ mod tests {
         assert_eq!((c.listen.port(), c.log_format), (2, LogFormat::Json));
         let opts = Opts {
             listen: Some("127.0.0.1:3".parse().unwrap()),
-            log_format: Some(LogFormat::Text),
+            log_format: Some(LogFormatArg::Text),
             ..Opts::default()
         };
         let c = opts.load_config(&env).unwrap();

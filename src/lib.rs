@@ -1,32 +1,59 @@
-//! nixl-agent: performs NIXL memory registration for a serving process and
-//! makes every attempt observable (Prometheus metrics, health probes, status).
+//! nixl-agent: performs NIXL memory registration for a serving process, or
+//! observes the process doing it, and makes every attempt observable
+//! (Prometheus metrics, OpenTelemetry traces, health probes, status).
 //!
-//! The library is the product; `src/main.rs` is a thin shell over [`agent`].
+//! The library is the product; the binary (`src/main.rs`) is a thin shell.
+//! Three entry points share one recording path ([`record`]):
+//! - [`Lifecycle`] on nixl-agent's own NIXL agent (the binary),
+//! - [`Lifecycle`] on the serving process's NIXL agent ([`Prepared::on_agent`]),
+//! - [`Observer`], around registration calls the process makes itself.
+//!
 //! See ARCHITECTURE.md for the map and the invariants.
 #![deny(unsafe_code)]
 
-pub mod agent;
-pub mod backoff;
-pub mod check;
-pub mod cli;
+// ---- The embedding API -------------------------------------------------
 pub mod config;
-pub mod diagnose;
-pub mod http;
-pub mod lifecycle;
 pub mod model;
-pub mod nixl;
 pub mod observe;
 pub mod plan;
-pub mod record;
-pub mod signals;
 pub mod status;
 pub mod telemetry;
-pub mod units;
-pub mod validate;
 
 pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError};
 pub use config::Config;
-pub use model::{MemType, Reason};
-pub use nixl::{load_nixl, Descriptor};
+pub use lifecycle::driver::DrainReport;
+pub use model::{Kind, MemType, Reason, Region};
+pub use nixl::{load_nixl, Descriptor, LoadError, Loaded};
 pub use observe::{Expected, ObserveSettings, Observer};
-pub use plan::{GroupSpec, Kind, Plan, Region, RegionSource};
+pub use plan::{GroupSpec, Plan, RegionSource};
+
+// ---- Internals ---------------------------------------------------------
+// Public only for this crate's binary, tests and benchmark; no stability
+// promise, not part of the documented API.
+#[doc(hidden)]
+pub mod agent;
+#[doc(hidden)]
+pub mod backoff;
+#[doc(hidden)]
+#[cfg(feature = "cli")]
+pub mod check;
+#[doc(hidden)]
+#[cfg(feature = "cli")]
+pub mod cli;
+#[doc(hidden)]
+pub mod diagnose;
+#[doc(hidden)]
+pub mod http;
+#[doc(hidden)]
+pub mod lifecycle;
+#[doc(hidden)]
+pub mod nixl;
+#[doc(hidden)]
+pub mod record;
+#[doc(hidden)]
+#[cfg(feature = "cli")]
+pub mod signals;
+#[doc(hidden)]
+pub mod units;
+#[doc(hidden)]
+pub mod validate;

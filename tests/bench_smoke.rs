@@ -6,7 +6,9 @@
 //! the benchmark cannot rot. Timings are not judged here: these are not
 //! timed tests.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,29 +47,6 @@ fn ensure_python() {
     }
 }
 
-/// The example binary built beside this test (cargo test and nextest build
-/// examples with the tests); built here when a filtered run skipped it.
-fn bench_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let bin = profile_dir.join("examples/nixl-bench");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(repo())
-            .args(["build", "--quiet", "--example", "nixl-bench"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        assert!(
-            cmd.status().is_ok_and(|s| s.success()),
-            "cargo build --example nixl-bench failed"
-        );
-    }
-    assert!(bin.exists(), "{} missing", bin.display());
-    bin
-}
-
 fn num(v: &serde_json::Value, path: &str) -> f64 {
     let mut cur = v;
     for key in path.split('.') {
@@ -83,7 +62,7 @@ fn num(v: &serde_json::Value, path: &str) -> f64 {
 fn benchmark_smoke_run_produces_every_section() {
     let lib = nixl_lib_dir();
     ensure_python();
-    let bin = bench_binary();
+    let bin = support::example_binary("nixl-bench");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("smoke.json");
     let started = Instant::now();

@@ -242,11 +242,7 @@ impl AgentProcess {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args(["-s", sig, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        signal(self.child.id(), sig);
     }
 
     /// Waits for exit and returns the status.
@@ -269,4 +265,35 @@ impl Drop for AgentProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An example binary built beside this test (cargo test and nextest build
+/// examples with the tests); built here when a filtered run skipped it.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(std::path::Path::parent).unwrap().to_path_buf();
+    let bin = profile_dir.join("examples").join(name);
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(repo()).args(["build", "--quiet", "--example", name]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        assert!(
+            cmd.status().is_ok_and(|s| s.success()),
+            "cargo build --example {name} failed"
+        );
+    }
+    assert!(bin.exists(), "{} missing", bin.display());
+    bin
+}
+
+/// Sends `sig` (a name such as `TERM`) to a process.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args(["-s", sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
 }
