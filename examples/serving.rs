@@ -6,14 +6,20 @@
 //! bytes to a peer (`decode-0`, in-process here) with the very registrations
 //! nixl-agent reports, and on SIGTERM drains before freeing its buffers.
 //!
+//! With `observe`, the process makes its registration calls itself (as
+//! Dynamo's block manager does) and nixl-agent records them instead.
+//!
 //! ```text
 //! cargo run --example serving                # NIXL from NIXL_LIB_DIR or the wheel
+//! cargo run --example serving -- observe
 //! curl localhost:<port>/readyz ; curl localhost:<port>/metrics
 //! kill -TERM <pid>
 //! ```
 
 use axum::routing::get;
-use nixl_agent::{Config, Descriptor, GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
+use nixl_agent::{
+    Config, Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, Observer, Plan, Region,
+};
 use nixl_sys::{Agent, OptArgs, XferDescList, XferOp, XferStatus};
 use std::time::{Duration, Instant};
 
@@ -70,37 +76,17 @@ async fn main() -> Result<(), Error> {
     // The serving process's own memory.
     let mut kv: Vec<u8> = (0..BLOCK * BLOCKS).map(|i| (i % 251) as u8).collect();
     let mut aux = vec![0u8; AUX];
-    let blocks: Vec<Region> = kv
-        .chunks(BLOCK)
-        .map(|b| Region::new(b.as_ptr() as usize, b.len(), 0))
-        .collect();
-    let plan = Plan {
-        groups: vec![
-            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, blocks),
-            GroupSpec::provided(
-                "aux",
-                Kind::Aux,
-                MemType::Dram,
-                vec![Region::new(aux.as_ptr() as usize, AUX, 0)],
-            ),
-        ],
+    let observe = std::env::args().nth(1).as_deref() == Some("observe");
+    let (app, done) = if observe {
+        observed(&agent, &kv, &aux)?
+    } else {
+        lifecycle(&agent, &kv, &aux, lib_dir).await?
     };
-
-    // nixl-agent registers on `agent`, and serves nothing of its own.
-    let config = Config {
-        nixl_lib_dir: lib_dir,
-        ..Config::default()
-    };
-    let running = Lifecycle::prepare(config, plan)?
-        .on_agent(agent.clone())
-        .without_server()
-        .start()
-        .await?;
 
     // The process's own HTTP server, with nixl-agent's routes mounted.
     let app = axum::Router::new()
         .route("/generate", get(|| async { "generated\n" }))
-        .merge(running.router());
+        .merge(app);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("listening http://{}", listener.local_addr()?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -111,10 +97,6 @@ async fn main() -> Result<(), Error> {
             })
             .await
     });
-
-    if !running.wait_ready(Duration::from_secs(30)).await {
-        return Err(format!("not ready: {:?}", running.status().groups).into());
-    }
 
     // A peer (a decode worker; in-process here) and a KV transfer over the
     // registrations nixl-agent reports.
@@ -136,7 +118,20 @@ async fn main() -> Result<(), Error> {
     // Serve until SIGTERM, then drain before the buffers go.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     term.recv().await;
-    let report = running.shutdown().await?;
+    let (deregistered, still_registered) = match done {
+        Drain::Lifecycle(running) => {
+            let report = running.shutdown().await?;
+            (report.deregistered, report.still_registered.len())
+        }
+        Drain::Observed(observer, mut handles) => {
+            let mut n = 0;
+            for (group, kind, desc, handle) in &mut handles {
+                observer.deregister(group, kind.clone(), desc, handle)?;
+                n += 1;
+            }
+            (n, 0)
+        }
+    };
     let _ = stop.send(());
     let _ = server.await;
     let refused = agent
@@ -148,14 +143,74 @@ async fn main() -> Result<(), Error> {
             None,
         )
         .is_err();
-    println!(
-        "drained deregistered={} still_registered={} nixl_refuses_drained_kv={refused}",
-        report.deregistered,
-        report.still_registered.len()
-    );
+    println!("drained deregistered={deregistered} still_registered={still_registered} nixl_refuses_drained_kv={refused}");
     drop(peer_reg);
     // Only now may the buffers be reused or freed.
     kv.fill(0);
     aux.fill(0);
     Ok(())
+}
+
+/// What must be drained before the buffers go.
+enum Drain {
+    Lifecycle(nixl_agent::LifecycleHandle),
+    Observed(Observer, Vec<(&'static str, Kind, Descriptor, nixl_sys::RegistrationHandle)>),
+}
+
+/// Lifecycle mode: nixl-agent registers the plan on the process's agent.
+async fn lifecycle(
+    agent: &Agent,
+    kv: &[u8],
+    aux: &[u8],
+    lib_dir: Option<std::path::PathBuf>,
+) -> Result<(axum::Router, Drain), Error> {
+    let blocks: Vec<Region> = kv
+        .chunks(BLOCK)
+        .map(|b| Region::new(b.as_ptr() as usize, b.len(), 0))
+        .collect();
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, blocks),
+            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![Region::new(aux.as_ptr() as usize, aux.len(), 0)]),
+        ],
+    };
+    // nixl-agent registers on `agent`, and serves nothing of its own.
+    let config = Config {
+        nixl_lib_dir: lib_dir,
+        ..Config::default()
+    };
+    let running = Lifecycle::prepare(config, plan)?
+        .on_agent(agent.clone())
+        .without_server()
+        .start()
+        .await?;
+    if !running.wait_ready(Duration::from_secs(30)).await {
+        return Err(format!("not ready: {:?}", running.status().groups).into());
+    }
+    Ok((running.router(), Drain::Lifecycle(running)))
+}
+
+/// Observe mode: the process registers through its own agent; nixl-agent
+/// records each call and hands back what nixl-sys returned.
+fn observed(agent: &Agent, kv: &[u8], aux: &[u8]) -> Result<(axum::Router, Drain), Error> {
+    let observer = Observer::new(ObserveSettings {
+        expect: vec![
+            Expected::new("kv", Kind::Kv, MemType::Dram),
+            Expected::new("aux", Kind::Aux, MemType::Dram),
+        ],
+        ..ObserveSettings::default()
+    });
+    let mut opts = OptArgs::new()?;
+    opts.add_backend(&agent.get_backend("UCX").ok_or("no UCX backend")?)?;
+    let mut handles = Vec::new();
+    let buffers = kv.chunks(BLOCK).map(|b| ("kv", Kind::Kv, b)).chain([("aux", Kind::Aux, aux)]);
+    for (group, kind, buf) in buffers {
+        let desc = Descriptor::host(buf);
+        let handle = observer.register(agent, group, kind.clone(), &desc, Some(&opts))?;
+        handles.push((group, kind, desc, handle));
+    }
+    if !observer.status().ready {
+        return Err(format!("not ready: {:?}", observer.status().groups).into());
+    }
+    Ok((observer.router(), Drain::Observed(observer, handles)))
 }

@@ -15,8 +15,18 @@ use support::Scrape;
 const WAIT: Duration = Duration::from_secs(60);
 
 #[test]
-fn the_serving_example_registers_transfers_serves_and_drains() {
+fn the_serving_example_on_the_lifecycle_registers_transfers_serves_and_drains() {
+    run("lifecycle");
+}
+
+#[test]
+fn the_serving_example_in_observe_mode_registers_transfers_serves_and_drains() {
+    run("observe");
+}
+
+fn run(mode: &str) {
     let mut child = Command::new(support::example_binary("serving"))
+        .arg(mode)
         .env("NIXL_LIB_DIR", support::nixl_lib_dir())
         .env_remove("NIXL_PLUGIN_DIR")
         .stdout(Stdio::piped())
