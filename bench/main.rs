@@ -7,10 +7,11 @@
 //! nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH]
 //!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
-//!            [--sections registration,scrape,memory,ttr,idle]
+//!            [--sections registration,embedding,scrape,memory,ttr,idle] [--embed-procs 6]
 //!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
 //! nixl-bench worker raw|agent|batched               (internal: a contender process)
+//! nixl-bench embed-worker direct|observe SIZES REPS  (internal: an embedding process)
 //! ```
 //!
 //! Run through `make bench` (scripts/bench.sh), which sets everything up.
@@ -18,6 +19,7 @@
 
 mod capi;
 mod common;
+mod embedding;
 mod load;
 mod procs;
 mod registration;
@@ -39,11 +41,12 @@ struct Args {
     load_secs: f64,
     idle_secs: u64,
     ttr_reps: usize,
+    embed_procs: usize,
     sections: Vec<String>,
     contenders: Vec<String>,
 }
 
-const SECTIONS: &[&str] = &["registration", "scrape", "memory", "ttr", "idle"];
+const SECTIONS: &[&str] = &["registration", "embedding", "scrape", "memory", "ttr", "idle"];
 
 fn usage() -> ! {
     eprintln!(
@@ -79,6 +82,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
         load_secs: if smoke { 1.0 } else { 10.0 },
         idle_secs: if smoke { 2 } else { 60 },
         ttr_reps: if smoke { 1 } else { 5 },
+        embed_procs: if smoke { 2 } else { 6 },
         sections: SECTIONS.iter().map(|s| s.to_string()).collect(),
         contenders: registration::DEFAULT_CONTENDERS.iter().map(|s| s.to_string()).collect(),
     };
@@ -95,6 +99,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
             "--load-secs" => a.load_secs = val().parse().unwrap_or_else(|_| usage()),
             "--idle-secs" => a.idle_secs = val().parse().unwrap_or_else(|_| usage()),
             "--ttr-reps" => a.ttr_reps = val().parse().unwrap_or_else(|_| usage()),
+            "--embed-procs" => a.embed_procs = val().parse().unwrap_or_else(|_| usage()),
             "--sections" => {
                 a.sections = parse_list(&val());
                 if a.sections.iter().any(|s| !SECTIONS.contains(&s.as_str())) {
@@ -129,6 +134,17 @@ fn main() {
         };
         if let Err(e) = procs::hold_raw(&groups) {
             println!("{}", serde_json::json!({ "ready": false, "error": e }));
+            std::process::exit(1);
+        }
+        return;
+    }
+    if argv.peek().map(String::as_str) == Some("embed-worker") {
+        argv.next();
+        let first = argv.next().unwrap_or_else(|| usage());
+        let sizes: Vec<usize> = parse_list(&argv.next().unwrap_or_else(|| usage()));
+        let reps = argv.next().and_then(|r| r.parse().ok()).unwrap_or_else(|| usage());
+        if let Err(e) = embedding::worker_main(&first, &sizes, reps) {
+            println!("{}", serde_json::json!({ "error": e }));
             std::process::exit(1);
         }
         return;
@@ -176,6 +192,7 @@ fn run(args: &Args) -> Result<bool, String> {
         memory: None,
         time_to_ready: None,
         idle_cpu: None,
+        embedding: None,
         targets: Vec::new(),
         errors: Vec::new(),
     };
@@ -204,6 +221,12 @@ fn run(args: &Args) -> Result<bool, String> {
             if let Some(e) = python_error {
                 r.errors.push(format!("python contender: {e}"));
             }
+            Ok(())
+        });
+    }
+    if on("embedding") {
+        section("embedding", &mut |r| {
+            r.embedding = Some(embedding::run(&args.sizes, args.reps, args.embed_procs)?);
             Ok(())
         });
     }

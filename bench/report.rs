@@ -19,6 +19,7 @@ pub struct Results {
     pub memory: Option<Vec<MemoryRow>>,
     pub time_to_ready: Option<ReadyReport>,
     pub idle_cpu: Option<IdleReport>,
+    pub embedding: Option<crate::embedding::Report>,
     pub targets: Vec<Target>,
     /// Sections that could not run, and why.
     pub errors: Vec<String>,
@@ -136,6 +137,36 @@ pub fn judge(r: &Results) -> Vec<Target> {
             "time to ready − raw (agent + backend + registration) ≤ 20 ms",
             format!("{:+.1} ms", ttr.delta_ms),
             Some(ttr.delta_ms <= 20.0),
+        ));
+    }
+    if let Some(e) = &r.embedding {
+        let worst = e
+            .rows
+            .iter()
+            .filter(|row| row.contender == "observe" && row.n >= 64)
+            .filter_map(|row| Some((row.register_ms / e.get(row.n, "direct")?.register_ms, row.n)))
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        t.push(target(
+            "embedding.observe_vs_direct",
+            "observe mode registration ≤ 1.05× direct nixl-sys at N ≥ 64",
+            worst.map_or("not measured".into(), |(x, n)| format!("worst {x:.2}× at N={n}")),
+            worst.map(|(x, _)| x <= 1.05),
+        ));
+        let added = e
+            .get(1, "observe")
+            .zip(e.get(1, "direct"))
+            .map(|(o, d)| (o.register_ms - d.register_ms) * 1000.0);
+        t.push(target(
+            "embedding.observe_added_n1",
+            "observe mode adds ≤ 15 µs to one registration (N = 1)",
+            added.map_or("not measured".into(), |us| format!("{us:+.1} µs")),
+            added.map(|us| us <= 15.0),
+        ));
+        t.push(target(
+            "embedding.observer_rss",
+            "an embedding process grows by ≤ 8 MiB (nixl-agent's own memory, no second UCX context)",
+            format!("{:+.0} KiB", e.observer_rss_kib),
+            Some(e.observer_rss_kib <= 8192.0),
         ));
     }
     if let Some(idle) = &r.idle_cpu {
@@ -342,6 +373,43 @@ pub fn render(r: &Results) -> String {
             i.agent_pct,
             i.raw_pct,
             i.nixl_exporter_pct.map_or("unavailable".into(), |p| format!("{p:.3} %"))
+        );
+    }
+    if let Some(e) = &r.embedding {
+        let _ = writeln!(
+            o,
+            "Embedding, ms (same process and NIXL agent, {} fresh processes × {} interleaved repetitions; N × {} KiB DRAM; cold = first registration in a fresh process):\n",
+            e.processes,
+            e.reps,
+            e.region_size >> 10
+        );
+        let _ = writeln!(
+            o,
+            "| N | direct nixl-sys | observe mode | observe / direct | added per call | direct cold | observe cold |"
+        );
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|");
+        let mut ns: Vec<usize> = e.rows.iter().map(|r| r.n).collect();
+        ns.dedup();
+        for n in ns {
+            let (d, ob) = (e.get(n, "direct"), e.get(n, "observe"));
+            let per_call = d.zip(ob).map_or("–".into(), |(d, ob)| {
+                format!("{:+.1} µs", (ob.register_ms - d.register_ms) * 1000.0 / n as f64)
+            });
+            let cold = |r: Option<&crate::embedding::Row>| r.and_then(|r| r.cold_register_ms).map_or("–".into(), f);
+            let _ = writeln!(
+                o,
+                "| {n} | {} | {} | {} | {per_call} | {} | {} |",
+                d.map_or("–".into(), |r| f(r.register_ms)),
+                ob.map_or("–".into(), |r| f(r.register_ms)),
+                ratio(ob.map(|r| r.register_ms), d.map(|r| r.register_ms)),
+                cold(d),
+                cold(ob)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nRSS growth from the observer and its recording: {:+.0} KiB.\n",
+            e.observer_rss_kib
         );
     }
     if !r.targets.is_empty() {

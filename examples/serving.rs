@@ -143,7 +143,9 @@ async fn main() -> Result<(), Error> {
             None,
         )
         .is_err();
-    println!("drained deregistered={deregistered} still_registered={still_registered} nixl_refuses_drained_kv={refused}");
+    println!(
+        "drained deregistered={deregistered} still_registered={still_registered} nixl_refuses_drained_kv={refused}"
+    );
     drop(peer_reg);
     // Only now may the buffers be reused or freed.
     kv.fill(0);
@@ -154,7 +156,10 @@ async fn main() -> Result<(), Error> {
 /// What must be drained before the buffers go.
 enum Drain {
     Lifecycle(nixl_agent::LifecycleHandle),
-    Observed(Observer, Vec<(&'static str, Kind, Descriptor, nixl_sys::RegistrationHandle)>),
+    Observed(
+        Observer,
+        Vec<(&'static str, Kind, Descriptor, nixl_sys::RegistrationHandle)>,
+    ),
 }
 
 /// Lifecycle mode: nixl-agent registers the plan on the process's agent.
@@ -171,7 +176,12 @@ async fn lifecycle(
     let plan = Plan {
         groups: vec![
             GroupSpec::provided("kv", Kind::Kv, MemType::Dram, blocks),
-            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![Region::new(aux.as_ptr() as usize, aux.len(), 0)]),
+            GroupSpec::provided(
+                "aux",
+                Kind::Aux,
+                MemType::Dram,
+                vec![Region::new(aux.as_ptr() as usize, aux.len(), 0)],
+            ),
         ],
     };
     // nixl-agent registers on `agent`, and serves nothing of its own.
@@ -203,7 +213,10 @@ fn observed(agent: &Agent, kv: &[u8], aux: &[u8]) -> Result<(axum::Router, Drain
     let mut opts = OptArgs::new()?;
     opts.add_backend(&agent.get_backend("UCX").ok_or("no UCX backend")?)?;
     let mut handles = Vec::new();
-    let buffers = kv.chunks(BLOCK).map(|b| ("kv", Kind::Kv, b)).chain([("aux", Kind::Aux, aux)]);
+    let buffers = kv
+        .chunks(BLOCK)
+        .map(|b| ("kv", Kind::Kv, b))
+        .chain([("aux", Kind::Aux, aux)]);
     for (group, kind, buf) in buffers {
         let desc = Descriptor::host(buf);
         let handle = observer.register(agent, group, kind.clone(), &desc, Some(&opts))?;

@@ -171,7 +171,7 @@ pub const KIND_AUX: &str = "aux";
 pub const KIND_STATE: &str = "state";
 
 /// One contiguous memory region: what NIXL calls a descriptor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Region {
     /// Start address in the process (host pointer or CUDA device pointer).
     pub addr: usize,

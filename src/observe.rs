@@ -19,6 +19,7 @@ use crate::status::{NixlStatus, Status};
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::Metrics;
 use crate::validate;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,8 +81,9 @@ impl Expected {
 
 struct Group {
     labels: Arc<GroupLabels>,
-    /// What is registered now: (addr, len, device).
-    live: Vec<Region>,
+    /// What is registered now, with how many registrations each.
+    live: HashMap<Region, u32>,
+    descriptors: usize,
     bytes: u64,
     attempts: u32,
 }
@@ -90,7 +92,8 @@ impl Group {
     fn new(labels: Arc<GroupLabels>) -> Group {
         Group {
             labels,
-            live: Vec::new(),
+            live: HashMap::new(),
+            descriptors: 0,
             bytes: 0,
             attempts: 0,
         }
@@ -98,7 +101,7 @@ impl Group {
 
     fn holding(&self) -> Holding {
         Holding {
-            descriptors: self.live.len(),
+            descriptors: self.descriptors,
             bytes: self.bytes,
         }
     }
@@ -148,11 +151,11 @@ impl Observer {
             let mut groups = o.groups.lock().unwrap_or_else(|e| e.into_inner());
             for e in &o.settings.expect {
                 let name = o.group_name(&groups, &e.group, &e.kind);
-                if groups.contains_key(&name) {
+                if groups.contains_key(name.as_ref()) {
                     continue;
                 }
                 let labels = o.declare(&name, &e.kind, e.mem_type, e.device, true);
-                groups.insert(name, Group::new(labels));
+                groups.insert(name.into_owned(), Group::new(labels));
             }
         }
         o
@@ -172,13 +175,15 @@ impl Observer {
     }
 
     /// The first call on a NIXL agent tells that NIXL is up.
-    pub(crate) fn saw_agent(&self, agent: &str, plugins: impl FnOnce() -> Vec<String>) {
-        if self.seen_nixl.swap(true, Ordering::AcqRel) {
+    /// `facts` (agent name, plugins) is only asked for the first time.
+    pub(crate) fn saw_agent(&self, facts: impl FnOnce() -> (String, Vec<String>)) {
+        if self.seen_nixl.load(Ordering::Acquire) || self.seen_nixl.swap(true, Ordering::AcqRel) {
             return;
         }
+        let (agent, plugins) = facts();
         self.rec.nixl_loaded(&RuntimeFacts {
-            plugins: plugins(),
-            agent: agent.to_string(),
+            plugins,
+            agent,
             owned: false,
             library: None,
             version: None,
@@ -203,11 +208,15 @@ impl Observer {
     /// follows the label rules and the cap is not reached, else
     /// [`OVERFLOW_GROUP`]. Expected groups take kind and mem type from
     /// their first call.
-    fn group_name(&self, groups: &HashMap<String, Group>, name: &str, kind: &Kind) -> String {
+    fn group_name<'n>(&self, groups: &HashMap<String, Group>, name: &'n str, kind: &Kind) -> Cow<'n, str> {
+        if groups.contains_key(name) {
+            // Checked against the label rules when it was first seen.
+            return Cow::Borrowed(name);
+        }
         let valid =
             config::validate_group_words(name, kind.as_str(), &self.settings.backends, &|f| f.to_string()).is_ok();
-        if valid && (groups.contains_key(name) || groups.len() < self.settings.max_groups) {
-            return name.to_string();
+        if valid && groups.len() < self.settings.max_groups {
+            return Cow::Borrowed(name);
         }
         if !self.overflow_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
@@ -216,7 +225,7 @@ impl Observer {
                 "an observed group name is not a valid label or the group cap is reached; recording under `other`"
             );
         }
-        OVERFLOW_GROUP.to_string()
+        Cow::Borrowed(OVERFLOW_GROUP)
     }
 
     /// Records one registration call around `call`, which performs it.
@@ -264,7 +273,8 @@ impl Observer {
         let holding = match groups.get_mut(&labels.group) {
             Some(g) => {
                 if outcome.is_ok() {
-                    g.live.push(region);
+                    *g.live.entry(region).or_insert(0) += 1;
+                    g.descriptors += 1;
                     g.bytes = g.bytes.saturating_add(region.len as u64);
                 }
                 g.holding()
@@ -289,14 +299,18 @@ impl Observer {
         let elapsed = t0.elapsed();
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         let name = self.group_name(&groups, group, kind);
-        let Some(g) = groups.get_mut(&name) else {
+        let Some(g) = groups.get_mut(name.as_ref()) else {
             // Never seen registering: nothing of ours to update.
             return result;
         };
         let failure = result.as_ref().err().map(classify);
         if failure.is_none() {
-            if let Some(i) = g.live.iter().position(|r| *r == region) {
-                g.live.swap_remove(i);
+            if let Some(n) = g.live.get_mut(&region) {
+                *n -= 1;
+                if *n == 0 {
+                    g.live.remove(&region);
+                }
+                g.descriptors -= 1;
                 g.bytes = g.bytes.saturating_sub(region.len as u64);
             }
         }
@@ -315,15 +329,19 @@ impl Observer {
     fn begin(&self, group: &str, kind: &Kind, mem_type: MemType, device: u32) -> (Arc<GroupLabels>, u32) {
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         let name = self.group_name(&groups, group, kind);
-        let g = groups.entry(name).or_insert_with_key(|name| {
-            let kind = if name == OVERFLOW_GROUP {
-                Kind::Custom(OVERFLOW_GROUP.into())
-            } else {
-                kind.clone()
-            };
-            Group::new(self.declare(name, &kind, mem_type, device, false))
-        });
-        g.attempts = g.attempts.saturating_add(1);
-        (g.labels.clone(), g.attempts)
+        if let Some(g) = groups.get_mut(name.as_ref()) {
+            g.attempts = g.attempts.saturating_add(1);
+            return (g.labels.clone(), g.attempts);
+        }
+        let kind = if name == OVERFLOW_GROUP {
+            Kind::Custom(OVERFLOW_GROUP.into())
+        } else {
+            kind.clone()
+        };
+        let mut g = Group::new(self.declare(&name, &kind, mem_type, device, false));
+        g.attempts = 1;
+        let labels = g.labels.clone();
+        groups.insert(name.into_owned(), g);
+        (labels, 1)
     }
 }

@@ -42,7 +42,7 @@ impl Observer {
         let Some(mem_type) = mem_type else {
             return agent.register_memory(desc, opts);
         };
-        self.saw_agent(&agent.name(), || plugins(agent));
+        self.saw_agent(|| (agent.name(), plugins(agent)));
         self.record_register(
             group,
             &kind,

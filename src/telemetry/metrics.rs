@@ -113,9 +113,22 @@ impl GroupSeries for GroupLabels {
     }
 }
 
+/// One group's series of the per-attempt families, resolved once: an
+/// observed call then costs one map lookup, not a label hash per family.
+struct Series {
+    attempts: prometheus::IntCounter,
+    descriptors: prometheus::Histogram,
+    duration: prometheus::Histogram,
+    registered_descriptors: IntGauge,
+    registered_bytes: IntGauge,
+    group_registered: IntGauge,
+    deregistrations: prometheus::IntCounter,
+}
+
 /// Every metric the agent owns, plus the process collector.
 #[derive(Clone)]
 pub struct Metrics {
+    series: Arc<std::sync::RwLock<HashMap<String, Series>>>,
     registry: Registry,
     attempts: IntCounterVec,
     failures: IntCounterVec,
@@ -215,6 +228,7 @@ impl Metrics {
                 Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap(),
             ),
             registry: r.clone(),
+            series: Default::default(),
             exemplars: Exemplars::default(),
             generation: Default::default(),
             cache: Default::default(),
@@ -284,10 +298,20 @@ impl Metrics {
             self.deregistration_failures
                 .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
         }
-        self.registered_descriptors.with_label_values(&l.registered());
-        self.registered_bytes.with_label_values(&l.registered());
-        self.deregistrations.with_label_values(&l.group());
-        self.group_registered.with_label_values(&l.group());
+        let series = Series {
+            attempts: self.attempts.with_label_values(&l.attempt()),
+            descriptors: self.descriptors.with_label_values(&l.attempt()),
+            duration: self.duration.with_label_values(&l.attempt()),
+            registered_descriptors: self.registered_descriptors.with_label_values(&l.registered()),
+            registered_bytes: self.registered_bytes.with_label_values(&l.registered()),
+            group_registered: self.group_registered.with_label_values(&l.group()),
+            deregistrations: self.deregistrations.with_label_values(&l.group()),
+        };
+        self.series
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(l.group.clone())
+            .or_insert(series);
         for b in backends {
             self.backend_up.with_label_values(&[b]);
         }
@@ -332,13 +356,17 @@ impl Metrics {
 
     fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: Option<f64>) {
         self.touch();
-        self.attempts.with_label_values(&l.attempt()).inc();
-        self.descriptors
-            .with_label_values(&l.attempt())
-            .observe(descriptors as f64);
-        // An attempt that never reached NIXL has no duration to observe.
-        let Some(seconds) = seconds else { return };
-        self.duration.with_label_values(&l.attempt()).observe(seconds);
+        let observed = self.with_series(l, |s| {
+            s.attempts.inc();
+            s.descriptors.observe(descriptors as f64);
+            // An attempt that never reached NIXL has no duration to observe.
+            if let Some(seconds) = seconds {
+                s.duration.observe(seconds);
+            }
+        });
+        let (Some(seconds), true) = (seconds, observed) else {
+            return;
+        };
         if let Some((trace, span)) = super::traces::current_ids() {
             let labels = [
                 ("group", l.group.as_str()),
@@ -369,26 +397,34 @@ impl Metrics {
 
     fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
         self.touch();
-        self.registered_descriptors
-            .with_label_values(&l.registered())
-            .set(descriptors as i64);
-        self.registered_bytes
-            .with_label_values(&l.registered())
-            .set(bytes as i64);
-        self.group_registered
-            .with_label_values(&l.group())
-            .set(i64::from(descriptors > 0));
+        self.with_series(l, |s| {
+            s.registered_descriptors.set(descriptors as i64);
+            s.registered_bytes.set(bytes as i64);
+            s.group_registered.set(i64::from(descriptors > 0));
+        });
+    }
+
+    /// Runs `f` on the group's resolved series; `false` (and nothing
+    /// recorded) for a group never declared, which no path produces.
+    fn with_series(&self, l: &GroupLabels, f: impl FnOnce(&Series)) -> bool {
+        let map = self.series.read().unwrap_or_else(|e| e.into_inner());
+        match map.get(&l.group) {
+            Some(s) => {
+                f(s);
+                true
+            }
+            None => false,
+        }
     }
 
     fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
         self.touch();
-        self.deregistrations.with_label_values(&l.group()).inc();
+        self.with_series(l, |s| s.deregistrations.inc());
         if let Some(reason) = failure {
             self.deregistration_failures
                 .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()])
                 .inc();
         }
-        self.registered(l, 0, 0);
     }
 
     fn set_ready(&self, ready: bool) {

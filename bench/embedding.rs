@@ -1,0 +1,203 @@
+//! Section "embedding": observe mode against calling
+//! `nixl_sys::Agent::register_memory` directly, on the same NIXL agent and
+//! the same regions, in the same process.
+//!
+//! Each sample is a fresh process (`nixl-bench embed-worker FIRST`): its
+//! very first registration of the largest N is timed cold with the contender
+//! FIRST (samples alternate which one), then warm repetitions interleave the
+//! two contenders at every N. The worker also reports its RSS before and
+//! after the observer exists and has recorded, so the cost of embedding is
+//! nixl-agent's own memory and no second UCX context.
+
+use crate::common::{load_nixl, median, ms, proc_status_kib, Arena};
+use nixl_agent::{Descriptor, Kind, MemType, ObserveSettings, Observer, Region};
+use nixl_sys::{Agent, AgentConfig, OptArgs, RegistrationHandle};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+pub const CONTENDERS: [&str; 2] = ["direct", "observe"];
+const REGION: usize = 64 << 10;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub n: usize,
+    pub contender: String,
+    /// Median over warm repetitions, every sample process pooled.
+    pub register_ms: f64,
+    pub deregister_ms: f64,
+    /// Median of the first registration in a fresh process (largest N only).
+    pub cold_register_ms: Option<f64>,
+    pub samples: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub region_size: usize,
+    pub processes: usize,
+    pub reps: usize,
+    pub rows: Vec<Row>,
+    /// RSS growth of the embedding process from creating the observer and
+    /// recording every observed call (KiB, median over processes).
+    pub observer_rss_kib: f64,
+}
+
+impl Report {
+    pub fn get(&self, n: usize, contender: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.n == n && r.contender == contender)
+    }
+}
+
+struct Bench {
+    agent: Agent,
+    opts: OptArgs,
+    observer: Observer,
+}
+
+impl Bench {
+    fn register(&self, contender: &str, regions: &[Region]) -> Result<(f64, Vec<RegistrationHandle>), String> {
+        let descs: Vec<Descriptor> = regions.iter().map(|r| Descriptor::new(*r, MemType::Dram)).collect();
+        let t0 = Instant::now();
+        let mut handles = Vec::with_capacity(descs.len());
+        for d in &descs {
+            let h = match contender {
+                "direct" => self.agent.register_memory(d, Some(&self.opts)),
+                _ => self.observer.register(&self.agent, "kv", Kind::Kv, d, Some(&self.opts)),
+            };
+            handles.push(h.map_err(|e| format!("{contender} register: {e}"))?);
+        }
+        Ok((ms(t0.elapsed()), handles))
+    }
+
+    fn deregister(&self, contender: &str, regions: &[Region], handles: Vec<RegistrationHandle>) -> Result<f64, String> {
+        let t0 = Instant::now();
+        // Newest first, as every contender of the registration section does.
+        for (r, mut h) in regions.iter().zip(handles).rev() {
+            let d = Descriptor::new(*r, MemType::Dram);
+            match contender {
+                "direct" => h.deregister(),
+                _ => self.observer.deregister("kv", Kind::Kv, &d, &mut h),
+            }
+            .map_err(|e| format!("{contender} deregister: {e}"))?;
+        }
+        Ok(ms(t0.elapsed()))
+    }
+}
+
+/// The `embed-worker FIRST SIZES REPS` role: prints one JSON line.
+pub fn worker_main(first: &str, sizes: &[usize], reps: usize) -> Result<(), String> {
+    load_nixl()?;
+    let cfg = AgentConfig {
+        enable_prog_thread: false,
+        enable_listen_thread: false,
+        ..AgentConfig::default()
+    };
+    let agent = Agent::new_configured("bench-embed", &cfg).map_err(|e| format!("agent: {e}"))?;
+    let (_, params) = agent.get_plugin_params("UCX").map_err(|e| e.to_string())?;
+    let backend = agent.create_backend("UCX", &params).map_err(|e| e.to_string())?;
+    let mut opts = OptArgs::new().map_err(|e| e.to_string())?;
+    opts.add_backend(&backend).map_err(|e| e.to_string())?;
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let arena = Arena::new(max * REGION);
+    let pid = std::process::id();
+    let rss_before = proc_status_kib(pid, "VmRSS").unwrap_or(0);
+    let observer = Observer::new(ObserveSettings::default());
+    let b = Bench { agent, opts, observer };
+
+    let regions = arena.regions(max, REGION);
+    let (cold, handles) = b.register(first, &regions)?;
+    b.deregister(first, &regions, handles)?;
+
+    let mut warm: Vec<serde_json::Value> = Vec::new();
+    for &n in sizes {
+        let regions = arena.regions(n, REGION);
+        for rep in 0..reps {
+            // Interleaved, and alternating which goes first.
+            let order = if rep % 2 == 0 {
+                CONTENDERS
+            } else {
+                [CONTENDERS[1], CONTENDERS[0]]
+            };
+            for c in order {
+                let (reg, handles) = b.register(c, &regions)?;
+                let dereg = b.deregister(c, &regions, handles)?;
+                warm.push(serde_json::json!({ "n": n, "contender": c, "reg_ms": reg, "dereg_ms": dereg }));
+            }
+        }
+    }
+    let rss_after = proc_status_kib(pid, "VmRSS").unwrap_or(0);
+    println!(
+        "{}",
+        serde_json::json!({
+            "first": first, "n": max, "cold_ms": cold, "warm": warm,
+            "rss_before_kib": rss_before, "rss_after_kib": rss_after,
+        })
+    );
+    Ok(())
+}
+
+/// Runs `processes` fresh workers (alternating the cold contender).
+pub fn run(sizes: &[usize], reps: usize, processes: usize) -> Result<Report, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let sizes_arg = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+    let mut cold: Vec<(String, f64)> = Vec::new();
+    let mut warm: Vec<(usize, String, f64, f64)> = Vec::new();
+    let mut rss: Vec<f64> = Vec::new();
+    for p in 0..processes {
+        let first = CONTENDERS[p % 2];
+        let out = Command::new(&me)
+            .args(["embed-worker", first, &sizes_arg, &reps.to_string()])
+            .env("NIXL_LIB_DIR", crate::common::nixl_lib_dir())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .output()
+            .map_err(|e| format!("embed-worker: {e}"))?;
+        let line = BufReader::new(&out.stdout[..])
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with('{'))
+            .ok_or_else(|| format!("embed-worker printed nothing ({})", out.status))?;
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+        if let Some(e) = v.get("error") {
+            return Err(format!("embed-worker: {e}"));
+        }
+        cold.push((first.to_string(), v["cold_ms"].as_f64().unwrap_or(f64::NAN)));
+        for w in v["warm"].as_array().into_iter().flatten() {
+            warm.push((
+                w["n"].as_u64().unwrap_or(0) as usize,
+                w["contender"].as_str().unwrap_or_default().to_string(),
+                w["reg_ms"].as_f64().unwrap_or(f64::NAN),
+                w["dereg_ms"].as_f64().unwrap_or(f64::NAN),
+            ));
+        }
+        let kib = |k: &str| v[k].as_f64().unwrap_or(0.0);
+        rss.push(kib("rss_after_kib") - kib("rss_before_kib"));
+    }
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for c in CONTENDERS {
+            let pick = |f: fn(&(usize, String, f64, f64)) -> f64| -> Vec<f64> {
+                warm.iter().filter(|w| w.0 == n && w.1 == c).map(f).collect()
+            };
+            let reg = pick(|w| w.2);
+            let cold_c: Vec<f64> = cold.iter().filter(|x| x.0 == c).map(|x| x.1).collect();
+            rows.push(Row {
+                n,
+                contender: c.to_string(),
+                register_ms: median(&reg),
+                deregister_ms: median(&pick(|w| w.3)),
+                cold_register_ms: (n == max && !cold_c.is_empty()).then(|| median(&cold_c)),
+                samples: reg.len(),
+            });
+        }
+    }
+    Ok(Report {
+        region_size: REGION,
+        processes,
+        reps,
+        rows,
+        observer_rss_kib: median(&rss),
+    })
+}
