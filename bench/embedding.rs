@@ -5,9 +5,10 @@
 //! Each sample is a fresh process (`nixl-bench embed-worker FIRST`): its
 //! very first registration of the largest N is timed cold with the contender
 //! FIRST (samples alternate which one), then warm repetitions interleave the
-//! two contenders at every N. The worker also reports its RSS before and
-//! after the observer exists and has recorded, so the cost of embedding is
-//! nixl-agent's own memory and no second UCX context.
+//! two contenders at every N. Each worker also reports its RSS right after
+//! that cold registration and its deregistration: observe-first processes
+//! against direct-first ones is what the observer adds to an embedding
+//! process (nixl-agent's own memory; there is no second UCX context).
 
 use crate::common::{load_nixl, median, ms, proc_status_kib, Arena};
 use nixl_agent::{Descriptor, Kind, MemType, ObserveSettings, Observer, Region};
@@ -38,8 +39,8 @@ pub struct Report {
     pub processes: usize,
     pub reps: usize,
     pub rows: Vec<Row>,
-    /// RSS growth of the embedding process from creating the observer and
-    /// recording every observed call (KiB, median over processes).
+    /// RSS after the cold registration, observe-first processes minus
+    /// direct-first ones (KiB, medians).
     pub observer_rss_kib: f64,
 }
 
@@ -100,14 +101,13 @@ pub fn worker_main(first: &str, sizes: &[usize], reps: usize) -> Result<(), Stri
     opts.add_backend(&backend).map_err(|e| e.to_string())?;
     let max = sizes.iter().copied().max().unwrap_or(1);
     let arena = Arena::new(max * REGION);
-    let pid = std::process::id();
-    let rss_before = proc_status_kib(pid, "VmRSS").unwrap_or(0);
     let observer = Observer::new(ObserveSettings::default());
     let b = Bench { agent, opts, observer };
 
     let regions = arena.regions(max, REGION);
     let (cold, handles) = b.register(first, &regions)?;
     b.deregister(first, &regions, handles)?;
+    let rss_cold = proc_status_kib(std::process::id(), "VmRSS").unwrap_or(0);
 
     let mut warm: Vec<serde_json::Value> = Vec::new();
     for &n in sizes {
@@ -126,13 +126,9 @@ pub fn worker_main(first: &str, sizes: &[usize], reps: usize) -> Result<(), Stri
             }
         }
     }
-    let rss_after = proc_status_kib(pid, "VmRSS").unwrap_or(0);
     println!(
         "{}",
-        serde_json::json!({
-            "first": first, "n": max, "cold_ms": cold, "warm": warm,
-            "rss_before_kib": rss_before, "rss_after_kib": rss_after,
-        })
+        serde_json::json!({ "first": first, "n": max, "cold_ms": cold, "warm": warm, "rss_cold_kib": rss_cold })
     );
     Ok(())
 }
@@ -143,7 +139,7 @@ pub fn run(sizes: &[usize], reps: usize, processes: usize) -> Result<Report, Str
     let sizes_arg = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
     let mut cold: Vec<(String, f64)> = Vec::new();
     let mut warm: Vec<(usize, String, f64, f64)> = Vec::new();
-    let mut rss: Vec<f64> = Vec::new();
+    let mut rss: Vec<(String, f64)> = Vec::new();
     for p in 0..processes {
         let first = CONTENDERS[p % 2];
         let out = Command::new(&me)
@@ -171,8 +167,7 @@ pub fn run(sizes: &[usize], reps: usize, processes: usize) -> Result<Report, Str
                 w["dereg_ms"].as_f64().unwrap_or(f64::NAN),
             ));
         }
-        let kib = |k: &str| v[k].as_f64().unwrap_or(0.0);
-        rss.push(kib("rss_after_kib") - kib("rss_before_kib"));
+        rss.push((first.to_string(), v["rss_cold_kib"].as_f64().unwrap_or(f64::NAN)));
     }
     let max = sizes.iter().copied().max().unwrap_or(1);
     let mut rows = Vec::new();
@@ -198,6 +193,9 @@ pub fn run(sizes: &[usize], reps: usize, processes: usize) -> Result<Report, Str
         processes,
         reps,
         rows,
-        observer_rss_kib: median(&rss),
+        observer_rss_kib: {
+            let of = |c: &str| median(&rss.iter().filter(|r| r.0 == c).map(|r| r.1).collect::<Vec<_>>());
+            of("observe") - of("direct")
+        },
     })
 }

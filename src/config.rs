@@ -94,7 +94,9 @@ pub struct RetryConfig {
     /// Ceiling of the delay between two attempts of one group.
     #[serde(with = "units::duration")]
     pub max_backoff: Duration,
-    /// Attempts per group before the agent stops retrying it (0: never stop).
+    /// Consecutive failed attempts of a group before the agent stops
+    /// retrying it (0: never stop). A success or a re-registration starts
+    /// the count again.
     pub max_attempts: u32,
 }
 

@@ -380,3 +380,86 @@ impl StatusBoard {
         self.tx.borrow().clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GroupLabels, Kind, MemType, RuntimeFacts};
+    use crate::record::GroupProgress;
+
+    fn board_with_kv() -> StatusBoard {
+        let board = StatusBoard::new(Status::empty(), Instant::now());
+        let labels = GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".to_string()], 0);
+        let decl = GroupDecl {
+            labels,
+            backends: vec!["UCX".into()],
+            device: 0,
+            required: true,
+            validate: true,
+            planned: (1, 4096),
+            observed: false,
+        };
+        board.on(&Event::GroupDeclared(&decl), |_| {});
+        board.on(&Event::NixlLoaded(&RuntimeFacts::default()), |_| {});
+        board
+    }
+
+    fn registered() -> [GroupProgress<'static>; 1] {
+        [GroupProgress {
+            group: "kv",
+            state: GroupState::Registered,
+            attempts: 1,
+            consecutive_failures: 0,
+        }]
+    }
+
+    #[test]
+    fn readiness_is_derived_in_the_write_and_reports_its_flip_once() {
+        let board = board_with_kv();
+        let groups = registered();
+        let mut flips = Vec::new();
+        let change = board.on(
+            &Event::Progress {
+                phase: Phase::Running,
+                groups: &groups,
+            },
+            |c| flips.push(c.ready),
+        );
+        assert_eq!(flips, [true]);
+        assert!(change.is_some_and(|c| c.ready && c.time_to_ready.is_some()));
+        assert!(board.snapshot().ready);
+        let again = board.on(
+            &Event::Progress {
+                phase: Phase::Running,
+                groups: &groups,
+            },
+            |_| panic!("no flip"),
+        );
+        assert_eq!(again, None);
+    }
+
+    /// The lifecycle thread may publish "every group registered" after
+    /// shutdown began (it read the machine before the drain latch): the
+    /// snapshot must stay not ready, and no ready gauge update may follow.
+    #[test]
+    fn nothing_published_after_the_drain_latch_makes_the_snapshot_ready() {
+        let board = board_with_kv();
+        board.begin_drain(|c| assert!(!c.ready));
+        let groups = registered();
+        let change = board.on(
+            &Event::Progress {
+                phase: Phase::Running,
+                groups: &groups,
+            },
+            |c| panic!("readiness flipped to {} after the drain latch", c.ready),
+        );
+        assert_eq!(change, None);
+        let s = board.snapshot();
+        assert!(!s.ready);
+        assert_eq!(
+            s.phase,
+            Phase::Draining,
+            "a late Progress does not undo the drain phase"
+        );
+    }
+}

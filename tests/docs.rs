@@ -90,3 +90,29 @@ fn readme_lists_every_endpoint_and_the_two_commands() {
     );
     assert!(readme.contains(nixl_agent::config::DEFAULT_LISTEN));
 }
+
+/// Every line of the README's Embedding code blocks is a line of the
+/// example that tests/example.rs runs, so the README shows code that works.
+#[test]
+fn readme_embedding_code_comes_from_the_example() {
+    let readme = read("README.md");
+    let example = read("examples/serving.rs");
+    let section = readme
+        .split("## Embedding\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has an Embedding section");
+    let example_lines: Vec<&str> = example.lines().map(str::trim).collect();
+    let mut checked = 0;
+    for block in section.split("```rust\n").skip(1) {
+        let code = block.split("```").next().unwrap_or_default();
+        for line in code.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            assert!(
+                example_lines.contains(&line),
+                "README Embedding shows `{line}`, which examples/serving.rs does not have"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 10, "README Embedding shows too little code ({checked} lines)");
+}

@@ -149,7 +149,10 @@ impl Machine {
                     Err(reason) => {
                         g.consecutive_failures = g.consecutive_failures.saturating_add(1);
                         g.last_reason = Some(reason);
-                        if max_attempts != 0 && g.attempts >= max_attempts {
+                        // A budget per episode of failures: a re-registration or a
+                        // success starts a new one, so a lifetime of SIGUSR1s
+                        // does not use it up.
+                        if max_attempts != 0 && g.consecutive_failures >= max_attempts {
                             g.state = GroupState::GaveUp;
                             vec![]
                         } else {

@@ -53,7 +53,7 @@ pub const FAMILIES: &[Family] = &[
         REGISTRATION_DURATION_SECONDS,
         Type::Histogram,
         &["group", "kind", "mem_type", "backend"],
-        "Wall time of one registration attempt: validation plus NIXL registration (or rollback).",
+        "Wall time of one registration attempt: validation plus NIXL registration (and rollback). Backend creation and allocation are not timed; an attempt that failed before reaching NIXL is not observed.",
     ),
     Family::new(
         REGISTERED_DESCRIPTORS,
@@ -71,7 +71,7 @@ pub const FAMILIES: &[Family] = &[
         DEREGISTRATIONS_TOTAL,
         Type::Counter,
         &["group", "kind", "mem_type"],
-        "Group deregistrations (drain, rollback excluded).",
+        "Group deregistrations: drain, re-registration, and observed deregister calls (rollback of a failed attempt excluded).",
     ),
     Family::new(
         DEREGISTRATION_FAILURES_TOTAL,

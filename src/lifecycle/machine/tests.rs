@@ -179,3 +179,34 @@ fn reregister_deregisters_then_attempts_again() {
         "ignored while draining"
     );
 }
+
+#[test]
+fn max_attempts_counts_an_episode_not_a_lifetime() {
+    let mut m = started(&[true], 2);
+    m.handle(Input::PreflightFinished(Ok(())));
+    m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Ok(()),
+    });
+    // Many re-registrations, each successful: attempts grow past the budget.
+    for _ in 0..5 {
+        let attempt = m.attempts(0) + 1;
+        assert_eq!(
+            m.handle(Input::ReregisterRequested { group: 0 }),
+            vec![Action::Deregister { group: 0 }, Action::Register { group: 0, attempt }]
+        );
+        m.handle(Input::AttemptFinished {
+            group: 0,
+            result: Ok(()),
+        });
+    }
+    assert!(m.attempts(0) > 2);
+    // One transient failure is retried, not given up on.
+    m.handle(Input::ReregisterRequested { group: 0 });
+    let acts = m.handle(Input::AttemptFinished {
+        group: 0,
+        result: Err(Reason::NixlBackendError),
+    });
+    assert!(matches!(acts[..], [Action::ScheduleRetry { group: 0, .. }]), "{acts:?}");
+    assert_eq!(m.group_state(0), GroupState::Failed);
+}
