@@ -215,6 +215,7 @@ fn run(args: &Args) -> Result<bool, String> {
                 warmup: args.warmup,
                 reps: args.reps,
                 settle: Duration::from_millis(if args.smoke { 0 } else { 50 }),
+                cold_samples: if args.smoke { 1 } else { 3 },
             };
             let (report, python_error) = registration::run(&cfg, &worker::interpreter(args.python.as_deref()))?;
             r.registration = Some(report);

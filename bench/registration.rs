@@ -73,6 +73,8 @@ pub struct Config {
     /// Pause after each repetition, so one process's background work (UCX's
     /// async thread after unmaps, page freeing) settles before the next.
     pub settle: Duration,
+    /// Fresh processes per contender and N for the cold first registration.
+    pub cold_samples: usize,
 }
 
 /// Median times of one contender at one N, with the samples.
@@ -80,6 +82,9 @@ pub struct Config {
 pub struct Timing {
     pub register_ms: f64,
     pub deregister_ms: f64,
+    /// The first registration in a fresh process (median over
+    /// `cold_samples` processes): what a serving process pays at start-up.
+    pub cold_register_ms: Option<f64>,
     pub register_samples_ms: Vec<f64>,
     pub deregister_samples_ms: Vec<f64>,
 }
@@ -475,6 +480,42 @@ fn worker_of(contender: &str) -> &'static str {
     }
 }
 
+/// Cold first registrations: for each N and sample, a fresh process per
+/// contender (started together, then used one after the other), whose very
+/// first registration is timed.
+fn cold(cfg: &Config, chosen: &[&str], python: &std::path::Path, rows: &mut [Row]) -> Result<(), String> {
+    let t0 = Instant::now();
+    for row in rows.iter_mut() {
+        let mut samples: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for _ in 0..cfg.cold_samples {
+            let mut fresh: Vec<(&str, Worker)> = Vec::new();
+            for who in chosen.iter().copied().filter(|c| row.contenders.contains_key(*c)) {
+                let kind = worker_of(who);
+                let cmd = if kind == "python" {
+                    Ok(worker::python_command(&python.to_path_buf()))
+                } else {
+                    worker::self_command(kind)
+                };
+                fresh.push((who, cmd.and_then(|c| Worker::spawn(kind, c))?));
+            }
+            for (who, w) in fresh {
+                let mut w = w.ready()?;
+                let (reg, _) = w
+                    .rep(who, row.n, cfg.region_size)
+                    .map_err(|e| format!("{who} cold at N={}: {e}", row.n))?;
+                samples.entry(who).or_default().push(reg);
+            }
+        }
+        for (who, v) in samples {
+            if let Some(t) = row.contenders.get_mut(who) {
+                t.cold_register_ms = Some(median(&v));
+            }
+        }
+    }
+    eprintln!("  registration cold: {:.1} s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
 /// Runs the section. When the Python API cannot start, its column is left
 /// out and the error is returned beside the report.
 pub fn run(cfg: &Config, python: &std::path::Path) -> Result<(Report, Option<String>), String> {
@@ -547,6 +588,7 @@ pub fn run(cfg: &Config, python: &std::path::Path) -> Result<(Report, Option<Str
                 let t = Timing {
                     register_ms: median(&r),
                     deregister_ms: median(&d),
+                    cold_register_ms: None,
                     register_samples_ms: r,
                     deregister_samples_ms: d,
                 };
@@ -556,6 +598,8 @@ pub fn run(cfg: &Config, python: &std::path::Path) -> Result<(Report, Option<Str
         eprintln!("  registration N={n}: {:.1} s", t_n.elapsed().as_secs_f64());
         rows.push(Row { n, contenders });
     }
+    drop(workers);
+    cold(cfg, &chosen, python, &mut rows)?;
     // Fit over N >= 1024 (below that, fixed costs dominate), or over every
     // N when fewer than two are that large (smoke runs).
     let fit_from = if rows.iter().filter(|r| r.n >= 1024).count() >= 2 {

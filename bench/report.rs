@@ -245,6 +245,27 @@ pub fn render(r: &Results) -> String {
                 ratio(c("agent"), c("python")),
             );
         }
+        let _ = writeln!(
+            o,
+            "\nCold first registration, ms (the first registration in a fresh process, median over fresh processes):\n"
+        );
+        let _ = writeln!(o, "| N | raw nixl-sys | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python |");
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in &reg.rows {
+            let c = |w: &str| row.contenders.get(w).and_then(|t| t.cold_register_ms);
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                row.n,
+                c("raw").map_or("–".into(), f),
+                c("agent").map_or("–".into(), f),
+                c("agent_novalidate").map_or("–".into(), f),
+                c("python").map_or("–".into(), f),
+                c("batched_capi").map_or("–".into(), f),
+                ratio(c("agent"), c("raw")),
+                ratio(c("agent"), c("python")),
+            );
+        }
         let _ = writeln!(o, "\nDeregistration, ms (same runs):\n");
         let _ = writeln!(o, "| N | raw, registration order | raw, reverse order | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python |");
         let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -408,7 +429,7 @@ pub fn render(r: &Results) -> String {
         }
         let _ = writeln!(
             o,
-            "\nRSS growth from the observer and its recording: {:+.0} KiB.\n",
+            "\nRSS after the cold registration, observe-first processes minus direct-first ones: {:+.0} KiB.\n",
             e.observer_rss_kib
         );
     }

@@ -188,6 +188,13 @@ impl Prepared {
             .expect("NIXL loading does not panic");
 
         let build = BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref()));
+        if build.nixl_version != "unknown" && build.nixl_version != build.nixl_sys_version {
+            tracing::warn!(
+                nixl_version = %build.nixl_version,
+                nixl_sys_version = build.nixl_sys_version,
+                "the NIXL runtime and the nixl-sys binding this build uses differ in version"
+            );
+        }
         let rec = Recorder::new(&build, nixl::status_of(&loaded, searched), started);
         let app = http::router(AppState {
             metrics: rec.metrics().clone(),

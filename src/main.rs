@@ -6,7 +6,7 @@ use clap::Parser;
 use nixl_agent::cli::{Cli, Command};
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::nixl::{StderrTap, PLUGIN_DIR_ENV};
-use nixl_agent::{check, telemetry, Lifecycle, Plan};
+use nixl_agent::{check, nixl, telemetry, Lifecycle, Plan, ShutdownError};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -76,15 +76,17 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let code = runtime.block_on(async {
+    let (code, drained) = runtime.block_on(async {
+        // Before anything starts: a signal during NIXL loading or the first
+        // registrations waits for the drain instead of killing the process.
+        let mut signals = nixl_agent::signals::Signals::new();
         let agent = match prepared.start().await {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!(error = %e, "agent did not start; nothing was registered");
-                return ExitCode::from(EXIT_FAILURE);
+                return (EXIT_FAILURE, true);
             }
         };
-        let mut signals = nixl_agent::signals::Signals::new();
         signals.next_stop(&agent).await;
         let _ = SIGNALLED.set(Instant::now());
         let drain = agent.shutdown();
@@ -96,15 +98,20 @@ fn main() -> ExitCode {
                 tracing::warn!(wait_ms = FAST_EXIT.as_millis() as u64, "second signal: exiting after the current drain step");
                 match tokio::time::timeout(FAST_EXIT, &mut drain).await {
                     Ok(r) => r,
-                    Err(_) => Err(nixl_agent::agent::ShutdownError::Interrupted),
+                    Err(_) => Err(ShutdownError::Interrupted),
                 }
             }
         };
         match result {
-            Ok(_) => ExitCode::SUCCESS,
+            Ok(_) => (0, true),
+            // The drain ended, with registrations left behind: NIXL is idle.
+            Err(e @ ShutdownError::LeftRegistered(_)) => {
+                tracing::error!(error = %e, "shutdown did not complete");
+                (EXIT_FAILURE, true)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "shutdown did not complete");
-                ExitCode::from(EXIT_FAILURE)
+                (EXIT_FAILURE, false)
             }
         }
     });
@@ -119,7 +126,12 @@ fn main() -> ExitCode {
     if let Some(t) = tap {
         t.flush();
     }
-    code
+    if !drained {
+        // The lifecycle thread may still be inside NIXL/UCX: leave without
+        // running C++ static destructors under it.
+        nixl::exit_now(code);
+    }
+    ExitCode::from(code)
 }
 
 /// When the shutdown signal arrived (process start until then).

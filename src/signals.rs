@@ -1,5 +1,9 @@
 //! Process signals for the binary: SIGTERM/SIGINT stop the agent (a second
 //! one cuts the drain short), SIGUSR1 re-registers every group.
+//!
+//! The handlers are installed once, before the lifecycle starts: a signal
+//! that arrives while NIXL loads or the first groups register is queued and
+//! handled by a drain, never by the default action (death without one).
 
 use crate::agent::LifecycleHandle;
 
@@ -7,6 +11,7 @@ use crate::agent::LifecycleHandle;
 /// UCX takes SIGHUP as its debug signal (UCX_DEBUG_SIGNO) once a backend exists.
 pub struct Signals {
     term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
@@ -20,8 +25,9 @@ impl Signals {
     pub fn new() -> Signals {
         use tokio::signal::unix::{signal, SignalKind};
         let term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+        let int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
         let hup = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler installs");
-        Signals { term, hup }
+        Signals { term, int, hup }
     }
 
     /// Waits for a stop signal, re-registering on every SIGUSR1 meanwhile.
@@ -33,7 +39,7 @@ impl Signals {
                     let _ = agent.reregister(None);
                 }
                 _ = self.term.recv() => return tracing::info!(signal = "SIGTERM", "shutting down"),
-                _ = tokio::signal::ctrl_c() => return tracing::info!(signal = "SIGINT", "shutting down"),
+                _ = self.int.recv() => return tracing::info!(signal = "SIGINT", "shutting down"),
             }
         }
     }
@@ -41,7 +47,7 @@ impl Signals {
     pub async fn next_stop_only(&mut self) {
         tokio::select! {
             _ = self.term.recv() => tracing::info!(signal = "SIGTERM", "shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+            _ = self.int.recv() => tracing::info!(signal = "SIGINT", "shutting down"),
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct NixlStatus {
     /// Which discovery step found it (flag, env, wheel, opt, loader).
     pub found_by: Option<String>,
     pub version: Option<String>,
+    /// The nixl-sys binding compiled in; it should match `version`.
+    pub binding_version: &'static str,
     pub plugin_dir: Option<String>,
     pub plugins: Vec<String>,
     /// The NIXL agent registrations are made on.

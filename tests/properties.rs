@@ -1837,13 +1837,13 @@ fn real_nixl_registers_random_region_sets_all_or_nothing() {
 }
 
 // ---------------------------------------------------------------------------
-// 5. Bugs found by the properties above, pinned as regression tests. Each is
-// ignored until src/ is fixed (run them with `--run-ignored only`); remove
-// the `ignore` with the fix.
+// 5. Bugs found by the properties above, pinned as regression tests (each
+// failed before its fix in src/ and passes since).
 
 /// A validated config must not hold a duration that the agent turns into a
-/// deadline (`Instant::now() + d`) and that overflows `Instant`. Today both
-/// of these pass `validate()` and then panic:
+/// deadline (`Instant::now() + d`) and that overflows `Instant`. Before
+/// durations were capped at 24 h, both of these passed `validate()` and then
+/// panicked:
 /// - `retry.initial_backoff = "18446744073709551615s"`: the first failed
 ///   attempt panics the lifecycle thread (ScheduleRetry in
 ///   src/lifecycle/driver.rs): retries stop for good, /readyz stays 503, and

@@ -41,3 +41,16 @@ pub fn cuda_driver_present() -> bool {
 pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError> {
     load(discover(lib_dir, &crate::config::ProcessEnv))
 }
+
+/// Ends the process now, without atexit handlers or C++ static destructors:
+/// for when a drain did not finish and the lifecycle thread may still be
+/// inside NIXL/UCX, whose destructors would then run under it. Rust's stdout
+/// is flushed first; the kernel releases what stayed registered.
+pub fn exit_now(code: u8) -> ! {
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+    // Safety: `_exit` takes no pointers and never returns; skipping
+    // destructors is the point (nothing of ours needs them: spans and the
+    // tap were flushed by the caller).
+    unsafe { libc::_exit(i32::from(code)) }
+}

@@ -57,25 +57,13 @@ pub fn thread_id() -> u64 {
 }
 
 impl StderrTap {
-    /// Redirects fd 2 through the tap. Call once, early in `main`, before
-    /// other threads start. The agent's logger should write to [`Self::original`].
+    /// Redirects fds 1 and 2 through the tap. Call once, early in `main`,
+    /// before other threads start. The agent's logger should write to
+    /// [`Self::original`]. All or nothing: when any step fails, both fds
+    /// point where they did before and the error is returned.
     pub fn install() -> std::io::Result<StderrTap> {
-        let (_stdout, out_read) = redirect(1)?;
-        let (stderr, err_read) = redirect(2)?;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            cv: Condvar::new(),
-        });
-        for (stream, read, through) in [(0usize, out_read, _stdout.clone()), (1, err_read, stderr.clone())] {
-            let s = shared.clone();
-            std::thread::Builder::new()
-                .name(["stdout-tap", "stderr-tap"][stream].into())
-                .spawn(move || pump(read, &through, &s, stream))?;
-        }
-        Ok(StderrTap {
-            shared,
-            original: stderr,
-            seq: Arc::new(Mutex::new(0)),
+        install_on([1, 2], &|name, f| {
+            std::thread::Builder::new().name(name.into()).spawn(f).map(drop)
         })
     }
 
@@ -120,6 +108,61 @@ impl StderrTap {
     pub fn flush(&self) {
         self.open();
         let _ = self.close();
+    }
+}
+
+/// Starts a reader thread (a seam, so a test can make it fail).
+type Spawn<'a> = &'a dyn Fn(&str, Box<dyn FnOnce() + Send>) -> std::io::Result<()>;
+
+/// [`StderrTap::install`] for the given fds (stdout-like, stderr-like).
+fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
+    let mut redirected: Vec<(i32, Arc<File>, File)> = Vec::new();
+    for fd in fds {
+        match redirect(fd) {
+            Ok((original, read)) => redirected.push((fd, original, read)),
+            Err(e) => {
+                for (fd, original, _) in &redirected {
+                    restore(*fd, original);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State::default()),
+        cv: Condvar::new(),
+    });
+    let originals: Vec<(i32, Arc<File>)> = redirected.iter().map(|(fd, o, _)| (*fd, o.clone())).collect();
+    for (stream, (fd, original, read)) in redirected.into_iter().enumerate() {
+        let s = shared.clone();
+        let pump_and_restore = Box::new(move || {
+            pump(read, &original, &s, stream);
+            // The pump ended (a read error): nobody copies the pipe any
+            // more, so the host's fd goes back to the real stream.
+            restore(fd, &original);
+        });
+        if let Err(e) = spawn(["stdout-tap", "stderr-tap"][stream], pump_and_restore) {
+            for (fd, original) in &originals {
+                restore(*fd, original);
+            }
+            return Err(e);
+        }
+    }
+    Ok(StderrTap {
+        shared,
+        original: originals[1].1.clone(),
+        seq: Arc::new(Mutex::new(0)),
+    })
+}
+
+/// Points `fd` back at `original`.
+fn restore(fd: i32, original: &File) {
+    use std::os::fd::AsRawFd;
+    // Safety: dup2 on two descriptors this process holds open (`original`
+    // is owned by the caller); the result is only logged.
+    if unsafe { libc::dup2(original.as_raw_fd(), fd) } < 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = writeln!(&mut &*original, "nixl-agent: cannot restore fd {fd}: {e}");
     }
 }
 
@@ -186,5 +229,60 @@ impl crate::record::Capture for StderrTap {
 
     fn end(&self) -> Vec<String> {
         self.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A pipe standing for the host's real stdout or stderr, and an fd that
+    /// points at its write end (standing for fd 1 or 2).
+    fn fake_stream() -> (File, i32) {
+        let mut fds = [0i32; 2];
+        // Safety: pipe2 fills two fds on success (checked); dup on the write
+        // end this test owns; the write end itself is closed after the dup.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            let target = libc::dup(fds[1]);
+            assert!(target >= 0);
+            libc::close(fds[1]);
+            (File::from_raw_fd(fds[0]), target)
+        }
+    }
+
+    fn write_fd(fd: i32, bytes: &[u8]) {
+        // Safety: `bytes` is valid for its length; fd is open in this test.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        assert_eq!(n, bytes.len() as isize);
+    }
+
+    #[test]
+    fn a_failed_install_leaves_both_streams_as_they_were() {
+        let (mut out_real, out_fd) = fake_stream();
+        let (mut err_real, err_fd) = fake_stream();
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let failing_second = |_: &str, f: Box<dyn FnOnce() + Send>| {
+            if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                return Err(std::io::Error::other("no more threads"));
+            }
+            std::thread::spawn(f);
+            Ok(())
+        };
+        assert!(install_on([out_fd, err_fd], &failing_second).is_err());
+        // Both fds write straight to the real streams again.
+        write_fd(out_fd, b"to stdout\n");
+        write_fd(err_fd, b"to stderr\n");
+        let mut buf = [0u8; 10];
+        out_real.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"to stdout\n");
+        err_real.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"to stderr\n");
+        // Safety: closing the fds this test made.
+        unsafe {
+            libc::close(out_fd);
+            libc::close(err_fd);
+        }
     }
 }

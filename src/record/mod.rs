@@ -34,6 +34,7 @@ impl Recorder {
     pub fn new(build: &BuildInfo, nixl: NixlStatus, started: Instant) -> Recorder {
         let mut status = Status::empty();
         status.nixl = nixl;
+        status.nixl.binding_version = crate::telemetry::metrics::NIXL_SYS_VERSION;
         Recorder {
             metrics: Metrics::new(build),
             board: StatusBoard::new(status, started),

@@ -68,12 +68,18 @@ fn series_key(labels: &[(&str, &str)]) -> String {
     pairs.iter().map(|(k, v)| format!("{k}={v}\u{1f}")).collect()
 }
 
+/// The nixl-sys binding this build drives NIXL through (from Cargo.lock).
+pub const NIXL_SYS_VERSION: &str = env!("NIXL_AGENT_NIXL_SYS_VERSION");
+
 /// Version facts exported as `nixl_agent_build_info`.
 #[derive(Debug, Clone)]
 pub struct BuildInfo {
     pub version: &'static str,
     pub revision: &'static str,
+    /// The NIXL runtime loaded (from the wheel's dist-info).
     pub nixl_version: String,
+    /// The nixl-sys binding compiled in.
+    pub nixl_sys_version: &'static str,
 }
 
 impl BuildInfo {
@@ -83,6 +89,7 @@ impl BuildInfo {
             version: env!("CARGO_PKG_VERSION"),
             revision: option_env!("NIXL_AGENT_REVISION").unwrap_or("unknown"),
             nixl_version: nixl_version.unwrap_or("unknown").to_string(),
+            nixl_sys_version: NIXL_SYS_VERSION,
         }
     }
 }
@@ -234,7 +241,12 @@ impl Metrics {
             cache: Default::default(),
         };
         int_gauge_vec(names::BUILD_INFO)
-            .with_label_values(&[build.version, build.revision, &build.nixl_version])
+            .with_label_values(&[
+                build.version,
+                build.revision,
+                &build.nixl_version,
+                build.nixl_sys_version,
+            ])
             .set(1);
         let traces = super::traces::counters();
         for c in [&traces.dropped, &traces.export_failures] {

@@ -124,8 +124,8 @@ pub const FAMILIES: &[Family] = &[
     Family::new(
         BUILD_INFO,
         Type::Gauge,
-        &["version", "revision", "nixl_version"],
-        "Always 1; labels carry the agent version, git revision and NIXL runtime version.",
+        &["version", "revision", "nixl_version", "nixl_sys_version"],
+        "Always 1; labels carry the agent version, git revision, NIXL runtime version and nixl-sys binding version.",
     ),
     Family::new(
         TRACE_SPANS_DROPPED_TOTAL,
