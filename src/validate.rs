@@ -23,6 +23,10 @@ pub struct Memlock {
     pub soft_limit: Option<u64>,
     /// True when the process may exceed the limit anyway (CAP_IPC_LOCK).
     pub exempt: bool,
+    /// What the process has locked or pinned now, whoever did it (VmLck +
+    /// VmPin of /proc/self/status: mlock and RDMA registrations alike, both
+    /// counted against RLIMIT_MEMLOCK); `None` when unreadable.
+    pub locked_bytes: Option<u64>,
 }
 
 impl Memlock {
@@ -48,7 +52,9 @@ pub trait MemoryProbe {
         Ok(regions.iter().position(|r| !is_mapped(&ranges, r)))
     }
     /// CUDA's view of a pointer; `Err(CudaUnavailable)` without a driver.
-    fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason>;
+    /// `device` is the group's: the CUDA context the query runs in (and
+    /// that stays retained) is that device's, never another GPU's.
+    fn device_pointer(&self, addr: usize, device: u32) -> Result<DevicePointer, Reason>;
     /// The memlock limit of the process.
     fn memlock(&self) -> Memlock;
 }
@@ -149,14 +155,21 @@ pub fn validate_regions(
                 ));
             }
             let bytes: u64 = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
-            if let Some(limit) = probe.memlock().enforced_limit() {
-                let want = pinned_bytes.saturating_add(bytes);
-                if want > limit {
+            let memlock = probe.memlock();
+            if let Some(limit) = memlock.enforced_limit() {
+                // The larger of what the kernel says the process holds and
+                // what nixl-agent itself registered (a transport that does
+                // not pin, as on CPU-only hosts, leaves the kernel's at 0).
+                let (already, figure) = match memlock.locked_bytes {
+                    Some(l) if l >= pinned_bytes => (l, "VmLck+VmPin of the process"),
+                    _ => (pinned_bytes, "DRAM nixl-agent registered"),
+                };
+                if already.saturating_add(bytes) > limit {
                     return Err(reject(
                         Reason::MemlockLimit,
                         None,
                         format!(
-                            "registering {bytes} bytes (with {pinned_bytes} already registered) exceeds RLIMIT_MEMLOCK of {limit} bytes; raise it (ulimit -l unlimited, LimitMEMLOCK=infinity, --ulimit memlock=-1)"
+                            "registering {bytes} bytes on top of {already} bytes already locked ({figure}) exceeds RLIMIT_MEMLOCK of {limit} bytes; raise it (ulimit -l unlimited, LimitMEMLOCK=infinity, --ulimit memlock=-1)"
                         ),
                     ));
                 }
@@ -164,7 +177,7 @@ pub fn validate_regions(
         }
         MemType::Vram => {
             for (i, r) in regions.iter().enumerate() {
-                let p = probe.device_pointer(r.addr).map_err(|reason| {
+                let p = probe.device_pointer(r.addr, spec.device).map_err(|reason| {
                     reject(
                         reason,
                         Some(i),
@@ -244,6 +257,18 @@ pub fn parse_maps(text: &str) -> Vec<(usize, usize)> {
 }
 
 /// True when the `CapEff:` line of /proc/self/status holds CAP_IPC_LOCK (14).
+/// VmLck + VmPin of a /proc/self/status text, in bytes.
+pub fn locked_bytes(status: &str) -> Option<u64> {
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    let lck = kib("VmLck:")?;
+    Some(lck.saturating_add(kib("VmPin:").unwrap_or(0)).saturating_mul(1024))
+}
+
 pub fn has_ipc_lock(status: &str) -> bool {
     const CAP_IPC_LOCK: u32 = 14;
     status

@@ -1074,7 +1074,7 @@ impl MemoryProbe for FakeProbe {
     fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
         self.maps.clone()
     }
-    fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason> {
+    fn device_pointer(&self, addr: usize, _device: u32) -> Result<DevicePointer, Reason> {
         self.cuda.get(&addr).copied().unwrap_or(Ok(DevicePointer {
             is_device: true,
             device: self.home,
@@ -1123,7 +1123,11 @@ fn memlock_strategy() -> impl Strategy<Value = Memlock> {
         prop_oneof![Just(None), any::<u64>().prop_map(Some), (0u64..0x200000).prop_map(Some)],
         any::<bool>(),
     )
-        .prop_map(|(soft_limit, exempt)| Memlock { soft_limit, exempt })
+        .prop_map(|(soft_limit, exempt)| Memlock {
+            soft_limit,
+            exempt,
+            locked_bytes: None,
+        })
 }
 
 #[derive(Debug, Clone)]
@@ -1213,7 +1217,8 @@ fn justified(c: &RegionCase, rej: &Rejection) -> Result<(), String> {
         Reason::DeviceMismatch => {
             let i = one()?;
             r(i).device != c.spec.device
-                || (vram && matches!(c.probe.device_pointer(r(i).addr), Ok(p) if p.device != c.spec.device))
+                || (vram
+                    && matches!(c.probe.device_pointer(r(i).addr, c.spec.device), Ok(p) if p.device != c.spec.device))
         }
         Reason::UnmappedAddress => {
             let maps = c.probe.maps.as_ref().map_err(|e| e.clone())?;
@@ -1223,8 +1228,10 @@ fn justified(c: &RegionCase, rej: &Rejection) -> Result<(), String> {
             let total: u128 = c.regions.iter().map(|r| r.len as u128).sum::<u128>() + c.pinned as u128;
             !vram && idx.is_none() && c.probe.memlock.enforced_limit().is_some_and(|l| total > l as u128)
         }
-        Reason::MemTypeMismatch => vram && matches!(c.probe.device_pointer(r(one()?).addr), Ok(p) if !p.is_device),
-        Reason::CudaUnavailable => vram && c.probe.device_pointer(r(one()?).addr).is_err(),
+        Reason::MemTypeMismatch => {
+            vram && matches!(c.probe.device_pointer(r(one()?).addr, c.spec.device), Ok(p) if !p.is_device)
+        }
+        Reason::CudaUnavailable => vram && c.probe.device_pointer(r(one()?).addr, c.spec.device).is_err(),
         Reason::Unknown => !vram && c.probe.maps.is_err(),
         other => return Err(format!("validation never says {other}")),
     };
@@ -1257,7 +1264,7 @@ fn acceptable(c: &RegionCase) -> bool {
         },
         MemType::Vram => rs
             .iter()
-            .all(|r| matches!(c.probe.device_pointer(r.addr), Ok(p) if p.is_device && p.device == c.spec.device)),
+            .all(|r| matches!(c.probe.device_pointer(r.addr, c.spec.device), Ok(p) if p.is_device && p.device == c.spec.device)),
     };
     basic && disjoint && memory
 }
@@ -1346,7 +1353,7 @@ proptest! {
         let mem = if vram { MemType::Vram } else { MemType::Dram };
         let mut probe = FakeProbe {
             maps: Ok(maps.clone()),
-            memlock: Memlock { soft_limit: Some(u64::MAX), exempt: false },
+            memlock: Memlock { soft_limit: Some(u64::MAX), exempt: false, locked_bytes: None },
             cuda: BTreeMap::new(),
             home,
         };
@@ -1458,13 +1465,14 @@ impl MemoryProbe for NoProbe {
     fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
         Ok(vec![(0, usize::MAX)])
     }
-    fn device_pointer(&self, _: usize) -> Result<DevicePointer, Reason> {
+    fn device_pointer(&self, _: usize, _: u32) -> Result<DevicePointer, Reason> {
         Err(Reason::CudaUnavailable)
     }
     fn memlock(&self) -> Memlock {
         Memlock {
             soft_limit: None,
             exempt: true,
+            locked_bytes: None,
         }
     }
 }

@@ -73,13 +73,14 @@ mod tests {
         fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
             Ok(vec![])
         }
-        fn device_pointer(&self, _: usize) -> Result<DevicePointer, Reason> {
+        fn device_pointer(&self, _: usize, _: u32) -> Result<DevicePointer, Reason> {
             Err(Reason::CudaUnavailable)
         }
         fn memlock(&self) -> Memlock {
             Memlock {
                 soft_limit: None,
                 exempt: true,
+                locked_bytes: None,
             }
         }
     }

@@ -48,14 +48,15 @@ pub fn driver_present() -> bool {
     })
 }
 
-/// CUDA's view of a pointer.
-pub fn pointer(addr: usize) -> Result<DevicePointer, Reason> {
+/// CUDA's view of a pointer, asked from `device`'s primary context (pointer
+/// queries need a current context on the thread; with unified addressing
+/// any device's would answer, so the group's own is used and no other GPU's
+/// context is created or retained on its behalf).
+pub fn pointer(addr: usize, device: u32) -> Result<DevicePointer, Reason> {
     if !driver_present() {
         return Err(Reason::CudaUnavailable);
     }
-    // Pointer queries need a current context on this thread; any device's
-    // primary context serves (unified addressing).
-    let _ = context(0);
+    let _ = context(device);
     let mut mem_type: u32 = 0;
     // Safety: the driver is initialised (driver_present); the out pointer is
     // a live u32, the size CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes. Any

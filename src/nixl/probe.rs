@@ -51,8 +51,8 @@ impl MemoryProbe for SystemProbe {
         Ok(first_bad)
     }
 
-    fn device_pointer(&self, addr: usize) -> Result<DevicePointer, Reason> {
-        cuda::pointer(addr)
+    fn device_pointer(&self, addr: usize, device: u32) -> Result<DevicePointer, Reason> {
+        cuda::pointer(addr, device)
     }
 
     fn memlock(&self) -> Memlock {
@@ -67,10 +67,11 @@ impl MemoryProbe for SystemProbe {
         } else {
             Some(lim.rlim_cur)
         };
-        // Capabilities do not change under the agent: read them once.
-        static EXEMPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let exempt = *EXEMPT
-            .get_or_init(|| std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s)));
-        Memlock { soft_limit, exempt }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        Memlock {
+            soft_limit,
+            exempt: validate::has_ipc_lock(&status),
+            locked_bytes: validate::locked_bytes(&status),
+        }
     }
 }

@@ -11,7 +11,7 @@ impl MemoryProbe for Fake {
     fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
         Ok(self.maps.clone())
     }
-    fn device_pointer(&self, _addr: usize) -> Result<DevicePointer, Reason> {
+    fn device_pointer(&self, _addr: usize, _device: u32) -> Result<DevicePointer, Reason> {
         self.cuda
     }
     fn memlock(&self) -> Memlock {
@@ -25,6 +25,7 @@ fn probe() -> Fake {
         memlock: Memlock {
             soft_limit: None,
             exempt: false,
+            locked_bytes: None,
         },
         cuda: Err(Reason::CudaUnavailable),
     }
@@ -81,6 +82,7 @@ fn memlock_counts_what_is_already_pinned() {
     p.memlock = Memlock {
         soft_limit: Some(0x2000),
         exempt: false,
+        locked_bytes: None,
     };
     assert_eq!(reason(&[(0x1000, 0x1000)], &p, 0), Ok(()));
     assert_eq!(
@@ -137,4 +139,69 @@ fn ipc_lock_capability() {
     assert!(has_ipc_lock("Name:\tx\nCapEff:\t000001fffeffffff\n"));
     assert!(!has_ipc_lock("CapEff:\t0000000000000000\n"));
     assert!(!has_ipc_lock("nothing"));
+}
+
+/// Observe mode and Python processes pin far more than nixl-agent planned:
+/// what the kernel says the process holds counts, and the message says
+/// which figure was compared.
+#[test]
+fn memlock_counts_what_the_process_has_locked_and_says_so() {
+    let mut p = probe();
+    p.memlock = Memlock {
+        soft_limit: Some(0x3000),
+        exempt: false,
+        locked_bytes: Some(0x2800),
+    };
+    let (spec, r) = dram(&[(0x1000, 0x1000)]);
+    let e = validate_group(&spec, &r, &p, 0).unwrap_err();
+    assert_eq!(e.reason, Reason::MemlockLimit);
+    assert!(
+        e.message
+            .contains("10240 bytes already locked (VmLck+VmPin of the process)"),
+        "{}",
+        e.message
+    );
+    // When nixl-agent's own figure is the larger (a transport that does not
+    // pin), that one is compared and named.
+    p.memlock.locked_bytes = Some(0);
+    let e = validate_group(&spec, &r, &p, 0x2800).unwrap_err();
+    assert!(e.message.contains("(DRAM nixl-agent registered)"), "{}", e.message);
+}
+
+#[test]
+fn locked_bytes_are_vmlck_plus_vmpin() {
+    let status = "Name:\tx\nVmLck:\t      8 kB\nVmPin:\t     4 kB\nVmRSS:\t 100 kB\n";
+    assert_eq!(locked_bytes(status), Some(12 * 1024));
+    assert_eq!(locked_bytes("Name:\tx\n"), None);
+}
+
+/// A VRAM group's pointers are asked about from the group's own device, so
+/// no other GPU's context is created (and retained for the process).
+#[test]
+fn vram_pointers_are_queried_on_the_groups_device() {
+    struct Asked(std::cell::RefCell<Vec<u32>>);
+    impl MemoryProbe for Asked {
+        fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
+            Ok(vec![])
+        }
+        fn device_pointer(&self, _addr: usize, device: u32) -> Result<DevicePointer, Reason> {
+            self.0.borrow_mut().push(device);
+            Ok(DevicePointer {
+                is_device: true,
+                device,
+            })
+        }
+        fn memlock(&self) -> Memlock {
+            Memlock {
+                soft_limit: None,
+                exempt: true,
+                locked_bytes: None,
+            }
+        }
+    }
+    let r = vec![Region::new(0x7000_0000, 4096, 3), Region::new(0x7100_0000, 4096, 3)];
+    let spec = GroupSpec::provided("kv", Kind::Kv, MemType::Vram, r.clone());
+    let probe = Asked(Default::default());
+    validate_group(&spec, &r, &probe, 0).unwrap();
+    assert_eq!(*probe.0.borrow(), [3, 3]);
 }
