@@ -27,6 +27,7 @@
 use crate::config::{Config, ConfigError, ProcessEnv};
 use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
+use crate::lifecycle::watchdog::{Heartbeat, Watchdog};
 use crate::nixl::{self, Discovery, NixlRegistrar, NotFound, StderrTap};
 use crate::observe::{ObserveSettings, Observer};
 use crate::plan::Plan;
@@ -37,6 +38,7 @@ use crate::telemetry::Metrics;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -209,11 +211,17 @@ impl Prepared {
 
         let agent_name = config.agent_name.clone();
         let groups: Vec<String> = plan.groups.iter().map(|g| g.name.clone()).collect();
+        let beat = Arc::new(Heartbeat::default());
+        let watchdog = Watchdog::new(
+            beat.clone(),
+            config.nixl_call_timeout,
+            plan.groups.iter().map(|g| g.labels()).collect(),
+        );
         let make = move || match agent {
             Some(a) => NixlRegistrar::on_agent(a, loaded).with_tap(tap),
             None => NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
         };
-        let (control, lifecycle) = match driver::spawn(make, plan, config.retry.clone(), rec.clone()) {
+        let (control, lifecycle) = match driver::spawn(make, plan, config.retry.clone(), rec.clone(), beat) {
             Ok(v) => v,
             Err(e) => {
                 let _ = stop_tx.send(true);
@@ -223,6 +231,7 @@ impl Prepared {
                 return Err(StartError::Thread(e));
             }
         };
+        tokio::spawn(watch_lifecycle(watchdog, rec.clone(), stop_tx.subscribe()));
         Ok(LifecycleHandle {
             local_addr: server.as_ref().map(|(a, _)| *a),
             groups,
@@ -234,6 +243,18 @@ impl Prepared {
             stop: stop_tx,
             server: server.map(|(_, t)| t),
         })
+    }
+}
+
+/// Looks at the lifecycle's heartbeat until the handle stops.
+async fn watch_lifecycle(mut watchdog: Watchdog, rec: Recorder, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(watchdog.period());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => watchdog.check(Instant::now(), &rec),
+            _ = stop.changed() => return,
+        }
     }
 }
 

@@ -77,6 +77,15 @@ pub struct GroupStatus {
     pub next_retry_seconds: Option<f64>,
 }
 
+/// A NIXL call past its deadline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stuck {
+    pub operation: String,
+    pub group: Option<String>,
+    /// How long it had run when the deadline passed.
+    pub seconds: f64,
+}
+
 /// The whole snapshot served at /v1/status.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -86,6 +95,10 @@ pub struct Status {
     pub time_to_ready_seconds: Option<f64>,
     pub memlock_limit_bytes: Option<u64>,
     pub nixl: NixlStatus,
+    /// A lifecycle NIXL call past `nixl_call_timeout` (/livez fails).
+    pub stuck: Option<Stuck>,
+    /// The lifecycle thread died (/livez fails).
+    pub lifecycle_dead: bool,
     pub backends: Vec<BackendStatus>,
     pub groups: Vec<GroupStatus>,
 }
@@ -108,6 +121,8 @@ impl Status {
             time_to_ready_seconds: None,
             memlock_limit_bytes: None,
             nixl: NixlStatus::default(),
+            stuck: None,
+            lifecycle_dead: false,
             backends: Vec::new(),
             groups: Vec::new(),
         }
@@ -167,6 +182,8 @@ impl Status {
     /// registered. Derived from the snapshot, never stored apart from it.
     fn derive_ready(&self) -> bool {
         self.nixl.available
+            && self.stuck.is_none()
+            && !self.lifecycle_dead
             && self.phase == Phase::Running
             && self
                 .groups
@@ -253,8 +270,36 @@ impl Status {
                     self.phase = Phase::Draining;
                 }
             }
+            Event::Stuck {
+                operation,
+                labels,
+                elapsed,
+            } => {
+                self.stuck = Some(Stuck {
+                    operation: operation.to_string(),
+                    group: labels.map(|l| l.group.clone()),
+                    seconds: elapsed.as_secs_f64(),
+                });
+                if let Some(g) = labels.and_then(|l| self.group(&l.group)) {
+                    g.last_reason = Some(Reason::Timeout);
+                    g.last_error = Some(format!("NIXL {operation} call past its deadline after {elapsed:?}"));
+                }
+            }
+            Event::Unstuck { .. } => self.stuck = None,
+            Event::LifecycleDied => self.lifecycle_dead = true,
             Event::DrainFinished { .. } => {}
         }
+    }
+
+    /// Why /livez fails, if it does.
+    pub fn liveness_failure(&self) -> Option<String> {
+        if self.lifecycle_dead {
+            return Some("lifecycle thread died".to_string());
+        }
+        self.stuck.as_ref().map(|s| {
+            let group = s.group.as_deref().map(|g| format!(" of group {g}")).unwrap_or_default();
+            format!("lifecycle stuck: NIXL {}{group} past its deadline", s.operation)
+        })
     }
 
     /// The checks /readyz reports, in order.
@@ -283,6 +328,19 @@ impl Status {
             out.push(Check {
                 name: format!("{}{}", names::CHECK_GROUP_PREFIX, g.name),
                 failure,
+            });
+        }
+        if self.stuck.is_some() || self.lifecycle_dead {
+            out.push(Check {
+                name: names::CHECK_LIFECYCLE.to_string(),
+                failure: Some(
+                    if self.lifecycle_dead {
+                        "dead"
+                    } else {
+                        Reason::Timeout.as_str()
+                    }
+                    .to_string(),
+                ),
             });
         }
         if matches!(self.phase, Phase::Draining | Phase::Stopped) {

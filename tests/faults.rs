@@ -167,3 +167,53 @@ fn a_required_group_failing_forever_keeps_the_agent_up_with_capped_backoff() {
     a.signal("TERM");
     assert_eq!(a.wait_exit(WAIT).code(), Some(0));
 }
+
+/// A NIXL call past its deadline (`nixl_call_timeout`): UCX backend creation
+/// takes ~0.4 s here, so a 50 ms deadline is overrun by a real NIXL call.
+/// While it runs: a `timeout` failure of the group, /livez 503 naming the
+/// call, not ready; when it returns: all clear, and the group registers.
+#[test]
+fn a_nixl_call_past_its_deadline_fails_livez_until_it_returns() {
+    let cfg = "nixl_call_timeout='50ms'\n\
+               [[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\n";
+    let mut a = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
+    let stuck = support::wait_for(WAIT, "/livez 503 while the backend is created", || {
+        let r = a.get("/livez");
+        (r.status == 503).then_some(r.body)
+    });
+    assert!(stuck.contains("lifecycle stuck: NIXL register of group kv"), "{stuck}");
+    let verbose = a.get("/readyz?verbose");
+    assert_eq!(verbose.status, 503);
+    assert!(
+        verbose.body.contains("[-]lifecycle failed: timeout"),
+        "{}",
+        verbose.body
+    );
+
+    a.wait_ready(WAIT);
+    assert_eq!(a.get("/livez").status, 200, "the call returned");
+    let s = a.scrape();
+    assert_eq!(s.metric("nixl_agent_lifecycle_stuck").value(), 0.0);
+    assert_eq!(
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "kv")
+            .label("reason", "timeout")
+            .value(),
+        1.0
+    );
+    assert_eq!(
+        s.metric("nixl_agent_group_registered").label("group", "kv").value(),
+        1.0
+    );
+    assert_eq!(
+        a.events("a NIXL call is past its deadline: not ready, /livez failing until it returns")
+            .len(),
+        1
+    );
+    assert_eq!(a.events("the NIXL call past its deadline returned").len(), 1);
+    a.signal("TERM");
+    assert_eq!(a.wait_exit(WAIT).code(), Some(0));
+}

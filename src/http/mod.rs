@@ -30,7 +30,10 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
         "/metrics",
         "Prometheus metrics (OpenMetrics when the Accept header asks for it)",
     ),
-    ("/livez", "200 while the process and its runtime answer"),
+    (
+        "/livez",
+        "200 while the lifecycle answers; 503 while a NIXL call is past nixl_call_timeout or the lifecycle thread died",
+    ),
     (
         "/readyz",
         "200 when NIXL is available and every required group is registered, else 503; ?verbose lists checks",
@@ -83,8 +86,15 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
     ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
-async fn livez() -> &'static str {
-    "ok\n"
+/// 200 while the lifecycle answers; 503 while a NIXL call is past its
+/// deadline or the lifecycle thread died, so that a kubelet restarts a
+/// process wedged in a driver call.
+async fn livez(State(s): State<AppState>) -> Response {
+    let failure = s.status.borrow().liveness_failure();
+    match failure {
+        None => "ok\n".into_response(),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
 }
 
 async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {

@@ -11,6 +11,7 @@
 
 use super::machine::{Action, Input, Machine, Phase};
 use super::registration::{declaration, Backends, Registration};
+use super::watchdog::{Heartbeat, Operation};
 use super::Registrar;
 use crate::config::RetryConfig;
 use crate::model::{MemType, Reason};
@@ -18,6 +19,7 @@ use crate::plan::Plan;
 use crate::record::{Event, GroupProgress, Recorder};
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
 
@@ -54,15 +56,18 @@ pub struct Driver<R: Registrar> {
     backends: Backends,
     timers: Vec<(Instant, usize)>,
     control: Receiver<Control>,
+    beat: Arc<Heartbeat>,
 }
 
 /// Starts the lifecycle thread. `make_registrar` runs on that thread, so the
 /// registrar need not be `Send`.
+/// `beat` is marked around every NIXL call, for the watchdog.
 pub fn spawn<R, F>(
     make_registrar: F,
     plan: Plan,
     retry: RetryConfig,
     rec: Recorder,
+    beat: Arc<Heartbeat>,
 ) -> std::io::Result<(Sender<Control>, std::thread::JoinHandle<DrainReport>)>
 where
     R: Registrar,
@@ -77,8 +82,18 @@ where
     let handle = std::thread::Builder::new()
         .name("nixl-lifecycle".into())
         .spawn(move || {
-            let registrar = make_registrar();
-            Driver::new(registrar, plan, retry, rec, rx).run()
+            let died = beat.clone();
+            let run = std::panic::AssertUnwindSafe(move || {
+                let registrar = make_registrar();
+                Driver::new(registrar, plan, retry, rec, rx).with_heartbeat(beat).run()
+            });
+            match std::panic::catch_unwind(run) {
+                Ok(report) => report,
+                Err(panic) => {
+                    died.died();
+                    std::panic::resume_unwind(panic)
+                }
+            }
         })?;
     Ok((tx, handle))
 }
@@ -104,7 +119,14 @@ impl<R: Registrar> Driver<R> {
             backends: Backends::default(),
             timers: Vec::new(),
             control,
+            beat: Arc::default(),
         }
+    }
+
+    /// Marks NIXL calls in `beat` (a watchdog reads it).
+    pub fn with_heartbeat(mut self, beat: Arc<Heartbeat>) -> Self {
+        self.beat = beat;
+        self
     }
 
     /// Runs until shutdown is requested (or the control channel closes) and
@@ -130,13 +152,17 @@ impl<R: Registrar> Driver<R> {
                 }
                 match action {
                     Action::Preflight => {
+                        self.beat.begin(Operation::Preflight, None);
                         let r = self.preflight();
+                        self.beat.end();
                         queue.extend(self.step(Input::PreflightFinished(r)));
                     }
                     Action::Register { group, attempt } => {
                         // Whatever timer was pending for the group is stale now.
                         self.timers.retain(|(_, g)| *g != group);
+                        self.beat.begin(Operation::Register, Some(group));
                         let result = self.attempt(group, attempt);
+                        self.beat.end();
                         queue.extend(self.step(Input::AttemptFinished { group, result }));
                     }
                     Action::ScheduleRetry { group, after } => {
@@ -151,10 +177,14 @@ impl<R: Registrar> Driver<R> {
                     }
                     Action::Deregister { group } => {
                         self.timers.retain(|(_, g)| *g != group);
+                        self.beat.begin(Operation::Deregister, Some(group));
                         self.deregister(group);
+                        self.beat.end();
                     }
                     Action::Drain => {
+                        self.beat.begin(Operation::Drain, None);
                         report = self.drain();
+                        self.beat.end();
                         queue.extend(self.step(Input::DrainFinished));
                     }
                     Action::Stop => return report,

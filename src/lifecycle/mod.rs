@@ -9,6 +9,7 @@ pub mod driver;
 pub mod group;
 pub mod machine;
 pub mod registration;
+pub mod watchdog;
 
 pub use crate::model::{Failure, GroupFailure, RuntimeFacts};
 use crate::plan::{GroupSpec, Region};

@@ -97,6 +97,20 @@ pub enum Event<'a> {
         /// Set the first time readiness is reached.
         time_to_ready: Option<Duration>,
     },
+    /// A NIXL call of the lifecycle outlived `nixl_call_timeout`.
+    Stuck {
+        operation: &'a str,
+        /// The group whose call it is, if any.
+        labels: Option<&'a GroupLabels>,
+        elapsed: Duration,
+    },
+    /// That call returned at last.
+    Unstuck {
+        operation: &'a str,
+        elapsed: Duration,
+    },
+    /// The lifecycle thread panicked: nothing registers or drains any more.
+    LifecycleDied,
     DrainStarted,
     DrainFinished {
         deregistered: usize,

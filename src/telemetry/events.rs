@@ -119,6 +119,25 @@ pub(crate) fn on(e: &Event<'_>) {
             time_to_ready: Some(t), ..
         } => tracing::info!(time_to_ready_ms = t.as_millis() as u64, "ready"),
         Event::ReadinessChanged { ready, .. } => tracing::info!(ready = *ready, "readiness changed"),
+        Event::Stuck {
+            operation,
+            labels,
+            elapsed,
+        } => tracing::error!(
+            operation = *operation,
+            group = labels.map(|l| l.group.as_str()),
+            elapsed_ms = elapsed.as_millis() as u64,
+            reason = Reason::Timeout.as_str(),
+            "a NIXL call is past its deadline: not ready, /livez failing until it returns"
+        ),
+        Event::Unstuck { operation, elapsed } => tracing::warn!(
+            operation = *operation,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "the NIXL call past its deadline returned"
+        ),
+        Event::LifecycleDied => {
+            tracing::error!("the lifecycle thread died: nothing registers or drains; /livez failing")
+        }
         Event::DrainStarted => tracing::info!("shutdown requested: not ready, deregistering"),
         Event::DrainFinished {
             deregistered,

@@ -152,6 +152,7 @@ pub struct Metrics {
     last_failure: GaugeVec,
     memlock_limit: Gauge,
     time_to_ready: Gauge,
+    lifecycle_stuck: IntGauge,
     exemplars: Exemplars,
     /// Bumped by every write; a cached exposition is reused while it holds.
     generation: Arc<std::sync::atomic::AtomicU64>,
@@ -234,6 +235,10 @@ impl Metrics {
                 &r,
                 Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap(),
             ),
+            lifecycle_stuck: register(
+                &r,
+                IntGauge::with_opts(opts(Family::get(names::LIFECYCLE_STUCK))).unwrap(),
+            ),
             registry: r.clone(),
             series: Default::default(),
             exemplars: Exemplars::default(),
@@ -294,6 +299,21 @@ impl Metrics {
                 }
             }
             Event::DrainStarted => self.set_ready(false),
+            Event::Stuck { labels, .. } => {
+                self.touch();
+                self.lifecycle_stuck.set(1);
+                if let Some(l) = labels {
+                    self.failure(l, Reason::Timeout, unix_now());
+                }
+            }
+            Event::Unstuck { .. } => {
+                self.touch();
+                self.lifecycle_stuck.set(0);
+            }
+            Event::LifecycleDied => {
+                self.touch();
+                self.lifecycle_stuck.set(1);
+            }
             Event::RetryScheduled { .. } | Event::Progress { .. } | Event::DrainFinished { .. } => {}
         }
     }

@@ -24,6 +24,7 @@ pub const BACKEND_UP: &str = "nixl_agent_backend_up";
 pub const LAST_FAILURE_TIMESTAMP_SECONDS: &str = "nixl_agent_last_failure_timestamp_seconds";
 pub const MEMLOCK_LIMIT_BYTES: &str = "nixl_agent_memlock_limit_bytes";
 pub const TIME_TO_READY_SECONDS: &str = "nixl_agent_time_to_ready_seconds";
+pub const LIFECYCLE_STUCK: &str = "nixl_agent_lifecycle_stuck";
 pub const BUILD_INFO: &str = "nixl_agent_build_info";
 pub const TRACE_SPANS_DROPPED_TOTAL: &str = "nixl_agent_trace_spans_dropped_total";
 pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_total";
@@ -122,6 +123,12 @@ pub const FAMILIES: &[Family] = &[
         "Seconds from agent start to first readiness (0 until ready).",
     ),
     Family::new(
+        LIFECYCLE_STUCK,
+        Type::Gauge,
+        &[],
+        "1 while a NIXL call of the lifecycle is past nixl_call_timeout or the lifecycle thread died (/livez fails), else 0.",
+    ),
+    Family::new(
         BUILD_INFO,
         Type::Gauge,
         &["version", "revision", "nixl_version", "nixl_sys_version"],
@@ -192,6 +199,7 @@ impl Family {
 pub const CHECK_NIXL: &str = "nixl";
 pub const CHECK_GROUP_PREFIX: &str = "group:";
 pub const CHECK_DRAINING: &str = "shutdown";
+pub const CHECK_LIFECYCLE: &str = "lifecycle";
 
 #[cfg(test)]
 mod tests {
@@ -225,6 +233,7 @@ mod tests {
             LAST_FAILURE_TIMESTAMP_SECONDS,
             MEMLOCK_LIMIT_BYTES,
             TIME_TO_READY_SECONDS,
+            LIFECYCLE_STUCK,
             BUILD_INFO,
             TRACE_SPANS_DROPPED_TOTAL,
             TRACE_EXPORT_FAILURES_TOTAL,
