@@ -34,6 +34,28 @@ fn status_of(agent: &AgentProcess, raw: &[u8]) -> u16 {
         .unwrap_or(0)
 }
 
+/// What the server did with a connection, as seen by the client.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    /// The server closed it (EOF or reset) without an answer.
+    Closed,
+    /// It answered; the bytes read.
+    Answered(String),
+    /// Nothing within the timeout: a server that leaves the client hanging.
+    Hung,
+}
+
+fn seen(s: &mut TcpStream, timeout: Duration) -> Seen {
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut buf = [0u8; 256];
+    match s.read(&mut buf) {
+        Ok(0) => Seen::Closed,
+        Ok(n) => Seen::Answered(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Seen::Hung,
+        Err(_) => Seen::Closed,
+    }
+}
+
 /// A probe that must answer 200 quickly.
 fn probe_fast(agent: &AgentProcess) {
     for path in ["/livez", "/readyz", "/metrics"] {
@@ -93,16 +115,12 @@ fn slowloris_connections_are_cut_and_probes_keep_answering() {
     std::thread::sleep(Duration::from_millis(700));
     // Past the header deadline every slow connection has been answered
     // (408) or closed by the server.
+    // A connection still open and silent fails the test.
     for s in &mut slow {
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut buf = [0u8; 64];
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => {}
-            Ok(n) => assert!(
-                String::from_utf8_lossy(&buf[..n]).contains("408"),
-                "{:?}",
-                String::from_utf8_lossy(&buf[..n])
-            ),
+        match seen(s, Duration::from_secs(2)) {
+            Seen::Closed => {}
+            Seen::Answered(text) => assert!(text.contains(" 408 "), "{text:?}"),
+            Seen::Hung => panic!("a slowloris connection was neither answered nor cut past the header deadline"),
         }
     }
     probe_fast(&a);
@@ -113,8 +131,12 @@ fn connections_over_the_cap_are_closed_and_service_recovers() {
     let a = agent("header_read_timeout = '1s'\nmax_connections = 8");
     let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(a.addr).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(100));
-    // The ninth is accepted and closed at once: no response.
-    assert_eq!(status_of(&a, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"), 0);
+    // The ninth is accepted and closed at once: no response, and no hang.
+    let mut ninth = TcpStream::connect(a.addr).unwrap();
+    let _ = ninth.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n");
+    let t0 = Instant::now();
+    assert_eq!(seen(&mut ninth, Duration::from_secs(2)), Seen::Closed);
+    assert!(t0.elapsed() < Duration::from_millis(500), "closed at once, not after {:?}", t0.elapsed());
     // Idle connections hit the header deadline and free their slots.
     std::thread::sleep(Duration::from_millis(1300));
     probe_fast(&a);

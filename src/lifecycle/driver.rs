@@ -346,3 +346,6 @@ impl<R: Registrar> Driver<R> {
         report
     }
 }
+
+#[cfg(test)]
+mod tests;

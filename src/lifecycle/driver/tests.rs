@@ -1,0 +1,170 @@
+//! The driver against a registrar whose every registration fails: timers and
+//! retries, timed against the control channel.
+
+use super::*;
+use crate::model::{Failure, GroupState, Kind, MemType, Region, RuntimeFacts};
+use crate::plan::GroupSpec;
+use crate::status::NixlStatus;
+use crate::telemetry::metrics::BuildInfo;
+use crate::validate::{DevicePointer, Memlock, MemoryProbe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Failing(Arc<AtomicUsize>);
+
+/// Facts for validation: nothing mapped, no CUDA, no memlock limit.
+struct NoProbe;
+
+impl MemoryProbe for NoProbe {
+    fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
+        Ok(vec![])
+    }
+    fn device_pointer(&self, _: usize, _: u32) -> Result<DevicePointer, Reason> {
+        Err(Reason::CudaUnavailable)
+    }
+    fn memlock(&self) -> Memlock {
+        Memlock {
+            soft_limit: None,
+            exempt: true,
+            locked_bytes: None,
+        }
+    }
+}
+
+impl Registrar for Failing {
+    type Handle = ();
+    type Backing = ();
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        Ok(RuntimeFacts::default())
+    }
+    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
+        Ok(None)
+    }
+    fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
+        Ok((vec![], ()))
+    }
+    fn probe(&self) -> &dyn MemoryProbe {
+        &NoProbe
+    }
+    fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(Failure::new(Reason::NixlBackendError, "always"))
+    }
+    fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+/// Re-registering a failed group attempts it at once; the retry timer of
+/// the earlier failure is stale then and must not fire an extra attempt
+/// before the new backoff has elapsed.
+#[test]
+fn reregistering_a_failed_group_drops_its_stale_retry_timer() {
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![Region::new(0x1000, 4096, 0)]).with_validate(false),
+        ],
+    };
+    let retry = RetryConfig {
+        initial_backoff: Duration::from_millis(300),
+        max_backoff: Duration::from_millis(300),
+        max_attempts: 0,
+    };
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let registrar = Failing(attempts.clone());
+    let thread = std::thread::spawn(move || Driver::new(registrar, plan, retry, rec, rx).run());
+    let t0 = Instant::now();
+    let wait_until = |ms: u64| std::thread::sleep(Duration::from_millis(ms).saturating_sub(t0.elapsed()));
+    wait_until(100);
+    assert_eq!(attempts.load(Ordering::SeqCst), 1, "the first attempt failed");
+    tx.send(Control::Reregister(Some(0))).unwrap();
+    wait_until(200);
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "re-registered at once");
+    // The stale timer (due at ~300 ms) must not fire; the new one is due at
+    // ~400 ms.
+    wait_until(360);
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "no attempt from the stale timer");
+    wait_until(550);
+    assert_eq!(attempts.load(Ordering::SeqCst), 3, "the new backoff's retry");
+    tx.send(Control::Shutdown).unwrap();
+    thread.join().unwrap();
+}
+
+/// Allocation sleeps, registration is instant, a backend named `NOPE`
+/// fails: what the duration histogram sees.
+struct SlowAlloc;
+
+impl Registrar for SlowAlloc {
+    type Handle = ();
+    type Backing = ();
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        Ok(RuntimeFacts::default())
+    }
+    fn ensure_backend(&mut self, name: &str) -> Result<Option<Duration>, Failure> {
+        match name {
+            "NOPE" => Err(Failure::new(Reason::PluginUnavailable, "no NOPE")),
+            _ => Ok(None),
+        }
+    }
+    fn allocate(&mut self, _: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, ()), Failure> {
+        std::thread::sleep(Duration::from_millis(150));
+        Ok(((0..count).map(|i| Region::new(0x10000 * (i + 1), size, 0)).collect(), ()))
+    }
+    fn probe(&self) -> &dyn MemoryProbe {
+        &NoProbe
+    }
+    fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
+        Ok(())
+    }
+    fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+
+/// The duration histogram times validation and NIXL only: not the agent's
+/// own allocation (150 ms here), and nothing at all for an attempt that
+/// failed before reaching NIXL (a missing backend).
+#[test]
+fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
+    let alloc = |name: &str, backend: &str| {
+        let mut g = GroupSpec::provided(name, Kind::Kv, MemType::Dram, vec![])
+            .with_validate(false)
+            .with_backends(&[backend]);
+        g.source = crate::plan::RegionSource::Allocate { count: 4, size: 4096 };
+        g
+    };
+    let plan = Plan {
+        groups: vec![alloc("kv", "UCX"), alloc("bad", "NOPE")],
+    };
+    let retry = RetryConfig {
+        initial_backoff: Duration::from_secs(3600),
+        max_backoff: Duration::from_secs(3600),
+        max_attempts: 1,
+    };
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let driver = Driver::new(SlowAlloc, plan, retry, rec.clone(), rx);
+    let thread = std::thread::spawn(move || driver.run());
+    let t0 = Instant::now();
+    while rec.board().snapshot().groups.iter().any(|g| g.attempts == 0 || g.state == GroupState::Registering) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:#?}", rec.board().snapshot());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tx.send(Control::Shutdown).unwrap();
+    thread.join().unwrap();
+    let text = crate::telemetry::exposition::encode(rec.metrics().registry(), crate::telemetry::exposition::Format::Text);
+    let sample = |name: &str, group: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.contains(&format!("group=\"{group}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} for {group} in\n{text}"))
+    };
+    let kv_sum = sample("nixl_agent_registration_duration_seconds_sum", "kv");
+    assert!(kv_sum < 0.1, "allocation is not in the duration: {kv_sum} s");
+    assert_eq!(sample("nixl_agent_registration_duration_seconds_count", "kv"), 1.0);
+    assert_eq!(sample("nixl_agent_registration_attempts_total", "bad"), 1.0);
+    assert_eq!(sample("nixl_agent_registration_duration_seconds_count", "bad"), 0.0, "never reached NIXL");
+}
