@@ -206,8 +206,7 @@ impl Observer {
 
     /// The group a call is recorded under: its own name when the name
     /// follows the label rules and the cap is not reached, else
-    /// [`OVERFLOW_GROUP`]. Expected groups take kind and mem type from
-    /// their first call.
+    /// [`OVERFLOW_GROUP`].
     fn group_name<'n>(&self, groups: &HashMap<String, Group>, name: &'n str, kind: &Kind) -> Cow<'n, str> {
         if groups.contains_key(name) {
             // Checked against the label rules when it was first seen.
@@ -240,13 +239,14 @@ impl Observer {
         classify: impl FnOnce(&E) -> Failure,
     ) -> Result<T, E> {
         let (labels, attempt) = self.begin(group, kind, mem_type, region.device);
+        let mut a = record::attempt(&labels, attempt, 1, region.len as u64, &NoCapture);
+        // Timed like a lifecycle attempt: validation plus NIXL.
+        a.start_clock();
         let finding = if self.settings.validate {
             validate::validate_regions(mem_type, region.device, &[region], &self.probe, 0).err()
         } else {
             None
         };
-        let mut a = record::attempt(&labels, attempt, 1, region.len as u64, &NoCapture);
-        a.start_clock();
         let result = call();
         let outcome = match &result {
             Ok(_) => Ok(()),

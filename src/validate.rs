@@ -40,6 +40,28 @@ impl Memlock {
     }
 }
 
+/// For unit tests of the lifecycle: nothing mapped, no CUDA, no memlock
+/// limit (validation is off in those tests or only the memlock rule runs).
+#[cfg(test)]
+pub(crate) struct NullProbe;
+
+#[cfg(test)]
+impl MemoryProbe for NullProbe {
+    fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
+        Ok(vec![])
+    }
+    fn device_pointer(&self, _: usize, _: u32) -> Result<DevicePointer, Reason> {
+        Err(Reason::CudaUnavailable)
+    }
+    fn memlock(&self) -> Memlock {
+        Memlock {
+            soft_limit: None,
+            exempt: true,
+            locked_bytes: None,
+        }
+    }
+}
+
 /// Facts about memory that validation needs, gathered at the edge.
 pub trait MemoryProbe {
     /// Mapped address ranges of the process, sorted, adjacent ranges merged.

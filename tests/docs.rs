@@ -116,3 +116,66 @@ fn readme_embedding_code_comes_from_the_example() {
     }
     assert!(checked > 10, "README Embedding shows too little code ({checked} lines)");
 }
+
+/// The benchmark figures in README are the committed output of `make bench`.
+#[test]
+fn readme_benchmark_block_is_the_committed_bench_output() {
+    let readme = read("README.md");
+    let latest = read("bench/results/latest.md");
+    let block = readme
+        .split("<!-- bench/results/latest.md -->\n")
+        .nth(1)
+        .and_then(|s| s.split("\n<!-- end bench/results/latest.md -->").next())
+        .expect("README Performance has the bench block");
+    assert_eq!(
+        block.trim(),
+        latest.trim(),
+        "README differs from bench/results/latest.md: rerun `make bench` and copy it"
+    );
+}
+
+/// README's soak figures are those of the committed `make soak` result.
+#[test]
+fn readme_soak_figures_are_the_committed_soak_result() {
+    let readme = read("README.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let soak: serde_json::Value = serde_json::from_str(&read("bench/results/soak.json")).unwrap();
+    let n = |k: &str| soak[k].as_f64().unwrap_or_else(|| panic!("soak.json has no {k}"));
+    let thousands = |v: f64| {
+        let s = format!("{}", v as u64);
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    for figure in [
+        format!(
+            "{} requests at {:.1} req/s",
+            thousands(n("requests")),
+            n("achieved_rps")
+        ),
+        format!("{} errors", n("errors")),
+        format!("p50 {} µs", n("p50_us")),
+        format!("p99 {:.2} ms", n("p99_us") / 1000.0),
+        format!("max {:.1} ms", n("max_us") / 1000.0),
+        format!(
+            "RSS {:.1} MB with {:.2} % drift",
+            n("rss_peak_kib") / 1000.0,
+            n("rss_drift_pct")
+        ),
+        format!(
+            "{} re-registrations ({} attempts of `kv`; {} `/readyz` answers of 503",
+            n("reregistrations"),
+            n("kv_attempts"),
+            n("readyz_503_during_reregistration")
+        ),
+    ] {
+        assert!(
+            readme.contains(&figure),
+            "README Reliability lacks `{figure}` (from bench/results/soak.json)"
+        );
+    }
+}

@@ -136,7 +136,11 @@ fn connections_over_the_cap_are_closed_and_service_recovers() {
     let _ = ninth.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n");
     let t0 = Instant::now();
     assert_eq!(seen(&mut ninth, Duration::from_secs(2)), Seen::Closed);
-    assert!(t0.elapsed() < Duration::from_millis(500), "closed at once, not after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "closed at once, not after {:?}",
+        t0.elapsed()
+    );
     // Idle connections hit the header deadline and free their slots.
     std::thread::sleep(Duration::from_millis(1300));
     probe_fast(&a);

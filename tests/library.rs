@@ -3,7 +3,6 @@
 
 mod support;
 
-use nixl_agent::config::{Config, RetryConfig};
 use nixl_agent::telemetry::exposition::{encode, Format};
 use nixl_agent::{GroupSpec, Kind, Lifecycle, LifecycleHandle, MemType, Plan, Region};
 use std::time::Duration;
@@ -11,19 +10,8 @@ use support::Scrape;
 
 const READY: Duration = Duration::from_secs(30);
 
-fn config(name: &str) -> Config {
-    Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        agent_name: name.to_string(),
-        nixl_lib_dir: Some(support::nixl_lib_dir()),
-        retry: RetryConfig {
-            initial_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_millis(100),
-            max_attempts: 0,
-        },
-        groups: vec![],
-        ..Config::default()
-    }
+fn config(name: &str) -> nixl_agent::Config {
+    support::library_config(name)
 }
 
 fn region(buf: &[u8]) -> Region {

@@ -8,7 +8,6 @@
 
 mod support;
 
-use nixl_agent::config::{Config, RetryConfig};
 use nixl_agent::telemetry::exposition::{encode, Format};
 use nixl_agent::{Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, Observer, Plan, Region};
 use nixl_sys::{Agent, Backend, OptArgs, XferDescList, XferOp, XferStatus};
@@ -69,18 +68,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-fn config(name: &str) -> Config {
-    Config {
-        agent_name: name.to_string(),
-        nixl_lib_dir: Some(support::nixl_lib_dir()),
-        retry: RetryConfig {
-            initial_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_millis(100),
-            max_attempts: 0,
-        },
-        groups: vec![],
-        ..Config::default()
-    }
+fn config(name: &str) -> nixl_agent::Config {
+    support::library_config(name)
 }
 
 fn host(buf: &[u8]) -> Region {

@@ -58,7 +58,7 @@ mod tests {
     use super::*;
     use crate::model::{MemType, Reason};
     use crate::plan::Kind;
-    use crate::validate::{DevicePointer, Memlock, MemoryProbe};
+    use crate::validate::{MemoryProbe, NullProbe};
     use std::collections::BTreeSet;
     use std::time::Duration;
 
@@ -67,22 +67,6 @@ mod tests {
         live: BTreeSet<usize>,
         fail_at: Option<usize>,
         order: Vec<usize>,
-    }
-
-    impl MemoryProbe for Ledger {
-        fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
-            Ok(vec![])
-        }
-        fn device_pointer(&self, _: usize, _: u32) -> Result<DevicePointer, Reason> {
-            Err(Reason::CudaUnavailable)
-        }
-        fn memlock(&self) -> Memlock {
-            Memlock {
-                soft_limit: None,
-                exempt: true,
-                locked_bytes: None,
-            }
-        }
     }
 
     impl Registrar for Ledger {
@@ -98,7 +82,7 @@ mod tests {
             Ok((vec![], ()))
         }
         fn probe(&self) -> &dyn MemoryProbe {
-            self
+            &NullProbe
         }
         fn register_region(&mut self, _: &GroupSpec, r: &Region) -> Result<usize, Failure> {
             if Some(r.addr) == self.fail_at {

@@ -100,10 +100,10 @@ impl Watchdog {
         }
     }
 
-    /// How often to look: four times within the deadline, at most every
-    /// 250 ms.
+    /// How often to look: four times within the deadline, at most once a
+    /// second (an idle agent wakes once a second for it).
     pub fn period(&self) -> Duration {
-        (self.timeout / 4).min(Duration::from_millis(250))
+        (self.timeout / 4).min(Duration::from_secs(1))
     }
 
     /// One look at `now`.

@@ -67,11 +67,21 @@ impl MemoryProbe for SystemProbe {
         } else {
             Some(lim.rlim_cur)
         };
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        // Capabilities do not change under the agent: read them once.
+        static EXEMPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let exempt = *EXEMPT
+            .get_or_init(|| std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s)));
+        // What the process holds is only worth a read when a limit applies.
+        let locked_bytes = match (soft_limit, exempt) {
+            (Some(_), false) => std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|s| validate::locked_bytes(&s)),
+            _ => None,
+        };
         Memlock {
             soft_limit,
-            exempt: validate::has_ipc_lock(&status),
-            locked_bytes: validate::locked_bytes(&status),
+            exempt,
+            locked_bytes,
         }
     }
 }

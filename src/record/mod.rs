@@ -52,10 +52,13 @@ impl Recorder {
     /// Records one event in every subscriber. A change of readiness that the
     /// event causes is recorded as an [`Event::ReadinessChanged`] of its own;
     /// its gauge is set inside the status write that decided it.
+    /// The recorded state (metrics, status) is written before the log line:
+    /// a log write can block (seen: ~0.35 s while NIXL loads a plugin on
+    /// another thread), and probes must not wait for it.
     pub fn emit(&self, e: &Event<'_>) {
         self.metrics.on(e);
-        log::on(e);
         let change = self.board.on(e, |c| self.metrics.on(&c.event()));
+        log::on(e);
         if let Some(c) = change {
             log::on(&c.event());
         }

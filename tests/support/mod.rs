@@ -297,3 +297,20 @@ pub fn signal(pid: u32, sig: &str) {
         .unwrap();
     assert!(ok.success());
 }
+
+/// A library config for tests: port 0, the wheel's NIXL, quick retries, no
+/// configured groups (the test's plan brings its own).
+pub fn library_config(agent_name: &str) -> nixl_agent::Config {
+    nixl_agent::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        agent_name: agent_name.to_string(),
+        nixl_lib_dir: Some(nixl_lib_dir()),
+        retry: nixl_agent::config::RetryConfig {
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_millis(100),
+            max_attempts: 0,
+        },
+        groups: vec![],
+        ..nixl_agent::Config::default()
+    }
+}

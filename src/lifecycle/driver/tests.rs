@@ -6,29 +6,10 @@ use crate::model::{Failure, GroupState, Kind, MemType, Region, RuntimeFacts};
 use crate::plan::GroupSpec;
 use crate::status::NixlStatus;
 use crate::telemetry::metrics::BuildInfo;
-use crate::validate::{DevicePointer, Memlock, MemoryProbe};
+use crate::validate::{MemoryProbe, NullProbe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 struct Failing(Arc<AtomicUsize>);
-
-/// Facts for validation: nothing mapped, no CUDA, no memlock limit.
-struct NoProbe;
-
-impl MemoryProbe for NoProbe {
-    fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
-        Ok(vec![])
-    }
-    fn device_pointer(&self, _: usize, _: u32) -> Result<DevicePointer, Reason> {
-        Err(Reason::CudaUnavailable)
-    }
-    fn memlock(&self) -> Memlock {
-        Memlock {
-            soft_limit: None,
-            exempt: true,
-            locked_bytes: None,
-        }
-    }
-}
 
 impl Registrar for Failing {
     type Handle = ();
@@ -43,7 +24,7 @@ impl Registrar for Failing {
         Ok((vec![], ()))
     }
     fn probe(&self) -> &dyn MemoryProbe {
-        &NoProbe
+        &NullProbe
     }
     fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
         self.0.fetch_add(1, Ordering::SeqCst);
@@ -62,7 +43,8 @@ fn reregistering_a_failed_group_drops_its_stale_retry_timer() {
     let attempts = Arc::new(AtomicUsize::new(0));
     let plan = Plan {
         groups: vec![
-            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![Region::new(0x1000, 4096, 0)]).with_validate(false),
+            GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![Region::new(0x1000, 4096, 0)])
+                .with_validate(false),
         ],
     };
     let retry = RetryConfig {
@@ -109,10 +91,13 @@ impl Registrar for SlowAlloc {
     }
     fn allocate(&mut self, _: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, ()), Failure> {
         std::thread::sleep(Duration::from_millis(150));
-        Ok(((0..count).map(|i| Region::new(0x10000 * (i + 1), size, 0)).collect(), ()))
+        Ok((
+            (0..count).map(|i| Region::new(0x10000 * (i + 1), size, 0)).collect(),
+            (),
+        ))
     }
     fn probe(&self) -> &dyn MemoryProbe {
-        &NoProbe
+        &NullProbe
     }
     fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
         Ok(())
@@ -121,7 +106,6 @@ impl Registrar for SlowAlloc {
         Ok(())
     }
 }
-
 
 /// The duration histogram times validation and NIXL only: not the agent's
 /// own allocation (150 ms here), and nothing at all for an attempt that
@@ -148,13 +132,20 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
     let driver = Driver::new(SlowAlloc, plan, retry, rec.clone(), rx);
     let thread = std::thread::spawn(move || driver.run());
     let t0 = Instant::now();
-    while rec.board().snapshot().groups.iter().any(|g| g.attempts == 0 || g.state == GroupState::Registering) {
+    while rec
+        .board()
+        .snapshot()
+        .groups
+        .iter()
+        .any(|g| g.attempts == 0 || g.state == GroupState::Registering)
+    {
         assert!(t0.elapsed() < Duration::from_secs(10), "{:#?}", rec.board().snapshot());
         std::thread::sleep(Duration::from_millis(10));
     }
     tx.send(Control::Shutdown).unwrap();
     thread.join().unwrap();
-    let text = crate::telemetry::exposition::encode(rec.metrics().registry(), crate::telemetry::exposition::Format::Text);
+    let text =
+        crate::telemetry::exposition::encode(rec.metrics().registry(), crate::telemetry::exposition::Format::Text);
     let sample = |name: &str, group: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(name) && l.contains(&format!("group=\"{group}\"")))
@@ -166,5 +157,9 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
     assert!(kv_sum < 0.1, "allocation is not in the duration: {kv_sum} s");
     assert_eq!(sample("nixl_agent_registration_duration_seconds_count", "kv"), 1.0);
     assert_eq!(sample("nixl_agent_registration_attempts_total", "bad"), 1.0);
-    assert_eq!(sample("nixl_agent_registration_duration_seconds_count", "bad"), 0.0, "never reached NIXL");
+    assert_eq!(
+        sample("nixl_agent_registration_duration_seconds_count", "bad"),
+        0.0,
+        "never reached NIXL"
+    );
 }
