@@ -284,3 +284,70 @@ async fn a_bad_plan_is_refused_before_anything_starts() {
         .expect("refused");
     assert!(err.to_string().contains("groups[0].name"), "{err}");
 }
+
+/// The duration buckets resolve what NIXL does: attempts of very different
+/// sizes (1 region and 4,096 regions, re-registered a few times) land in
+/// more than one bucket, and even the smallest attempt is above the first
+/// bucket (with the old 0.5 ms first bucket, every small attempt sat in it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_durations_spread_over_the_buckets() {
+    let small = vec![1u8; 4096];
+    let big = vec![2u8; 4096 * 4096];
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("small", Kind::Aux, MemType::Dram, vec![region(&small)]).with_validate(false),
+            GroupSpec::provided("big", Kind::Kv, MemType::Dram, big.chunks(4096).map(region).collect())
+                .with_validate(false),
+        ],
+    };
+    let agent = Lifecycle::start(config("buckets"), plan).await.unwrap();
+    assert!(agent.wait_ready(READY).await, "{:#?}", agent.status());
+    for round in 1..=3 {
+        agent.reregister(None).unwrap();
+        for _ in 0..1500 {
+            let attempts = scrape(&agent).metric("nixl_agent_registration_attempts_total").sum();
+            if attempts >= 2.0 * (round as f64 + 1.0) && agent.status().ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let s = scrape(&agent);
+    // Per-bucket counts from the cumulative ones, over both groups.
+    let mut used = std::collections::BTreeSet::new();
+    for group in ["small", "big"] {
+        let mut buckets: Vec<(f64, f64)> = s
+            .metric("nixl_agent_registration_duration_seconds_bucket")
+            .label("group", group)
+            .samples()
+            .iter()
+            .map(|x| {
+                let le = x
+                    .labels
+                    .iter()
+                    .find(|(k, _)| k == "le")
+                    .map(|(_, v)| v.clone())
+                    .unwrap();
+                (le.parse::<f64>().unwrap_or(f64::INFINITY), x.value)
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total = buckets.last().map_or(0.0, |b| b.1);
+        assert!(total >= 4.0, "{group}: {total} attempts observed");
+        assert!(
+            buckets[0].1 < total,
+            "{group}: all {total} attempts in the first bucket (le={}): it resolves nothing",
+            buckets[0].0
+        );
+        let mut below = 0.0;
+        for (le, cumulative) in buckets {
+            if cumulative > below {
+                used.insert(le.to_string());
+            }
+            below = cumulative;
+        }
+    }
+    assert!(used.len() >= 2, "every attempt landed in one bucket: {used:?}");
+    agent.shutdown().await.unwrap();
+    drop((small, big));
+}
