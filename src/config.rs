@@ -214,6 +214,11 @@ pub struct TracingConfig {
     /// Timeout of one export request.
     #[serde(with = "units::duration")]
     pub export_timeout: Duration,
+    /// `endpoint` is the full traces URL, used as given: it came from
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the OTel spec appends
+    /// `/v1/traces` only to `OTEL_EXPORTER_OTLP_ENDPOINT`). Not a file key.
+    #[serde(skip)]
+    pub endpoint_is_traces_url: bool,
 }
 
 impl Default for TracingConfig {
@@ -227,6 +232,7 @@ impl Default for TracingConfig {
             resource: Default::default(),
             queue_size: DEFAULT_TRACE_QUEUE,
             export_timeout: DEFAULT_EXPORT_TIMEOUT,
+            endpoint_is_traces_url: false,
         }
     }
 }
@@ -494,11 +500,12 @@ impl Config {
 impl TracingConfig {
     /// The standard OpenTelemetry variables, read through [`Env`].
     fn apply_env(&mut self, env: &dyn Env) -> Result<(), ConfigError> {
-        if let Some(v) = env
-            .var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .or_else(|| env.var("OTEL_EXPORTER_OTLP_ENDPOINT"))
-        {
+        if let Some(v) = env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
             self.endpoint = Some(v);
+            self.endpoint_is_traces_url = true;
+        } else if let Some(v) = env.var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            self.endpoint = Some(v);
+            self.endpoint_is_traces_url = false;
         }
         let protocol = env
             .var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")

@@ -243,3 +243,37 @@ fn grpc_protocol_exports_to_a_real_trace_service() {
         s.iter().any(|s| s.name == "nixl.drain")
     });
 }
+
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is the whole URL, used as given;
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is a base that gets `/v1/traces` (the OTel
+/// spec). Each against a real receiver listening only where it should.
+#[test]
+fn each_otlp_endpoint_variable_reaches_the_receiver_at_its_own_path() {
+    let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\n";
+    let custom = Receiver::start_at("/otlp/spans");
+    let url = format!("{}/otlp/spans", custom.endpoint());
+    let mut agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        env: &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &url)],
+        ..Default::default()
+    });
+    agent.wait_ready(WAIT);
+    custom.wait("spans at the traces URL as given", WAIT, |s| {
+        s.iter().any(|s| s.name == "nixl.group.register")
+    });
+    agent.signal("TERM");
+    assert_eq!(agent.wait_exit(WAIT).code(), Some(0));
+
+    let base = Receiver::start();
+    let mut agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        env: &[("OTEL_EXPORTER_OTLP_ENDPOINT", &base.endpoint())],
+        ..Default::default()
+    });
+    agent.wait_ready(WAIT);
+    base.wait("spans at <base>/v1/traces", WAIT, |s| {
+        s.iter().any(|s| s.name == "nixl.group.register")
+    });
+    agent.signal("TERM");
+    assert_eq!(agent.wait_exit(WAIT).code(), Some(0));
+}

@@ -124,10 +124,12 @@ fn resource(cfg: &TracingConfig) -> Resource {
     Resource::builder_empty().with_attributes(attrs).build()
 }
 
-/// The URL spans are posted to.
-pub fn traces_url(endpoint: &str, protocol: OtlpProtocol) -> String {
+/// The URL spans are posted to. A base endpoint gets `/v1/traces` (unless
+/// it already ends so); a signal-specific one (`exact`) is used as given.
+pub fn traces_url(endpoint: &str, protocol: OtlpProtocol, exact: bool) -> String {
     match protocol {
         OtlpProtocol::Grpc => endpoint.to_string(),
+        OtlpProtocol::HttpProtobuf if exact => endpoint.to_string(),
         OtlpProtocol::HttpProtobuf if endpoint.trim_end_matches('/').ends_with("/v1/traces") => endpoint.to_string(),
         OtlpProtocol::HttpProtobuf => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
     }
@@ -223,7 +225,7 @@ enum Exporter {
 
 impl Exporter {
     fn build(cfg: &TracingConfig, endpoint: &str) -> Result<Exporter, String> {
-        let url = traces_url(endpoint, cfg.protocol);
+        let url = traces_url(endpoint, cfg.protocol, cfg.endpoint_is_traces_url);
         match cfg.protocol {
             OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
@@ -346,18 +348,23 @@ mod tests {
     #[test]
     fn urls_and_samplers() {
         assert_eq!(
-            traces_url("http://c:4318", OtlpProtocol::HttpProtobuf),
+            traces_url("http://c:4318", OtlpProtocol::HttpProtobuf, false),
             "http://c:4318/v1/traces"
         );
         assert_eq!(
-            traces_url("http://c:4318/", OtlpProtocol::HttpProtobuf),
+            traces_url("http://c:4318/", OtlpProtocol::HttpProtobuf, false),
             "http://c:4318/v1/traces"
         );
         assert_eq!(
-            traces_url("http://c:4318/v1/traces", OtlpProtocol::HttpProtobuf),
+            traces_url("http://c:4318/v1/traces", OtlpProtocol::HttpProtobuf, false),
             "http://c:4318/v1/traces"
         );
-        assert_eq!(traces_url("http://c:4317", OtlpProtocol::Grpc), "http://c:4317");
+        assert_eq!(traces_url("http://c:4317", OtlpProtocol::Grpc, false), "http://c:4317");
+        // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is the whole URL.
+        assert_eq!(
+            traces_url("http://c:4318/otlp/spans", OtlpProtocol::HttpProtobuf, true),
+            "http://c:4318/otlp/spans"
+        );
         assert!(matches!(sampler("always_off", 1.0), Sampler::AlwaysOff));
         assert!(matches!(
             sampler("parentbased_traceidratio", 0.5),

@@ -67,7 +67,13 @@ fn hex(b: &[u8]) -> String {
 }
 
 impl Receiver {
+    /// A receiver at the standard path, `POST /v1/traces`.
     pub fn start() -> Receiver {
+        Receiver::start_at("/v1/traces")
+    }
+
+    /// A receiver that accepts spans only at `path` (404 elsewhere).
+    pub fn start_at(path: &'static str) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -79,7 +85,7 @@ impl Receiver {
                 match listener.accept() {
                     Ok((conn, _)) => {
                         let s = s.clone();
-                        std::thread::spawn(move || serve(conn, &s));
+                        std::thread::spawn(move || serve(conn, &s, path));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -111,7 +117,7 @@ impl Drop for Receiver {
     }
 }
 
-fn serve(conn: TcpStream, spans: &Mutex<Vec<RecvSpan>>) {
+fn serve(conn: TcpStream, spans: &Mutex<Vec<RecvSpan>>, path: &str) {
     conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut out = conn.try_clone().unwrap();
@@ -140,7 +146,7 @@ fn serve(conn: TcpStream, spans: &Mutex<Vec<RecvSpan>>) {
         if r.read_exact(&mut body).is_err() {
             return;
         }
-        let ok = request_line.starts_with("POST /v1/traces");
+        let ok = request_line.starts_with(&format!("POST {path} "));
         if ok {
             let req = ExportTraceServiceRequest::decode(&body[..]).expect("a valid OTLP protobuf body");
             collect(req, spans);
