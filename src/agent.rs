@@ -371,8 +371,10 @@ impl Drop for LifecycleHandle {
     /// grace period) until the drain is over, so that buffers the caller
     /// frees after the drop are no longer registered.
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        let Some(thread) = self.lifecycle.take() else { return };
+        let Some(thread) = self.lifecycle.take() else {
+            let _ = self.stop.send(true);
+            return;
+        };
         self.rec.drain_started();
         let _ = self.control.send(Control::Shutdown);
         let end = Instant::now() + self.grace;
@@ -386,5 +388,7 @@ impl Drop for LifecycleHandle {
                 "dropped before the drain finished"
             );
         }
+        // The server and the watchdog stop only now: the drain stays watched.
+        let _ = self.stop.send(true);
     }
 }

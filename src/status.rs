@@ -401,10 +401,6 @@ impl StatusBoard {
         });
     }
 
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
-    }
-
     /// The status subscriber: applies the event and derives readiness in
     /// the same write, with the drain latch read inside it, so no event can
     /// make the snapshot ready once shutdown began.
