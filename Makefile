@@ -9,8 +9,9 @@ ARGS ?=
 export NIXL_LIB_DIR := $(CURDIR)/.deps/nixl/.nixl_cu12.mesonpy.libs
 export PROMTOOL     := $(CURDIR)/.deps/prometheus/usr/bin/promtool
 export PROMETHEUS   := $(CURDIR)/.deps/prometheus/usr/bin/prometheus
+export NIXL_AGENT_PYTHON := $(CURDIR)/.deps/venv/bin/python
 
-.PHONY: all setup build run test fmt clean-deps
+.PHONY: all setup build run test fmt clean-deps python
 
 all: test
 
@@ -19,6 +20,10 @@ setup:
 
 build: setup
 	$(CARGO) build --release
+
+# The Python package (nixl_agent_instrument) built and installed into .deps/venv.
+python: setup
+	bash "$(CURDIR)/scripts/python.sh"
 
 # The agent on its embedded default plan; extra arguments: make run ARGS='...'
 run: setup
@@ -32,6 +37,8 @@ test: setup
 	$(CARGO) build --all-targets
 	# What an embedder builds: the library without the CLI (no clap), and the example.
 	$(CARGO) build --no-default-features --lib --example serving
+	# The Python wheel, installed into .deps/venv for tests/python.rs.
+	bash "$(CURDIR)/scripts/python.sh"
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --no-fail-fast; \
 	else \

@@ -4,6 +4,10 @@
 #   a. Debian build packages (libclang-dev for bindgen, unzip, pkg-config)
 #   b. NIXL runtime (libnixl_capi.so + plugins) unpacked from the nixl-cu12 wheel
 #   c. prometheus + promtool unpacked from Debian's prometheus .deb (no service)
+#   d. .deps/venv: a Python 3.11 virtualenv (the NIXL wheel is cp311) with
+#      NIXL's Python API (nixl-cu12 + nixl, --no-deps: no torch), numpy,
+#      maturin (builds the nixl_agent_instrument wheel, scripts/python.sh)
+#      and prometheus-client (the peer of the Python benchmark)
 set -euo pipefail
 
 NIXL_WHEEL_VERSION=1.5.1
@@ -13,6 +17,9 @@ NIXL_WHEEL_NAME=nixl-cu12
 NIXL_WHEEL_PYTHON=3.11
 NIXL_WHEEL_PLATFORM=manylinux_2_28_x86_64
 APT_PACKAGES=(libclang-dev unzip pkg-config)
+NUMPY_VERSION=2.4.6
+MATURIN_VERSION=1.16.0
+PROMETHEUS_CLIENT_VERSION=0.21.1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
@@ -65,21 +72,28 @@ else
     log "apt packages present (${APT_PACKAGES[*]})"
 fi
 
+# The pinned nixl-cu12 wheel, downloaded once into .deps/wheels.
+nixl_wheel() {
+    mkdir -p "$WHEEL_DIR"
+    local w
+    w="$(ls "$WHEEL_DIR"/nixl_cu12-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1 || true)"
+    if [ -z "$w" ]; then
+        log "pip download ${NIXL_WHEEL_NAME}==${NIXL_WHEEL_VERSION}" >&2
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --python-version "$NIXL_WHEEL_PYTHON" \
+            --platform "$NIXL_WHEEL_PLATFORM" \
+            -d "$WHEEL_DIR" "${NIXL_WHEEL_NAME}==${NIXL_WHEEL_VERSION}" >&2
+        w="$(ls "$WHEEL_DIR"/nixl_cu12-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1 || true)"
+        [ -n "$w" ] || die "no nixl_cu12-${NIXL_WHEEL_VERSION} wheel in $WHEEL_DIR after pip download"
+    fi
+    printf '%s\n' "$w"
+}
+
 # --- b. NIXL runtime from the wheel (not pip-installed) -----------------------
 if [ -f "$NIXL_LIB_DIR/libnixl_capi.so" ] && [ -d "$NIXL_DIST_INFO" ]; then
     log "nixl ${NIXL_WHEEL_VERSION} present"
 else
-    mkdir -p "$WHEEL_DIR"
-    wheel="$(ls "$WHEEL_DIR"/nixl_cu12-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1 || true)"
-    if [ -z "$wheel" ]; then
-        log "pip download ${NIXL_WHEEL_NAME}==${NIXL_WHEEL_VERSION}"
-        python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-            --only-binary=:all: --python-version "$NIXL_WHEEL_PYTHON" \
-            --platform "$NIXL_WHEEL_PLATFORM" \
-            -d "$WHEEL_DIR" "${NIXL_WHEEL_NAME}==${NIXL_WHEEL_VERSION}"
-        wheel="$(ls "$WHEEL_DIR"/nixl_cu12-"${NIXL_WHEEL_VERSION}"-*.whl 2>/dev/null | head -n1 || true)"
-        [ -n "$wheel" ] || die "no nixl_cu12-${NIXL_WHEEL_VERSION} wheel in $WHEEL_DIR after pip download"
-    fi
+    wheel="$(nixl_wheel)"
     log "unzip $(basename "$wheel") -> .deps/nixl"
     rm -rf "$NIXL_DIR.tmp"
     unzip -q -o "$wheel" -d "$NIXL_DIR.tmp"
@@ -122,8 +136,54 @@ fi
 "$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL --version failed"
 log "promtool ok ($("$PROMTOOL" --version 2>&1 | head -n1))"
 
-# --- d. environment for callers -----------------------------------------------
+# --- d. the project's Python virtualenv ---------------------------------------
+VENV="$DEPS/venv"
+VENV_STAMP="$VENV/.nixl-agent-venv-${NIXL_WHEEL_VERSION}-${NUMPY_VERSION}-${MATURIN_VERSION}-${PROMETHEUS_CLIENT_VERSION}"
+find_python311() {
+    local c
+    for c in python3.11 python3; do
+        if command -v "$c" >/dev/null 2>&1 \
+            && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+            command -v "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+if [ -x "$VENV/bin/python" ] && [ -e "$VENV_STAMP" ]; then
+    log "python venv present (.deps/venv)"
+else
+    py="$(find_python311)" || die "need Python 3.11 (the nixl-cu12 wheel is cp311): apt-get install python3.11"
+    rm -rf "$VENV"
+    if ! "$py" -m venv "$VENV" 2>/dev/null; then
+        # Debian splits ensurepip out of the interpreter.
+        [ "$(id -u)" -eq 0 ] || [ "${#SUDO[@]}" -gt 0 ] || die "need root or sudo to install python3-venv"
+        apt_update_once
+        log "apt-get install python3-venv"
+        ${SUDO[@]+"${SUDO[@]}"} apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+        rm -rf "$VENV"
+        "$py" -m venv "$VENV"
+    fi
+    pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+    log "pip install numpy maturin prometheus-client into .deps/venv"
+    "${pip[@]}" "numpy==$NUMPY_VERSION" "maturin==$MATURIN_VERSION" "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
+    nixl_py="$(ls "$WHEEL_DIR"/nixl-"${NIXL_WHEEL_VERSION}"-py3-none-any.whl 2>/dev/null | head -n1 || true)"
+    if [ -z "$nixl_py" ]; then
+        "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+            -d "$WHEEL_DIR" "nixl==${NIXL_WHEEL_VERSION}"
+        nixl_py="$(ls "$WHEEL_DIR"/nixl-"${NIXL_WHEEL_VERSION}"-py3-none-any.whl | head -n1)"
+    fi
+    wheel="$(nixl_wheel)"
+    log "pip install --no-deps $(basename "$wheel") $(basename "$nixl_py")"
+    "${pip[@]}" --no-deps "$wheel" "$nixl_py"
+    "$VENV/bin/python" -c 'import numpy; from nixl._api import nixl_agent' \
+        || die "NIXL's Python API does not import in $VENV"
+    touch "$VENV_STAMP"
+fi
+
+# --- e. environment for callers -----------------------------------------------
 log "done; environment (also: source scripts/env.sh):"
 printf 'NIXL_LIB_DIR=%s\n' "$NIXL_LIB_DIR"
 printf 'PROMTOOL=%s\n' "$PROMTOOL"
 printf 'PROMETHEUS=%s\n' "$PROMETHEUS"
+printf 'NIXL_AGENT_PYTHON=%s\n' "$VENV/bin/python"

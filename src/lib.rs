@@ -13,6 +13,7 @@
 
 // ---- The embedding API -------------------------------------------------
 pub mod config;
+pub mod instrument;
 pub mod model;
 pub mod observe;
 pub mod plan;
@@ -22,9 +23,11 @@ pub mod telemetry;
 pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError};
 pub use config::Config;
 pub use lifecycle::driver::DrainReport;
-pub use model::{Kind, MemType, Reason, Region};
+pub use model::{Hooked, Kind, MemType, Reason, Region};
 pub use nixl::{load_nixl, Descriptor, LoadError, Loaded};
-pub use observe::{Expected, ObserveSettings, Observer};
+pub use observe::{Call, Expected, ObserveSettings, Observer, Outcome, Pending};
+pub use record::Capture;
+pub use validate::Rejection;
 pub use plan::{GroupSpec, Plan, RegionSource};
 
 // ---- Internals ---------------------------------------------------------

@@ -30,13 +30,14 @@ pub enum Reason {
     NixlInvalidParam,
     NixlNotFound,
     NixlBackendError,
+    InvalidArgument,
     Timeout,
     Unknown,
 }
 
 impl Reason {
     /// Every reason, in the order the README documents them.
-    pub const ALL: [Reason; 17] = [
+    pub const ALL: [Reason; 18] = [
         Reason::NixlUnavailable,
         Reason::PluginUnavailable,
         Reason::BackendInitFailed,
@@ -52,6 +53,7 @@ impl Reason {
         Reason::NixlInvalidParam,
         Reason::NixlNotFound,
         Reason::NixlBackendError,
+        Reason::InvalidArgument,
         Reason::Timeout,
         Reason::Unknown,
     ];
@@ -74,6 +76,7 @@ impl Reason {
             Reason::NixlInvalidParam => "nixl_invalid_param",
             Reason::NixlNotFound => "nixl_not_found",
             Reason::NixlBackendError => "nixl_backend_error",
+            Reason::InvalidArgument => "invalid_argument",
             Reason::Timeout => "timeout",
             Reason::Unknown => "unknown",
         }
@@ -101,6 +104,9 @@ impl Reason {
             Reason::NixlInvalidParam => "NIXL rejected the registration as an invalid parameter",
             Reason::NixlNotFound => "NIXL reported that a backend or descriptor was not found",
             Reason::NixlBackendError => "the NIXL backend (e.g. UCX) failed the registration; its stderr says why",
+            Reason::InvalidArgument => {
+                "the caller passed NIXL's Python API something it cannot take (wrong type or shape, unknown mem type or backend name, empty list)"
+            }
             Reason::Timeout => "a lifecycle step did not finish within its deadline",
             Reason::Unknown => "an error the agent does not classify; see the log and /v1/status",
         }
@@ -126,6 +132,7 @@ impl Reason {
             Reason::NixlInvalidParam => "NIXL rejected the request: check mem_type, device ids and backend names",
             Reason::NixlNotFound => "the backend was not created or was dropped: check the backend list and its creation error",
             Reason::NixlBackendError => "read the NIXL/UCX lines attached to the failure (diagnostics); UCX_LOG_LEVEL=debug tells more",
+            Reason::InvalidArgument => "fix the call: a list of (addr, len, dev, meta) tuples with a mem type, an Nx3 array, tensors or a nixlRegDList; backends created first",
             Reason::Timeout => "the step exceeded its deadline: check for a hung driver or collector",
             Reason::Unknown => "see the log and /v1/status for the error text",
         }
@@ -336,6 +343,47 @@ impl GroupFailure {
             rolled_back: 0,
             diagnostics: Vec::new(),
         }
+    }
+}
+
+/// The calls of a foreign NIXL API (NIXL's Python `nixl_agent`) that the
+/// instrumentation wraps: the closed values of the `operation` label of
+/// `nixl_agent_instrumentation_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hooked {
+    /// Installing the import hook or wrapping the class.
+    Import,
+    /// `nixl_agent.__init__`
+    Init,
+    /// `nixl_agent.create_backend`
+    CreateBackend,
+    /// `nixl_agent.register_memory`
+    RegisterMemory,
+    /// `nixl_agent.deregister_memory`
+    DeregisterMemory,
+}
+
+impl Hooked {
+    pub const ALL: [Hooked; 5] = [
+        Hooked::Import,
+        Hooked::Init,
+        Hooked::CreateBackend,
+        Hooked::RegisterMemory,
+        Hooked::DeregisterMemory,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Hooked::Import => "import",
+            Hooked::Init => "init",
+            Hooked::CreateBackend => "create_backend",
+            Hooked::RegisterMemory => "register_memory",
+            Hooked::DeregisterMemory => "deregister_memory",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<Hooked> {
+        Hooked::ALL.into_iter().find(|h| h.as_str() == word)
     }
 }
 

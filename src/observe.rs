@@ -12,18 +12,18 @@
 
 use crate::config::{self, DEFAULT_BACKEND};
 use crate::http::{self, AppState};
-use crate::model::{Failure, GroupFailure, GroupLabels, Kind, MemType, Phase, Region, RuntimeFacts};
+use crate::model::{Failure, GroupFailure, GroupLabels, Hooked, Kind, MemType, Phase, Region, RuntimeFacts};
 use crate::nixl::SystemProbe;
-use crate::record::{self, Event, GroupDecl, Holding, NoCapture, Recorder};
+use crate::record::{self, Capture, Event, GroupDecl, Holding, NoCapture, Recorder};
 use crate::status::{NixlStatus, Status};
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::Metrics;
-use crate::validate;
+use crate::validate::{self, Rejection};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Calls on a group beyond the cap, or with a name that breaks the label
 /// rules, are recorded under this group.
@@ -41,6 +41,12 @@ pub struct ObserveSettings {
     /// find (the call still goes to NIXL unchanged). Costs a read of
     /// `/proc/self/maps` per call, so off by default.
     pub validate: bool,
+    /// Refuse a call that validation rejects before it reaches NIXL, with a
+    /// message naming the region and the reason. Implies `validate`. Only
+    /// front-ends that can raise their own error honour it (Python's
+    /// `enforce` mode, through [`Observer::check`] / [`Observer::enforcing`]);
+    /// [`Observer::register`] records the finding and never refuses.
+    pub enforce: bool,
     /// Most groups recorded by name; further names go to [`OVERFLOW_GROUP`].
     pub max_groups: usize,
     /// The `backend` label of observed groups: the backends the caller's
@@ -53,6 +59,7 @@ impl Default for ObserveSettings {
         ObserveSettings {
             expect: Vec::new(),
             validate: false,
+            enforce: false,
             max_groups: DEFAULT_MAX_GROUPS,
             backends: vec![DEFAULT_BACKEND.to_string()],
         }
@@ -117,6 +124,38 @@ pub struct Observer {
     seen_nixl: AtomicBool,
     probe: SystemProbe,
     router: axum::Router,
+    capture: Option<Box<dyn Capture + Send + Sync>>,
+    hook_failures: Mutex<std::collections::HashSet<Hooked>>,
+}
+
+/// One registration call of the caller's, described for recording.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub group: &'a str,
+    pub kind: &'a Kind,
+    pub mem_type: MemType,
+    /// The device of the call's regions (the CUDA ordinal; 0 for DRAM).
+    pub device: u32,
+    pub regions: &'a [Region],
+}
+
+/// How a call begun with [`Observer::begin`] ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// NIXL registered it.
+    Registered,
+    /// NIXL (or the API in front of it) raised; classified.
+    Failed(Failure),
+    /// Validation refused it before NIXL saw it (`enforce`).
+    Refused,
+}
+
+/// A call being recorded: its group and its attempt's span, capture window
+/// and clock. Ended by [`Observer::end`] on the thread that began it.
+#[must_use = "a call is recorded by Observer::end"]
+pub struct Pending {
+    labels: Arc<GroupLabels>,
+    attempt: record::Attempted,
 }
 
 impl Observer {
@@ -146,6 +185,8 @@ impl Observer {
             seen_nixl: AtomicBool::new(seen_nixl),
             probe: SystemProbe,
             router,
+            capture: None,
+            hook_failures: Mutex::new(Default::default()),
         };
         {
             let mut groups = o.groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -159,6 +200,52 @@ impl Observer {
             }
         }
         o
+    }
+
+    /// Attributes what NIXL/UCX print during each call to it (e.g. a
+    /// `StderrTap`): the failure's reason is refined by those words and they
+    /// are kept with it in /v1/status.
+    pub fn with_capture(mut self, capture: Box<dyn Capture + Send + Sync>) -> Observer {
+        self.capture = Some(capture);
+        self
+    }
+
+    /// The caller failed to create its NIXL agent (no plugins, no library):
+    /// NIXL is unavailable to it.
+    pub fn nixl_unavailable(&self, failure: &Failure) {
+        self.seen_nixl.store(false, Ordering::Release);
+        self.rec.emit(&Event::NixlUnavailable(failure));
+    }
+
+    /// A NIXL backend the caller created (or failed to create) on its agent.
+    /// The name becomes the `backend` label when it follows the label rules,
+    /// else it is not recorded.
+    pub fn backend(&self, name: &str, result: Result<Duration, Failure>) {
+        if config::validate_group_words("g", "k", &[name.to_string()], &|f| f.to_string()).is_err() {
+            return;
+        }
+        match &result {
+            Ok(elapsed) => self.rec.emit(&Event::BackendCreated {
+                backend: name,
+                elapsed: *elapsed,
+            }),
+            Err(failure) => self.rec.emit(&Event::BackendFailed { backend: name, failure }),
+        }
+    }
+
+    /// A failure inside a front-end's own wrapping of a call (never the
+    /// call's): counted every time, logged the first time per operation.
+    pub fn hook_failed(&self, operation: Hooked, message: &str) {
+        let first = self
+            .hook_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(operation);
+        self.rec.emit(&Event::InstrumentationFailed {
+            operation,
+            message,
+            first,
+        });
     }
 
     /// /metrics, /livez, /readyz, /v1/status for the caller's own server.
@@ -176,7 +263,7 @@ impl Observer {
 
     /// The first call on a NIXL agent tells that NIXL is up.
     /// `facts` (agent name, plugins) is only asked for the first time.
-    pub(crate) fn saw_agent(&self, facts: impl FnOnce() -> (String, Vec<String>)) {
+    pub fn saw_agent(&self, facts: impl FnOnce() -> (String, Vec<String>)) {
         if self.seen_nixl.load(Ordering::Acquire) || self.seen_nixl.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -197,7 +284,7 @@ impl Observer {
             backends: self.settings.backends.clone(),
             device,
             required,
-            validate: self.settings.validate,
+            validate: self.settings.validate || self.settings.enforce,
             planned: (0, 0),
             observed: true,
         }));
@@ -227,8 +314,102 @@ impl Observer {
         Cow::Borrowed(OVERFLOW_GROUP)
     }
 
+    /// Starts recording one registration call: declares its group on first
+    /// use, opens the attempt's span and capture window, starts the clock.
+    /// Follow with [`Observer::check`] (optional), the call itself, then
+    /// [`Observer::end`] on the same thread.
+    pub fn begin(&self, call: &Call<'_>) -> Pending {
+        let (labels, attempt) = self.begin_group(call.group, call.kind, call.mem_type, call.device);
+        let bytes = call.regions.iter().map(|r| r.len as u64).sum();
+        let mut a = record::attempt(&labels, attempt, call.regions.len(), bytes, self.capture());
+        // Timed like a lifecycle attempt: validation plus NIXL.
+        a.start_clock();
+        Pending { labels, attempt: a }
+    }
+
+    /// nixl-agent's region checks for the call, when validation is on:
+    /// what they reject, or `None`. Takes no lock and touches nothing but
+    /// the call's regions, so a front-end may run it without its
+    /// interpreter lock.
+    pub fn check(&self, call: &Call<'_>) -> Option<Rejection> {
+        if !self.settings.validate && !self.settings.enforce {
+            return None;
+        }
+        validate::validate_regions(call.mem_type, call.device, call.regions, &self.probe, 0).err()
+    }
+
+    /// Whether a call that [`Observer::check`] rejects is to be refused
+    /// before NIXL sees it ([`ObserveSettings::enforce`]).
+    pub fn enforcing(&self) -> bool {
+        self.settings.enforce
+    }
+
+    /// Records how the call begun with [`Observer::begin`] ended. `finding`
+    /// is what [`Observer::check`] said; it names the cause of a failure more
+    /// precisely than NIXL's error code does.
+    pub fn end(&self, pending: Pending, call: &Call<'_>, finding: Option<Rejection>, outcome: Outcome) {
+        let Pending { labels, attempt } = pending;
+        let outcome = match outcome {
+            Outcome::Registered => Ok(()),
+            Outcome::Refused => {
+                let r = finding.clone().unwrap_or_else(|| Rejection {
+                    reason: crate::model::Reason::Unknown,
+                    region: None,
+                    message: "refused".into(),
+                });
+                Err(GroupFailure {
+                    reason: r.reason,
+                    region: r.region,
+                    message: format!("refused before NIXL (validation enforced): {}", r.message),
+                    rolled_back: 0,
+                    diagnostics: Vec::new(),
+                })
+            }
+            Outcome::Failed(f) => {
+                let (reason, region, message) = match &finding {
+                    Some(r) => (r.reason, r.region, format!("{} (NIXL: {})", r.message, f.message)),
+                    None => (f.reason, None, f.message),
+                };
+                Err(GroupFailure {
+                    reason,
+                    region,
+                    message,
+                    rolled_back: 0,
+                    diagnostics: Vec::new(),
+                })
+            }
+        };
+        if let (Ok(()), Some(r)) = (&outcome, &finding) {
+            self.rec.emit(&Event::AcceptedInvalid {
+                labels: &labels,
+                reason: r.reason,
+                message: &r.message,
+            });
+        }
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let holding = match groups.get_mut(&labels.group) {
+            Some(g) => {
+                if outcome.is_ok() {
+                    for r in call.regions {
+                        *g.live.entry(*r).or_insert(0) += 1;
+                        g.bytes = g.bytes.saturating_add(r.len as u64);
+                    }
+                    g.descriptors += call.regions.len();
+                }
+                g.holding()
+            }
+            None => Holding::default(),
+        };
+        drop(groups);
+        let _ = attempt.finish(&self.rec, &labels, self.capture(), outcome, holding, |i| {
+            call.regions.get(i).copied()
+        });
+    }
+
     /// Records one registration call around `call`, which performs it.
     /// `classify` maps the caller's error type into the reason vocabulary.
+    /// Never refuses: `enforce` is for front-ends that can raise a message
+    /// of their own.
     pub(crate) fn record_register<T, E>(
         &self,
         group: &str,
@@ -238,51 +419,36 @@ impl Observer {
         call: impl FnOnce() -> Result<T, E>,
         classify: impl FnOnce(&E) -> Failure,
     ) -> Result<T, E> {
-        let (labels, attempt) = self.begin(group, kind, mem_type, region.device);
-        let mut a = record::attempt(&labels, attempt, 1, region.len as u64, &NoCapture);
-        // Timed like a lifecycle attempt: validation plus NIXL.
-        a.start_clock();
-        let finding = if self.settings.validate {
-            validate::validate_regions(mem_type, region.device, &[region], &self.probe, 0).err()
-        } else {
-            None
+        let regions = [region];
+        let c = Call {
+            group,
+            kind,
+            mem_type,
+            device: region.device,
+            regions: &regions,
         };
+        let pending = self.begin(&c);
+        let finding = self.check(&c);
         let result = call();
         let outcome = match &result {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let f = classify(e);
-                // Validation names the cause more precisely than NIXL's code.
-                let (reason, message) = match &finding {
-                    Some(r) => (r.reason, format!("{} (NIXL: {})", r.message, f.message)),
-                    None => (f.reason, f.message),
-                };
-                Err(GroupFailure {
-                    reason,
-                    region: Some(0),
-                    message,
-                    rolled_back: 0,
-                    diagnostics: Vec::new(),
-                })
-            }
+            Ok(_) => Outcome::Registered,
+            Err(e) => Outcome::Failed(classify(e)),
         };
-        if let (Ok(()), Some(r)) = (&outcome, &finding) {
-            tracing::warn!(group = %labels.group, reason = r.reason.as_str(), finding = %r.message, "NIXL accepted a region that validation rejects");
-        }
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let holding = match groups.get_mut(&labels.group) {
-            Some(g) => {
-                if outcome.is_ok() {
-                    *g.live.entry(region).or_insert(0) += 1;
-                    g.descriptors += 1;
-                    g.bytes = g.bytes.saturating_add(region.len as u64);
-                }
-                g.holding()
-            }
-            None => Holding::default(),
-        };
-        let _ = a.finish(&self.rec, &labels, &NoCapture, outcome, holding, |_| Some(region));
+        self.end(pending, &c, finding, outcome);
         result
+    }
+
+    /// Records a deregistration call of regions registered through this
+    /// observer, whichever group holds them (found by the first region;
+    /// regions nobody recorded are left alone). `failure` is what the call
+    /// raised, `elapsed` how long it took.
+    pub fn deregistered(&self, regions: &[Region], elapsed: Duration, failure: Option<Failure>) {
+        let Some(first) = regions.first() else { return };
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(g) = groups.values_mut().find(|g| g.live.contains_key(first)) else {
+            return;
+        };
+        Self::apply_deregister(&self.rec, g, regions, elapsed, failure.as_ref());
     }
 
     /// Records one deregistration call around `call`.
@@ -304,29 +470,42 @@ impl Observer {
             return result;
         };
         let failure = result.as_ref().err().map(classify);
-        if failure.is_none() {
-            if let Some(n) = g.live.get_mut(&region) {
-                *n -= 1;
-                if *n == 0 {
-                    g.live.remove(&region);
-                }
-                g.descriptors -= 1;
-                g.bytes = g.bytes.saturating_sub(region.len as u64);
-            }
-        }
-        self.rec.emit(&Event::Deregistered {
-            labels: &g.labels,
-            descriptors: 1,
-            failed: usize::from(failure.is_some()),
-            failure: failure.as_ref(),
-            elapsed,
-            holding: g.holding(),
-        });
+        Self::apply_deregister(&self.rec, g, &[region], elapsed, failure.as_ref());
         result
     }
 
+    fn apply_deregister(rec: &Recorder, g: &mut Group, regions: &[Region], elapsed: Duration, failure: Option<&Failure>) {
+        if failure.is_none() {
+            for r in regions {
+                if let Some(n) = g.live.get_mut(r) {
+                    *n -= 1;
+                    if *n == 0 {
+                        g.live.remove(r);
+                    }
+                    g.descriptors -= 1;
+                    g.bytes = g.bytes.saturating_sub(r.len as u64);
+                }
+            }
+        }
+        rec.emit(&Event::Deregistered {
+            labels: &g.labels,
+            descriptors: regions.len(),
+            failed: if failure.is_some() { regions.len() } else { 0 },
+            failure,
+            elapsed,
+            holding: g.holding(),
+        });
+    }
+
+    fn capture(&self) -> &dyn Capture {
+        match &self.capture {
+            Some(c) => c.as_ref(),
+            None => &NoCapture,
+        }
+    }
+
     /// The group's labels (declared on first use) and the attempt number.
-    fn begin(&self, group: &str, kind: &Kind, mem_type: MemType, device: u32) -> (Arc<GroupLabels>, u32) {
+    fn begin_group(&self, group: &str, kind: &Kind, mem_type: MemType, device: u32) -> (Arc<GroupLabels>, u32) {
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         let name = self.group_name(&groups, group, kind);
         if let Some(g) = groups.get_mut(name.as_ref()) {

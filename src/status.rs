@@ -74,6 +74,9 @@ pub struct GroupStatus {
     pub last_diagnostics: Vec<String>,
     /// Index of the region that failed the last attempt, if one was to blame.
     pub failed_region: Option<usize>,
+    /// What validation found in the last call NIXL accepted anyway
+    /// (observe mode): `reason: message`.
+    pub last_accepted_invalid: Option<String>,
     pub next_retry_seconds: Option<f64>,
 }
 
@@ -162,6 +165,7 @@ impl Status {
             last_error: None,
             last_diagnostics: Vec::new(),
             failed_region: None,
+            last_accepted_invalid: None,
             next_retry_seconds: None,
         });
     }
@@ -287,7 +291,12 @@ impl Status {
             }
             Event::Unstuck { .. } => self.stuck = None,
             Event::LifecycleDied => self.lifecycle_dead = true,
-            Event::DrainFinished { .. } => {}
+            Event::AcceptedInvalid { labels, reason, message } => {
+                if let Some(g) = self.group(&labels.group) {
+                    g.last_accepted_invalid = Some(format!("{reason}: {message}"));
+                }
+            }
+            Event::DrainFinished { .. } | Event::InstrumentationFailed { .. } => {}
         }
     }
 

@@ -1,7 +1,7 @@
 //! What can happen, one variant per event. Plain data in domain words: no
 //! metric, HTTP or FFI types, so every subscriber can read it.
 
-use crate::model::{Failure, GroupFailure, GroupLabels, GroupState, Phase, Region, RuntimeFacts};
+use crate::model::{Failure, GroupFailure, GroupLabels, GroupState, Hooked, Phase, Region, RuntimeFacts};
 use std::time::Duration;
 
 /// A group nixl-agent will report on: from a plan at start, or on first use
@@ -108,6 +108,21 @@ pub enum Event<'a> {
     Unstuck {
         operation: &'a str,
         elapsed: Duration,
+    },
+    /// NIXL accepted an observed call whose regions validation rejects
+    /// (the seed's corrupted pointers that NIXL registers silently).
+    AcceptedInvalid {
+        labels: &'a GroupLabels,
+        reason: crate::model::Reason,
+        message: &'a str,
+    },
+    /// nixl-agent's own wrapping of a foreign call failed; the call itself
+    /// went ahead untouched. `first` is set for the first failure of this
+    /// operation (logged; later ones are only counted).
+    InstrumentationFailed {
+        operation: Hooked,
+        message: &'a str,
+        first: bool,
     },
     /// The lifecycle thread panicked: nothing registers or drains any more.
     LifecycleDied,

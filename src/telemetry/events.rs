@@ -138,6 +138,27 @@ pub(crate) fn on(e: &Event<'_>) {
         Event::LifecycleDied => {
             tracing::error!("the lifecycle thread died: nothing registers or drains; /livez failing")
         }
+        Event::AcceptedInvalid { labels, reason, message } => tracing::warn!(
+            group = %labels.group,
+            kind = %labels.kind,
+            reason = reason.as_str(),
+            finding = *message,
+            "NIXL accepted a region that validation rejects"
+        ),
+        Event::InstrumentationFailed {
+            operation,
+            message,
+            first,
+        } => {
+            if *first {
+                tracing::warn!(
+                    target: crate::instrument::LOG_TARGET,
+                    operation = operation.as_str(),
+                    error = *message,
+                    "nixl-agent's wrapping of this NIXL call failed; the call went ahead untouched (counted in nixl_agent_instrumentation_errors_total, logged once)"
+                )
+            }
+        }
         Event::DrainStarted => tracing::info!("shutdown requested: not ready, deregistering"),
         Event::DrainFinished {
             deregistered,

@@ -25,8 +25,18 @@ pub const DEFAULT_FILTER: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tonic=
 /// spans of this crate when `config.tracing` has an endpoint. The returned
 /// guard flushes spans on shutdown.
 pub fn init(config: &Config, stderr: Option<Arc<File>>) -> Option<super::traces::TracingGuard> {
+    init_filtered(config, stderr, DEFAULT_FILTER)
+}
+
+/// [`init`] with another filter for when `NIXL_AGENT_LOG` is unset (an
+/// instrumented process logs only warnings by default).
+pub fn init_filtered(
+    config: &Config,
+    stderr: Option<Arc<File>>,
+    default_filter: &str,
+) -> Option<super::traces::TracingGuard> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let ansi = match &stderr {
         Some(f) => f.is_terminal(),
         None => std::io::stderr().is_terminal(),

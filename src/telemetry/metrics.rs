@@ -157,6 +157,8 @@ pub struct Metrics {
     memlock_limit: Gauge,
     time_to_ready: Gauge,
     lifecycle_stuck: IntGauge,
+    instrumentation_errors: IntCounterVec,
+    accepted_invalid: IntCounterVec,
     exemplars: Exemplars,
     /// Bumped by every write; a cached exposition is reused while it holds.
     generation: Arc<std::sync::atomic::AtomicU64>,
@@ -243,6 +245,9 @@ impl Metrics {
                 &r,
                 IntGauge::with_opts(opts(Family::get(names::LIFECYCLE_STUCK))).unwrap(),
             ),
+            // Appear on first use: most processes never wrap a foreign call.
+            instrumentation_errors: counter(names::INSTRUMENTATION_ERRORS_TOTAL),
+            accepted_invalid: counter(names::ACCEPTED_INVALID_TOTAL),
             registry: r.clone(),
             series: Default::default(),
             exemplars: Exemplars::default(),
@@ -317,6 +322,16 @@ impl Metrics {
             Event::LifecycleDied => {
                 self.touch();
                 self.lifecycle_stuck.set(1);
+            }
+            Event::AcceptedInvalid { labels, reason, .. } => {
+                self.touch();
+                self.accepted_invalid
+                    .with_label_values(&[&labels.group, &labels.kind, labels.mem_type, reason.as_str()])
+                    .inc();
+            }
+            Event::InstrumentationFailed { operation, .. } => {
+                self.touch();
+                self.instrumentation_errors.with_label_values(&[operation.as_str()]).inc();
             }
             Event::RetryScheduled { .. } | Event::Progress { .. } | Event::DrainFinished { .. } => {}
         }

@@ -4,7 +4,7 @@
 //! `mem_type` value as a string literal: dashboards, alerts, the README table
 //! and the tests all check against this file.
 
-pub use crate::model::{MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
+pub use crate::model::{Hooked, MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
 
 /// Prefix shared by every metric the agent owns.
 pub const PREFIX: &str = "nixl_agent_";
@@ -28,6 +28,8 @@ pub const LIFECYCLE_STUCK: &str = "nixl_agent_lifecycle_stuck";
 pub const BUILD_INFO: &str = "nixl_agent_build_info";
 pub const TRACE_SPANS_DROPPED_TOTAL: &str = "nixl_agent_trace_spans_dropped_total";
 pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_total";
+pub const ACCEPTED_INVALID_TOTAL: &str = "nixl_agent_accepted_invalid_total";
+pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 
 /// Every metric family the agent exports under its own prefix, with its type
 /// and help text. The README metrics table is checked against this list.
@@ -146,6 +148,18 @@ pub const FAMILIES: &[Family] = &[
         &[],
         "OTLP export requests that failed.",
     ),
+    Family::new(
+        ACCEPTED_INVALID_TOTAL,
+        Type::Counter,
+        &["group", "kind", "mem_type", "reason"],
+        "Observed registrations NIXL accepted although validation rejects one of their regions (null, zero length, overlap, unmapped, wrong device), by the reason validation found.",
+    ),
+    Family::new(
+        INSTRUMENTATION_ERRORS_TOTAL,
+        Type::Counter,
+        &["operation"],
+        "Failures inside nixl-agent's own wrapping of a NIXL call (Python instrumentation), by wrapped operation; the program's call went ahead untouched.",
+    ),
 ];
 
 /// Metric type, as written on the `# TYPE` line.
@@ -237,6 +251,8 @@ mod tests {
             BUILD_INFO,
             TRACE_SPANS_DROPPED_TOTAL,
             TRACE_EXPORT_FAILURES_TOTAL,
+            INSTRUMENTATION_ERRORS_TOTAL,
+            ACCEPTED_INVALID_TOTAL,
         ] {
             Family::get(name);
         }
@@ -254,6 +270,6 @@ mod tests {
             // serde and as_str agree, so /v1/status and the label never differ.
             assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{s}\""));
         }
-        assert_eq!(seen.len(), 17);
+        assert_eq!(seen.len(), Reason::ALL.len());
     }
 }

@@ -1,0 +1,540 @@
+//! `nixl_agent_instrument._native`: the Python face of nixl-agent, as thin
+//! as PyO3 allows. The Python package (`python/nixl_agent_instrument`) wraps
+//! NIXL's `nixl_agent` class and hands each wrapped call here; this module
+//! turns the call's Python arguments into regions and records the call on
+//! the library's one recording path ([`nixl_agent::Observer`]). Every
+//! decision (settings, group names, reasons) is the library's
+//! (`nixl_agent::instrument`).
+//!
+//! Architecture Invariant: a wrapped call returns exactly what NIXL
+//! returned and raises exactly what NIXL raised (the same exception object).
+//! The only exception of ours is [`RegistrationRefused`], in `enforce`
+//! mode. Anything that goes wrong in here is counted
+//! (`nixl_agent_instrumentation_errors_total`), logged once and otherwise
+//! swallowed; a panic is caught before it can reach Python.
+//!
+//! Architecture Invariant: HTTP (/metrics, /readyz, ...) is served by this
+//! module's own threads from recorded state and never takes the GIL.
+
+use nixl_agent::config::ProcessEnv;
+use nixl_agent::instrument::{self, CallSite, Settings};
+use nixl_agent::model::Failure;
+use nixl_agent::{Call, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pyo3::create_exception!(
+    _native,
+    RegistrationRefused,
+    PyValueError,
+    "nixl-agent refused a registration before NIXL saw it (NIXL_AGENT_VALIDATE=enforce)."
+);
+
+/// Calls of at least this many regions are validated without the GIL.
+const DETACH_AT: usize = 4096;
+
+/// The settings, read once per process.
+fn settings() -> &'static Result<Settings, String> {
+    static SETTINGS: OnceLock<Result<Settings, String>> = OnceLock::new();
+    SETTINGS.get_or_init(|| Settings::from_env(&ProcessEnv).map_err(|e| e.to_string()))
+}
+
+/// The instrumentation of this process, started with its first NIXL agent.
+struct Running {
+    observer: Observer,
+    addr: Option<SocketAddr>,
+    pid: u32,
+    /// The HTTP threads; never dropped (they end with the process).
+    _http: Option<tokio::runtime::Runtime>,
+}
+
+static RUNNING: Mutex<Option<Arc<Running>>> = Mutex::new(None);
+static TRACES: Mutex<Option<nixl_agent::telemetry::traces::TracingGuard>> = Mutex::new(None);
+
+/// The running instrumentation of this process (not of a parent it was
+/// forked from), if started.
+fn running() -> Option<Arc<Running>> {
+    let guard = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_ref().filter(|r| r.pid == std::process::id()).cloned()
+}
+
+/// Runs `f`, turning a panic into a counted instrumentation failure.
+fn guarded<T>(operation: Hooked, f: impl FnOnce() -> Option<T>) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            if let Some(r) = running() {
+                r.observer.hook_failed(operation, &message);
+            }
+            None
+        }
+    }
+}
+
+/// Why the settings are unusable, or `None`. The Python bootstrap does not
+/// wrap anything when they are.
+#[pyfunction]
+fn settings_error() -> Option<String> {
+    settings().as_ref().err().cloned()
+}
+
+/// Starts the instrumentation of this process if it is not running: the
+/// recording, the log, the fd tap when capture is on, and the HTTP server.
+/// `frameworks` are the serving frameworks loaded (`sglang`, `vllm`, ...),
+/// which choose the groups readiness waits for by default. Returns the
+/// address served, if any.
+#[pyfunction]
+fn start(py: Python<'_>, frameworks: Vec<String>) -> Option<String> {
+    py.detach(|| guarded(Hooked::Init, || start_running(&frameworks)).flatten())
+}
+
+fn start_running(frameworks: &[String]) -> Option<Option<String>> {
+    let Ok(settings) = settings() else { return None };
+    let mut slot = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
+        return Some(r.addr.map(|a| a.to_string()));
+    }
+    let tap = if settings.capture {
+        match nixl_agent::nixl::StderrTap::install() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("nixl-agent-instrument: NIXL_AGENT_CAPTURE=on but the fd tap failed ({e}); not capturing");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let guard = nixl_agent::telemetry::logs::init_filtered(
+        &settings.config,
+        tap.as_ref().map(|t| t.original()),
+        instrument::DEFAULT_LOG_FILTER,
+    );
+    *TRACES.lock().unwrap_or_else(|e| e.into_inner()) = guard;
+    let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
+    let mut observer = Observer::new(settings.observe(&names));
+    if let Some(t) = tap {
+        observer = observer.with_capture(Box::new(t));
+    }
+    let (http, addr) = if settings.serve {
+        match serve(&observer, settings) {
+            Ok((rt, addr)) => (Some(rt), Some(addr)),
+            Err(e) => {
+                tracing::warn!(target: instrument::LOG_TARGET, listen = %settings.config.listen, error = %e, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
+                (None, None)
+            }
+        }
+    } else {
+        (None, None)
+    };
+    *slot = Some(Arc::new(Running {
+        observer,
+        addr,
+        pid: std::process::id(),
+        _http: http,
+    }));
+    Some(addr.map(|a| a.to_string()))
+}
+
+/// Binds the listen address and serves the observer's routes on a runtime
+/// of its own (one worker thread, no GIL).
+fn serve(observer: &Observer, settings: &Settings) -> std::io::Result<(tokio::runtime::Runtime, SocketAddr)> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .thread_name("nixl-agent-http")
+        .enable_all()
+        .build()?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind(settings.config.listen))?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Served until the process ends.
+    std::mem::forget(stop_tx);
+    rt.spawn(nixl_agent::http::server::serve(
+        listener,
+        observer.router(),
+        settings.config.http.clone(),
+        stop_rx,
+    ));
+    Ok((rt, addr))
+}
+
+/// Flushes the traces (at interpreter exit).
+#[pyfunction]
+fn shutdown(py: Python<'_>) {
+    py.detach(|| {
+        if let Some(g) = TRACES.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            g.shutdown(Duration::from_secs(2));
+        }
+    })
+}
+
+/// The address /metrics is served on, if it is.
+#[pyfunction]
+fn address() -> Option<String> {
+    running().and_then(|r| r.addr.map(|a| a.to_string()))
+}
+
+/// The metrics in the Prometheus text format (for a program that serves
+/// them itself).
+#[pyfunction]
+fn metrics_text(py: Python<'_>) -> Option<String> {
+    let r = running()?;
+    Some(py.detach(|| r.observer.metrics().encode(nixl_agent::telemetry::exposition::Format::Text)))
+}
+
+/// What /v1/status says, as JSON.
+#[pyfunction]
+fn status_json() -> Option<String> {
+    let r = running()?;
+    serde_json::to_string(&r.observer.status()).ok()
+}
+
+/// The agent was created: its name and the plugins NIXL found.
+#[pyfunction]
+fn agent_created(name: String, plugins: Vec<String>) {
+    guarded(Hooked::Init, || {
+        running()?.observer.saw_agent(|| (name, plugins));
+        Some(())
+    });
+}
+
+/// `nixl_agent.__init__` raised.
+#[pyfunction]
+fn agent_failed(py: Python<'_>, error: &Bound<'_, PyAny>) {
+    let failure = failure_of(py, error, Reason::NixlUnavailable);
+    guarded(Hooked::Init, || {
+        running()?.observer.nixl_unavailable(&failure);
+        Some(())
+    });
+}
+
+/// `create_backend(name)` returned after `seconds` (`error`: what it raised).
+#[pyfunction]
+#[pyo3(signature = (name, seconds, error=None))]
+fn backend(py: Python<'_>, name: &str, seconds: f64, error: Option<&Bound<'_, PyAny>>) {
+    let result = match error {
+        None => Ok(Duration::from_secs_f64(seconds.max(0.0))),
+        Some(e) => Err(failure_of(py, e, Reason::BackendInitFailed)),
+    };
+    guarded(Hooked::CreateBackend, || {
+        running()?.observer.backend(name, result);
+        Some(())
+    });
+}
+
+/// A failure of the Python side of the instrumentation.
+#[pyfunction]
+fn hook_failed(operation: &str, message: &str) {
+    if let (Some(r), Some(op)) = (running(), Hooked::parse(operation)) {
+        r.observer.hook_failed(op, message);
+    }
+}
+
+/// The group and kind of a call site (see `nixl_agent::instrument::name_call`).
+#[pyfunction]
+#[pyo3(signature = (module, function, argument=None, mem_type=None))]
+fn name_call(module: &str, function: &str, argument: Option<&str>, mem_type: Option<&str>) -> (String, String) {
+    let overrides = match settings() {
+        Ok(s) => s.groups.as_slice(),
+        Err(_) => &[],
+    };
+    let mem_type = mem_type.and_then(mem_type_word).unwrap_or(MemType::Dram);
+    let (group, kind) = instrument::name_call(
+        &CallSite {
+            module,
+            function,
+            argument,
+            mem_type,
+        },
+        overrides,
+    );
+    (group, kind.as_str().to_string())
+}
+
+fn mem_type_word(w: &str) -> Option<MemType> {
+    match w {
+        "DRAM" | "cpu" => Some(MemType::Dram),
+        "VRAM" | "cuda" => Some(MemType::Vram),
+        _ => None,
+    }
+}
+
+/// `Failure` from a Python exception: its class names the reason.
+fn failure_of(py: Python<'_>, error: &Bound<'_, PyAny>, fallback: Reason) -> Failure {
+    let class = error
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
+    let text = error.str().map(|s| s.to_string()).unwrap_or_default();
+    let _ = py;
+    let reason = match instrument::reason_of_exception(&class) {
+        Reason::Unknown => fallback,
+        r => r,
+    };
+    Failure::new(reason, format!("{class}: {text}"))
+}
+
+/// What was passed to `register_memory`: its memory type and regions.
+/// `None` for memory nixl-agent does not record (files, blocks, objects).
+/// A shape it cannot read is recorded with no regions (NIXL will say).
+fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) -> Option<(MemType, Vec<Region>)> {
+    let py = reg_list.py();
+    let named = mem_type.and_then(|m| m.extract::<String>().ok());
+    let named_type = match named.as_deref() {
+        // Files, blocks, objects: not memory nixl-agent records.
+        Some("FILE" | "BLOCK" | "OBJ") => return None,
+        Some(w) => mem_type_word(w),
+        None => None,
+    };
+    // A nixlRegDList carries its own type.
+    if reg_list.hasattr(intern!(py, "descCount")).unwrap_or(false) {
+        let t = reg_list.call_method0(intern!(py, "getType")).ok()?.str().ok()?.to_string();
+        let mem = if t.contains("VRAM") {
+            MemType::Vram
+        } else if t.contains("DRAM") {
+            MemType::Dram
+        } else {
+            return None;
+        };
+        let n: usize = reg_list.call_method0(intern!(py, "descCount")).ok()?.extract().ok()?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            match reg_list.get_item(i).ok().and_then(|d| tuple_region(&d)) {
+                Some(r) => out.push(r),
+                None => return Some((mem, Vec::new())),
+            }
+        }
+        return Some((mem, out));
+    }
+    if is_tensor(reg_list) {
+        let (mem, r) = tensor_region(reg_list)?;
+        return Some((mem, vec![r]));
+    }
+    let mem = named_type.unwrap_or(MemType::Dram);
+    // An N×3 array: read through its rows as Python ints.
+    let list;
+    let items = if let Ok(l) = reg_list.cast::<PyList>() {
+        l.clone()
+    } else if reg_list.hasattr(intern!(py, "tolist")).unwrap_or(false) {
+        list = reg_list.call_method0(intern!(py, "tolist")).ok()?;
+        match list.cast::<PyList>() {
+            Ok(l) => l.clone(),
+            Err(_) => return Some((mem, Vec::new())),
+        }
+    } else if let Ok(t) = reg_list.cast::<PyTuple>() {
+        PyList::new(py, t.iter()).ok()?
+    } else {
+        return Some((mem, Vec::new()));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items.iter() {
+        if is_tensor(&item) {
+            match tensor_region(&item) {
+                Some((m, r)) => {
+                    out.push(r);
+                    if m != mem && named_type.is_none() && out.len() == 1 {
+                        // A list of tensors: their device says the type.
+                        return Some((m, tensors(&items)?));
+                    }
+                }
+                None => return Some((mem, Vec::new())),
+            }
+            continue;
+        }
+        match tuple_region(&item) {
+            Some(r) => out.push(r),
+            None => return Some((mem, Vec::new())),
+        }
+    }
+    Some((mem, out))
+}
+
+fn tensors(items: &Bound<'_, PyList>) -> Option<Vec<Region>> {
+    items.iter().map(|t| tensor_region(&t).map(|(_, r)| r)).collect()
+}
+
+/// `(addr, len, dev[, meta])` as a tuple or list.
+fn tuple_region(item: &Bound<'_, PyAny>) -> Option<Region> {
+    let get = |i: usize| item.get_item(i).ok();
+    let addr: u64 = get(0)?.extract().ok()?;
+    let len: u64 = get(1)?.extract().ok()?;
+    let dev: i64 = get(2)?.extract().ok()?;
+    Some(Region::new(addr as usize, len as usize, u32::try_from(dev.max(0)).unwrap_or(u32::MAX)))
+}
+
+fn is_tensor(obj: &Bound<'_, PyAny>) -> bool {
+    let py = obj.py();
+    obj.hasattr(intern!(py, "data_ptr")).unwrap_or(false) && obj.hasattr(intern!(py, "element_size")).unwrap_or(false)
+}
+
+fn tensor_region(t: &Bound<'_, PyAny>) -> Option<(MemType, Region)> {
+    let py = t.py();
+    let addr: u64 = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
+    let numel: u64 = t.call_method0(intern!(py, "numel")).ok()?.extract().ok()?;
+    let size: u64 = t.call_method0(intern!(py, "element_size")).ok()?.extract().ok()?;
+    let dev: i64 = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
+    let mem = if dev >= 0 { MemType::Vram } else { MemType::Dram };
+    Some((
+        mem,
+        Region::new(addr as usize, numel.saturating_mul(size) as usize, dev.max(0) as u32),
+    ))
+}
+
+/// `func(self_, *args, **kwargs)`.
+fn call_through<'py>(
+    func: &Bound<'py, PyAny>,
+    self_: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = func.py();
+    let mut all = Vec::with_capacity(args.len() + 1);
+    all.push(self_.clone());
+    all.extend(args.iter());
+    func.call(PyTuple::new(py, all)?, kwargs)
+}
+
+fn arg<'py>(
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    index: usize,
+    name: &str,
+) -> Option<Bound<'py, PyAny>> {
+    if let Ok(a) = args.get_item(index) {
+        return Some(a);
+    }
+    kwargs.and_then(|k| k.get_item(name).ok().flatten())
+}
+
+/// `nixl_agent.register_memory(self_, *args, **kwargs)` through `func`
+/// (the original), recorded under `group` / `kind`.
+#[pyfunction]
+#[pyo3(signature = (group, kind, func, self_, args, kwargs=None))]
+fn register<'py>(
+    group: &str,
+    kind: &str,
+    func: &Bound<'py, PyAny>,
+    self_: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = func.py();
+    let prepared = guarded(Hooked::RegisterMemory, || {
+        let r = running()?;
+        let reg_list = arg(args, kwargs, 0, "reg_list")?;
+        let mem_type = arg(args, kwargs, 1, "mem_type");
+        let (mem_type, regions) = regions_of(&reg_list, mem_type.as_ref())?;
+        Some((r, mem_type, regions))
+    });
+    let Some((r, mem_type, regions)) = prepared else {
+        return call_through(func, self_, args, kwargs);
+    };
+    let kind = Kind::parse(kind);
+    let call = Call {
+        group,
+        kind: &kind,
+        mem_type,
+        device: regions.first().map_or(0, |r| r.device),
+        regions: &regions,
+    };
+    let started = guarded(Hooked::RegisterMemory, || {
+        let pending = r.observer.begin(&call);
+        let finding = if regions.len() >= DETACH_AT {
+            py.detach(|| r.observer.check(&call))
+        } else {
+            r.observer.check(&call)
+        };
+        Some((pending, finding))
+    });
+    let Some((pending, finding)) = started else {
+        return call_through(func, self_, args, kwargs);
+    };
+    if let (true, Some(f)) = (r.observer.enforcing(), &finding) {
+        let message = format!(
+            "nixl-agent refused to register group {group:?} before NIXL saw it (NIXL_AGENT_VALIDATE=enforce): {} [reason {}]",
+            f.message, f.reason
+        );
+        guarded(Hooked::RegisterMemory, || {
+            r.observer.end(pending, &call, finding.clone(), Outcome::Refused);
+            Some(())
+        });
+        return Err(RegistrationRefused::new_err(message));
+    }
+    let result = call_through(func, self_, args, kwargs);
+    let outcome = match &result {
+        Ok(_) => Outcome::Registered,
+        Err(e) => Outcome::Failed(failure_of(py, e.value(py).as_any(), Reason::Unknown)),
+    };
+    guarded(Hooked::RegisterMemory, || {
+        r.observer.end(pending, &call, finding, outcome);
+        Some(())
+    });
+    result
+}
+
+/// `nixl_agent.deregister_memory(self_, *args, **kwargs)` through `func`,
+/// recorded on the group that registered those regions.
+#[pyfunction]
+#[pyo3(signature = (func, self_, args, kwargs=None))]
+fn deregister<'py>(
+    func: &Bound<'py, PyAny>,
+    self_: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = func.py();
+    let prepared = guarded(Hooked::DeregisterMemory, || {
+        let r = running()?;
+        let list = arg(args, kwargs, 0, "dereg_list")?;
+        let (_, regions) = regions_of(&list, None)?;
+        Some((r, regions))
+    });
+    let t0 = Instant::now();
+    let result = call_through(func, self_, args, kwargs);
+    let elapsed = t0.elapsed();
+    if let Some((r, regions)) = prepared {
+        let failure = result
+            .as_ref()
+            .err()
+            .map(|e| failure_of(py, e.value(py).as_any(), Reason::Unknown));
+        guarded(Hooked::DeregisterMemory, || {
+            r.observer.deregistered(&regions, elapsed, failure);
+            Some(())
+        });
+    }
+    result
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("RegistrationRefused", m.py().get_type::<RegistrationRefused>())?;
+    m.add("DEFAULT_LISTEN", nixl_agent::config::DEFAULT_LISTEN)?;
+    m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(settings_error, m)?)?;
+    m.add_function(wrap_pyfunction!(start, m)?)?;
+    m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(address, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
+    m.add_function(wrap_pyfunction!(status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_created, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_failed, m)?)?;
+    m.add_function(wrap_pyfunction!(backend, m)?)?;
+    m.add_function(wrap_pyfunction!(hook_failed, m)?)?;
+    m.add_function(wrap_pyfunction!(name_call, m)?)?;
+    m.add_function(wrap_pyfunction!(register, m)?)?;
+    m.add_function(wrap_pyfunction!(deregister, m)?)?;
+    Ok(())
+}

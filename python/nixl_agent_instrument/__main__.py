@@ -1,0 +1,5 @@
+import sys
+
+from ._launcher import main
+
+sys.exit(main())

@@ -1,0 +1,33 @@
+# Put on PYTHONPATH by nixl-agent-instrument: installs the NIXL import hook,
+# then runs the sitecustomize this one shadows, if any. Never breaks the
+# program: a failure here is one line on stderr and no instrumentation.
+import os
+import sys
+
+
+def _nixl_agent_boot():
+    if os.environ.get("NIXL_AGENT_INSTRUMENT", "").lower() in ("0", "off", "false"):
+        return
+    try:
+        from nixl_agent_instrument import _boot
+
+        _boot.boot()
+    except Exception as e:  # pragma: no cover - the package is missing or broken
+        sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {type(e).__name__}: {e}\n")
+
+
+def _next_sitecustomize():
+    here = os.path.dirname(os.path.abspath(__file__))
+    import importlib.machinery
+    import importlib.util
+
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+_nixl_agent_boot()
+_next_sitecustomize()

@@ -1,0 +1,193 @@
+"""Wrapping NIXL's Python ``nixl_agent`` class when the program imports it.
+
+Only what must be Python lives here: a post-import hook (a ``sys.meta_path``
+finder that never imports NIXL itself) and the four wrappers. Each wrapper
+hands its call to ``_native``, which records it on nixl-agent's recording
+path and calls the original; what the original returns or raises reaches
+the caller unchanged. A failure of the wrapping itself is counted, logged
+once and swallowed: the original is called as if nothing were here.
+"""
+
+import functools
+import importlib.abc
+import sys
+import threading
+import time
+
+from . import _native, _site
+
+# NIXL's API module under each name a program may import it by. ``nixl._api``
+# is an alias the ``nixl`` package puts in sys.modules (it imports one of the
+# others, which is where the hook fires).
+TARGETS = ("nixl_cu12._api", "nixl_cu13._api", "nixl_rocm._api", "nixl._api")
+# Frameworks whose presence chooses the default readiness groups.
+FRAMEWORKS = ("sglang", "vllm", "dynamo")
+_MARK = "__nixl_agent_instrumented__"
+
+_installed = False
+_lock = threading.Lock()
+
+
+def _hook_failed(operation, exc):
+    try:
+        _native.hook_failed(operation, f"{type(exc).__name__}: {exc}")
+    except BaseException:
+        pass
+
+
+def _frameworks():
+    return [f for f in FRAMEWORKS if f in sys.modules]
+
+
+def wrap_class(cls):
+    """Wraps ``nixl_agent``'s lifecycle and registration methods, once."""
+    if getattr(cls, _MARK, False):
+        return cls
+    init = cls.__init__
+    create_backend = cls.create_backend
+    register_memory = cls.register_memory
+    deregister_memory = cls.deregister_memory
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            _native.start(_frameworks())
+        except BaseException as e:
+            _hook_failed("init", e)
+        try:
+            init(self, *args, **kwargs)
+        except BaseException as e:
+            try:
+                _native.agent_failed(e)
+            except BaseException as inner:
+                _hook_failed("init", inner)
+            raise
+        try:
+            _native.agent_created(str(getattr(self, "name", "")), [str(p) for p in getattr(self, "plugin_list", [])])
+        except BaseException as e:
+            _hook_failed("init", e)
+
+    @functools.wraps(create_backend)
+    def create_backend_(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            result = create_backend(self, *args, **kwargs)
+        except BaseException as e:
+            try:
+                _native.backend(_backend_name(args, kwargs), time.perf_counter() - t0, e)
+            except BaseException as inner:
+                _hook_failed("create_backend", inner)
+            raise
+        try:
+            _native.backend(_backend_name(args, kwargs), time.perf_counter() - t0)
+        except BaseException as e:
+            _hook_failed("create_backend", e)
+        return result
+
+    @functools.wraps(register_memory)
+    def register_memory_(self, *args, **kwargs):
+        try:
+            group, kind = _site.group_of(sys._getframe(1), args, kwargs)
+        except BaseException as e:
+            _hook_failed("register_memory", e)
+            return register_memory(self, *args, **kwargs)
+        return _native.register(group, kind, register_memory, self, args, kwargs)
+
+    @functools.wraps(deregister_memory)
+    def deregister_memory_(self, *args, **kwargs):
+        return _native.deregister(deregister_memory, self, args, kwargs)
+
+    cls.__init__ = __init__
+    cls.create_backend = create_backend_
+    cls.register_memory = register_memory_
+    cls.deregister_memory = deregister_memory_
+    setattr(cls, _MARK, True)
+    # For benchmarks and tests: the methods as NIXL defined them.
+    cls.__nixl_agent_originals__ = {
+        "__init__": init,
+        "create_backend": create_backend,
+        "register_memory": register_memory,
+        "deregister_memory": deregister_memory,
+    }
+    return cls
+
+
+def _backend_name(args, kwargs):
+    name = args[0] if args else kwargs.get("backend", "")
+    return name if isinstance(name, str) else ""
+
+
+def _patch(module):
+    try:
+        cls = getattr(module, "nixl_agent", None)
+        if isinstance(cls, type):
+            wrap_class(cls)
+    except BaseException as e:
+        _hook_failed("import", e)
+
+
+class _Loader(importlib.abc.Loader):
+    """The module's own loader, then the wrapping."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _patch(module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds NIXL's API module through the other finders and wraps its loader."""
+
+    def __init__(self):
+        self._busy = set()
+
+    def find_spec(self, name, path, target=None):
+        if name not in TARGETS or name in self._busy:
+            return None
+        self._busy.add(name)
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        except BaseException as e:
+            _hook_failed("import", e)
+            return None
+        finally:
+            self._busy.discard(name)
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def install():
+    """Installs the hook; wraps at once if NIXL is already imported. Idempotent."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+        sys.meta_path.insert(0, _Finder())
+        for name in TARGETS:
+            module = sys.modules.get(name)
+            if module is not None:
+                _patch(module)
+        try:
+            import atexit
+
+            atexit.register(_native.shutdown)
+        except BaseException as e:
+            _hook_failed("import", e)

@@ -1,0 +1,354 @@
+//! Instrumenting a NIXL API that the serving process calls itself, in its
+//! own language (NIXL's Python `nixl_agent`): the pure decisions the Python
+//! front-end (`python/native`) asks the library for, so that front-end holds
+//! only glue.
+//! - [`Settings::from_env`]: what the operator asked for, all from the
+//!   environment (an instrumented program has no config file of ours),
+//! - [`name_call`]: the group and kind of a call, from its call site,
+//! - [`reason_of_exception`]: the closed reason of what the call raised,
+//! - [`default_expect`]: the groups readiness waits for, per framework.
+//!
+//! The recording itself is [`crate::Observer`]'s, the same path as every
+//! other front-end.
+
+use crate::config::{self, Config, ConfigError, Env};
+use crate::model::{Kind, MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
+use crate::observe::{Expected, ObserveSettings, DEFAULT_MAX_GROUPS};
+
+/// `off` / `0` / `false` switches the instrumentation off entirely (read by
+/// the Python bootstrap); `1` turns it on where the launcher is not used.
+pub const ENV_INSTRUMENT: &str = "NIXL_AGENT_INSTRUMENT";
+/// `record` (default), `enforce` or `off`.
+pub const ENV_VALIDATE: &str = "NIXL_AGENT_VALIDATE";
+/// Groups readiness waits for: `name[:DRAM|VRAM],...`; `none` for none.
+pub const ENV_EXPECT: &str = "NIXL_AGENT_EXPECT";
+/// Group names: `key=group[:kind],...`, key a call site `module:function`
+/// or the name nixl-agent would give the call.
+pub const ENV_GROUPS: &str = "NIXL_AGENT_GROUPS";
+pub const ENV_MAX_GROUPS: &str = "NIXL_AGENT_MAX_GROUPS";
+/// `on` taps fds 1 and 2 to attribute what NIXL/UCX print; `off` (default).
+pub const ENV_CAPTURE: &str = "NIXL_AGENT_CAPTURE";
+/// The `backend` label of observed groups (`UCX` by default).
+pub const ENV_BACKEND: &str = "NIXL_AGENT_BACKEND";
+/// `NIXL_AGENT_LISTEN=off`: record, serve nothing (the metrics are still
+/// readable through the explicit API).
+pub const LISTEN_OFF: &str = "off";
+/// The log target of what the instrumentation says about itself.
+pub const LOG_TARGET: &str = "nixl_agent::instrument";
+/// The log filter when `NIXL_AGENT_LOG` is unset. Inside someone else's
+/// process nothing about its registrations reaches its stderr (they are on
+/// /metrics and /v1/status, and the program sees its own exceptions); only
+/// what stops nixl-agent itself from working does: a port in use, a failure
+/// of the instrumentation (once per operation). `NIXL_AGENT_LOG=info` logs
+/// every attempt.
+pub const DEFAULT_LOG_FILTER: &str = "off,nixl_agent::instrument=warn";
+/// The kind of a group whose call site names no well-known kind.
+pub const BUFFER_KIND: &str = "buffer";
+
+/// What validation does with a call it rejects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validation {
+    /// No checks.
+    Off,
+    /// Check and record; the call goes to NIXL unchanged (default).
+    Record,
+    /// Refuse the call with a message naming the region and the reason.
+    Enforce,
+}
+
+/// One `NIXL_AGENT_GROUPS` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    pub key: String,
+    pub group: String,
+    pub kind: Option<Kind>,
+}
+
+/// Everything the instrumentation of one process is told.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Listen address, HTTP limits, tracing, log format: the binary's
+    /// settings and their `NIXL_AGENT_*` / `OTEL_*` variables.
+    pub config: Config,
+    /// Whether to serve HTTP at all (`NIXL_AGENT_LISTEN=off`).
+    pub serve: bool,
+    pub validation: Validation,
+    /// `None`: the framework's default ([`default_expect`]).
+    pub expect: Option<Vec<Expected>>,
+    pub groups: Vec<Override>,
+    pub max_groups: usize,
+    pub capture: bool,
+    pub backends: Vec<String>,
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+impl Settings {
+    /// Reads every setting; the first unusable one is named in the error.
+    pub fn from_env(env: &dyn Env) -> Result<Settings, ConfigError> {
+        let mut cfg = Config::default();
+        let serve = env.var(config::ENV_LISTEN).as_deref() != Some(LISTEN_OFF);
+        if serve {
+            cfg.apply_env(env)?;
+        } else {
+            let rest = EnvWithout {
+                env,
+                key: config::ENV_LISTEN,
+            };
+            cfg.apply_env(&rest)?;
+        }
+        cfg.validate()?;
+        let validation = match env.var(ENV_VALIDATE).as_deref() {
+            None | Some("record") => Validation::Record,
+            Some("enforce") => Validation::Enforce,
+            Some("off") => Validation::Off,
+            Some(v) => return Err(invalid(ENV_VALIDATE, format!("`{v}` is not one of record, enforce, off"))),
+        };
+        let backends = match env.var(ENV_BACKEND) {
+            None => vec![config::DEFAULT_BACKEND.to_string()],
+            Some(v) => v.split('+').map(str::to_string).collect(),
+        };
+        config::validate_group_words("g", "k", &backends, &|_| ENV_BACKEND.to_string())?;
+        let expect = match env.var(ENV_EXPECT) {
+            None => None,
+            Some(v) => Some(parse_expect(&v)?),
+        };
+        let groups = match env.var(ENV_GROUPS) {
+            None => Vec::new(),
+            Some(v) => parse_groups(&v)?,
+        };
+        let max_groups = match env.var(ENV_MAX_GROUPS) {
+            None => DEFAULT_MAX_GROUPS,
+            Some(v) => match v.parse::<usize>() {
+                Ok(n) if (1..=256).contains(&n) => n,
+                _ => return Err(invalid(ENV_MAX_GROUPS, format!("`{v}` is not a number from 1 to 256"))),
+            },
+        };
+        let capture = match env.var(ENV_CAPTURE).as_deref() {
+            None | Some("off") | Some("0") | Some("false") => false,
+            Some("on") | Some("1") | Some("true") => true,
+            Some(v) => return Err(invalid(ENV_CAPTURE, format!("`{v}` is neither on nor off"))),
+        };
+        Ok(Settings {
+            config: cfg,
+            serve,
+            validation,
+            expect,
+            groups,
+            max_groups,
+            capture,
+            backends,
+        })
+    }
+
+    /// Observe mode's settings for a process running `frameworks` (the
+    /// top-level modules loaded when its first NIXL agent was created).
+    pub fn observe(&self, frameworks: &[&str]) -> ObserveSettings {
+        ObserveSettings {
+            expect: self.expect.clone().unwrap_or_else(|| default_expect(frameworks)),
+            validate: self.validation != Validation::Off,
+            enforce: self.validation == Validation::Enforce,
+            max_groups: self.max_groups,
+            backends: self.backends.clone(),
+        }
+    }
+}
+
+/// An [`Env`] that hides one variable.
+struct EnvWithout<'a> {
+    env: &'a dyn Env,
+    key: &'a str,
+}
+
+impl Env for EnvWithout<'_> {
+    fn var(&self, key: &str) -> Option<String> {
+        if key == self.key {
+            None
+        } else {
+            self.env.var(key)
+        }
+    }
+}
+
+fn mem_type_word(word: &str) -> Option<MemType> {
+    match word {
+        "DRAM" | "dram" | "cpu" => Some(MemType::Dram),
+        "VRAM" | "vram" | "cuda" => Some(MemType::Vram),
+        _ => None,
+    }
+}
+
+/// The usual memory of a group of this kind.
+fn usual_mem_type(kind: &Kind) -> MemType {
+    match kind {
+        Kind::Kv | Kind::State => MemType::Vram,
+        _ => MemType::Dram,
+    }
+}
+
+fn parse_expect(v: &str) -> Result<Vec<Expected>, ConfigError> {
+    if v.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, mem) = match item.split_once(':') {
+            Some((n, m)) => match mem_type_word(m) {
+                Some(t) => (n, Some(t)),
+                None => return Err(invalid(ENV_EXPECT, format!("`{item}`: `{m}` is neither DRAM nor VRAM"))),
+            },
+            None => (item, None),
+        };
+        let kind = kind_of_word(name).unwrap_or_else(|| Kind::Custom(BUFFER_KIND.into()));
+        config::validate_group_words(name, kind.as_str(), &["UCX".into()], &|_| ENV_EXPECT.to_string())?;
+        let mem_type = mem.unwrap_or_else(|| usual_mem_type(&kind));
+        out.push(Expected::new(name, kind, mem_type));
+    }
+    Ok(out)
+}
+
+fn parse_groups(v: &str) -> Result<Vec<Override>, ConfigError> {
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((key, value)) = item.split_once('=') else {
+            return Err(invalid(ENV_GROUPS, format!("`{item}` is not key=group[:kind]")));
+        };
+        let (group, kind) = match value.split_once(':') {
+            Some((g, k)) => (g, Some(Kind::parse(k))),
+            None => (value, None),
+        };
+        let k = kind.clone().or_else(|| kind_of_word(group)).unwrap_or(Kind::Custom(BUFFER_KIND.into()));
+        config::validate_group_words(group, k.as_str(), &["UCX".into()], &|f| format!("{ENV_GROUPS} `{item}` {f}"))?;
+        out.push(Override {
+            key: key.trim().to_string(),
+            group: group.to_string(),
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// Where a registration call was made, as the front-end sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct CallSite<'a> {
+    /// The caller's module (`__name__` of its globals).
+    pub module: &'a str,
+    /// The caller's function (qualified name where the language has one).
+    pub function: &'a str,
+    /// The caller's local variable holding what was passed, when one does.
+    pub argument: Option<&'a str>,
+    pub mem_type: MemType,
+}
+
+/// The well-known kind a word names (`kv_addrs` → kv), if any.
+fn kind_of_word(word: &str) -> Option<Kind> {
+    for token in word.split(|c: char| !c.is_ascii_alphanumeric()) {
+        let t = token.to_ascii_lowercase();
+        if t == KIND_KV || t.starts_with("kvcache") || t == "kvs" {
+            return Some(Kind::Kv);
+        }
+        if t == KIND_AUX {
+            return Some(Kind::Aux);
+        }
+        if t == KIND_STATE || t == "states" {
+            return Some(Kind::State);
+        }
+        if t == "staging" {
+            return Some(Kind::Custom("staging".into()));
+        }
+    }
+    None
+}
+
+/// A label-safe word from a function name: `[a-z0-9_]`, at most 48 bytes.
+fn label_word(s: &str) -> String {
+    let last = s.rsplit('.').next().unwrap_or(s);
+    let mut out = String::with_capacity(last.len());
+    for c in last.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('_') && !out.is_empty() {
+            out.push('_');
+        }
+    }
+    let mut out = out.trim_end_matches('_').to_string();
+    out.truncate(48);
+    if out.is_empty() {
+        out.push_str(crate::observe::OVERFLOW_GROUP);
+    }
+    out
+}
+
+/// The group and kind of a call: an operator's override first, then the
+/// known frameworks (SGLang's `register_buffer_to_engine` → kv / aux /
+/// state / staging by the buffer it passes; vLLM's `register_kv_caches` →
+/// kv; Dynamo's `nixl_connect` → `nixl_connect`), then a name from the call
+/// site: the well-known word in the argument or function name, else the
+/// function's name. Stable across runs of the same code.
+pub fn name_call(site: &CallSite<'_>, overrides: &[Override]) -> (String, Kind) {
+    let full = format!("{}:{}", site.module, site.function);
+    let derived = derive(site);
+    for o in overrides {
+        if o.key == full || o.key == derived.0 {
+            let kind = o.kind.clone().or_else(|| kind_of_word(&o.group)).unwrap_or(derived.1.clone());
+            return (o.group.clone(), kind);
+        }
+    }
+    derived
+}
+
+fn derive(site: &CallSite<'_>) -> (String, Kind) {
+    let from_argument = site.argument.and_then(kind_of_word);
+    if site.module.starts_with("dynamo") && site.module.contains("nixl_connect") {
+        return ("nixl_connect".into(), from_argument.unwrap_or(Kind::Custom(BUFFER_KIND.into())));
+    }
+    if site.module.starts_with("vllm") && site.function.ends_with("register_kv_caches") {
+        return (KIND_KV.into(), Kind::Kv);
+    }
+    if let Some(kind) = from_argument.or_else(|| kind_of_word(site.function)) {
+        return (kind.as_str().to_string(), kind);
+    }
+    (label_word(site.function), Kind::Custom(BUFFER_KIND.into()))
+}
+
+/// The groups readiness waits for when `NIXL_AGENT_EXPECT` is unset:
+/// SGLang → kv + aux, vLLM → kv, anything else → none (ready once NIXL's
+/// agent exists and nothing expected is missing).
+pub fn default_expect(frameworks: &[&str]) -> Vec<Expected> {
+    if frameworks.contains(&"sglang") {
+        vec![
+            Expected::new(KIND_KV, Kind::Kv, MemType::Vram),
+            Expected::new(KIND_AUX, Kind::Aux, MemType::Dram),
+        ]
+    } else if frameworks.contains(&"vllm") {
+        vec![Expected::new(KIND_KV, Kind::Kv, MemType::Vram)]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The reason of an exception raised by NIXL's Python API, by class name.
+/// NIXL's own classes (`nixl_cu12._bindings.nixl*Error`) carry its status
+/// code; Python's own errors are what the API raises for input it cannot
+/// take.
+pub fn reason_of_exception(class: &str) -> Reason {
+    match class {
+        "nixlBackendError" => Reason::NixlBackendError,
+        "nixlInvalidParamError" | "nixlMismatchError" => Reason::NixlInvalidParam,
+        "nixlNotFoundError" => Reason::NixlNotFound,
+        "TypeError" | "KeyError" | "IndexError" | "ValueError" | "AttributeError" | "OverflowError" => {
+            Reason::InvalidArgument
+        }
+        "MemoryError" => Reason::AllocationFailed,
+        _ => Reason::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+use super::*;
+use std::collections::HashMap;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn site<'a>(module: &'a str, function: &'a str, argument: Option<&'a str>, mem_type: MemType) -> CallSite<'a> {
+    CallSite {
+        module,
+        function,
+        argument,
+        mem_type,
+    }
+}
+
+#[test]
+fn sglang_buffers_are_named_by_what_they_hold() {
+    let f = "NixlKVManager.register_buffer_to_engine";
+    let m = "sglang.srt.disaggregation.nixl.conn";
+    for (arg, group, kind) in [
+        ("kv_addrs", "kv", Kind::Kv),
+        ("aux_addrs", "aux", Kind::Aux),
+        ("state_addrs", "state", Kind::State),
+        ("staging_addrs", "staging", Kind::Custom("staging".into())),
+    ] {
+        assert_eq!(
+            name_call(&site(m, f, Some(arg), MemType::Dram), &[]),
+            (group.to_string(), kind),
+            "{arg}"
+        );
+    }
+}
+
+#[test]
+fn vllm_dynamo_and_unknown_callers_get_stable_names() {
+    let vllm = site(
+        "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector",
+        "NixlConnectorWorker.register_kv_caches",
+        Some("descs"),
+        MemType::Vram,
+    );
+    assert_eq!(name_call(&vllm, &[]), ("kv".into(), Kind::Kv));
+    let dynamo = site("dynamo.nixl_connect", "Connector._register", Some("descs"), MemType::Vram);
+    assert_eq!(name_call(&dynamo, &[]).0, "nixl_connect");
+    let other = site("__main__", "Server.Setup-Buffers", Some("regions"), MemType::Dram);
+    assert_eq!(name_call(&other, &[]), ("setup_buffers".into(), Kind::Custom("buffer".into())));
+    let lambda = site("__main__", "<lambda>", None, MemType::Dram);
+    assert_eq!(name_call(&lambda, &[]).0, "lambda");
+}
+
+#[test]
+fn overrides_match_the_call_site_or_the_derived_name() {
+    let o = parse_groups("__main__:setup=kvcache:kv, setup_buffers=meta").unwrap();
+    assert_eq!(
+        name_call(&site("__main__", "setup", None, MemType::Vram), &o),
+        ("kvcache".into(), Kind::Kv)
+    );
+    assert_eq!(
+        name_call(&site("__main__", "Setup.setup_buffers", None, MemType::Dram), &o).0,
+        "meta"
+    );
+    let err = parse_groups("setup=bad group").unwrap_err().to_string();
+    assert!(err.contains(ENV_GROUPS) && err.contains("bad group"), "{err}");
+    assert!(parse_groups("no-equals-sign").is_err());
+}
+
+#[test]
+fn settings_default_to_record_loopback_and_no_capture() {
+    let s = Settings::from_env(&env(&[])).unwrap();
+    assert!(s.serve);
+    assert_eq!(s.config.listen.to_string(), config::DEFAULT_LISTEN);
+    assert_eq!(s.validation, Validation::Record);
+    assert!(!s.capture);
+    assert!(s.expect.is_none());
+    let o = s.observe(&["sglang"]);
+    assert_eq!(
+        o.expect.iter().map(|e| e.group.as_str()).collect::<Vec<_>>(),
+        ["kv", "aux"]
+    );
+    assert!(o.validate && !o.enforce);
+    assert!(s.observe(&["numpy"]).expect.is_empty());
+    assert_eq!(s.observe(&["vllm"]).expect.len(), 1);
+}
+
+#[test]
+fn settings_name_the_variable_that_is_wrong() {
+    for (k, v) in [
+        (ENV_VALIDATE, "strict"),
+        (ENV_CAPTURE, "maybe"),
+        (ENV_MAX_GROUPS, "0"),
+        (ENV_EXPECT, "kv:HBM"),
+        (ENV_EXPECT, "k v"),
+        (config::ENV_LISTEN, "localhost"),
+        (ENV_BACKEND, "U-CX"),
+    ] {
+        let err = Settings::from_env(&env(&[(k, v)])).unwrap_err().to_string();
+        assert!(err.contains(k), "{k}={v}: {err}");
+    }
+}
+
+#[test]
+fn expect_and_listen_off_parse() {
+    let s = Settings::from_env(&env(&[
+        (ENV_EXPECT, "kv:DRAM, aux,meta"),
+        (config::ENV_LISTEN, LISTEN_OFF),
+        (ENV_VALIDATE, "enforce"),
+    ]))
+    .unwrap();
+    assert!(!s.serve);
+    let e = s.expect.unwrap();
+    assert_eq!((e[0].group.as_str(), e[0].mem_type), ("kv", MemType::Dram));
+    assert_eq!((e[1].group.as_str(), e[1].mem_type), ("aux", MemType::Dram));
+    assert_eq!(e[2].kind, Kind::Custom(BUFFER_KIND.into()));
+    assert!(Settings::from_env(&env(&[(ENV_EXPECT, "none")])).unwrap().expect.unwrap().is_empty());
+}
+
+#[test]
+fn exceptions_map_into_the_closed_vocabulary() {
+    assert_eq!(reason_of_exception("nixlBackendError"), Reason::NixlBackendError);
+    assert_eq!(reason_of_exception("nixlInvalidParamError"), Reason::NixlInvalidParam);
+    assert_eq!(reason_of_exception("nixlNotFoundError"), Reason::NixlNotFound);
+    assert_eq!(reason_of_exception("IndexError"), Reason::InvalidArgument);
+    assert_eq!(reason_of_exception("KeyError"), Reason::InvalidArgument);
+    assert_eq!(reason_of_exception("MemoryError"), Reason::AllocationFailed);
+    assert_eq!(reason_of_exception("SomethingNew"), Reason::Unknown);
+}

@@ -1,0 +1,523 @@
+//! Python serving processes under `nixl-agent-instrument`: programs of our
+//! own (tests/python/serving.py) that call NIXL's real Python API (the
+//! nixl-cu12 wheel in .deps/venv) the way SGLang and vLLM do, run bare and
+//! instrumented. What the program sees is compared between both runs; what
+//! nixl-agent recorded is read over HTTP from the extension's own threads.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::Scrape;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The project's virtualenv python, with the wheel installed (make test).
+fn python() -> PathBuf {
+    let p = std::env::var_os("NIXL_AGENT_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".deps/venv/bin/python"));
+    assert!(
+        p.exists(),
+        "{}: no virtualenv python; run `make python` (make test does)",
+        p.display()
+    );
+    p
+}
+
+fn launcher() -> PathBuf {
+    let p = python().with_file_name("nixl-agent-instrument");
+    assert!(p.exists(), "{}: the wheel is not installed; run `make python`", p.display());
+    p
+}
+
+fn program() -> String {
+    repo().join("tests/python/serving.py").display().to_string()
+}
+
+fn free_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The command for `serving.py args`, bare or under the launcher, with a
+/// clean NIXL_AGENT_* environment.
+fn command(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = if instrumented {
+        let mut c = Command::new(launcher());
+        c.arg(python());
+        c
+    } else {
+        Command::new(python())
+    };
+    c.arg(program()).args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" {
+            c.env_remove(k);
+        }
+    }
+    c.env("PYTHONUNBUFFERED", "0");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// A program stopped at its `HOLD` line, waiting for the test to probe.
+struct Held {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    addr: SocketAddr,
+    lines: Vec<String>,
+}
+
+impl Held {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Held {
+        let addr = free_port();
+        let listen = addr.to_string();
+        let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str())];
+        all.extend_from_slice(env);
+        let mut child = command(true, args, &all)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the program");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut h = Held {
+            child,
+            stdin,
+            stdout,
+            addr,
+            lines: Vec::new(),
+        };
+        h.until_hold();
+        h
+    }
+
+    /// Reads the program's stdout up to its next `HOLD`.
+    fn until_hold(&mut self) {
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "the program ended before HOLD; stdout: {:?}", self.lines);
+            let line = line.trim_end().to_string();
+            if line == "HOLD" {
+                return;
+            }
+            self.lines.push(line);
+        }
+    }
+
+    fn resume(&mut self) {
+        let s = self.stdin.as_mut().unwrap();
+        s.write_all(b"\n").unwrap();
+        s.flush().unwrap();
+    }
+
+    fn scrape(&self) -> Scrape {
+        support::scrape(self.addr)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let r = support::get(self.addr, "/v1/status").unwrap();
+        serde_json::from_str(&r.body).unwrap()
+    }
+
+    fn group(&self, name: &str) -> serde_json::Value {
+        let s = self.status();
+        s["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == name)
+            .unwrap_or_else(|| panic!("no group {name} in {s}"))
+            .clone()
+    }
+
+    fn readyz(&self) -> u16 {
+        support::get(self.addr, "/readyz").unwrap().status
+    }
+
+    /// Lets the program finish; returns its whole stdout.
+    fn finish(mut self) -> Vec<String> {
+        drop(self.stdin.take());
+        for line in self.stdout.by_ref().lines() {
+            self.lines.push(line.unwrap());
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "program failed: {status}; stdout {:?}", self.lines);
+        std::mem::take(&mut self.lines)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a program to the end; (stdout, stderr).
+fn run(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let out = command(instrumented, args, env).stdin(Stdio::null()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?} failed: {}\n{stdout}\n{stderr}", out.status);
+    (stdout, stderr)
+}
+
+fn line_with<'a>(lines: &'a [String], prefix: &str) -> &'a str {
+    lines
+        .iter()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix:?} in {lines:?}"))
+}
+
+fn group_value(s: &Scrape, metric: &str, group: &str) -> f64 {
+    s.metric(metric).label("group", group).value()
+}
+
+#[test]
+fn sglang_shaped_process_shows_its_groups_and_is_ready() {
+    let h = Held::start(&["sglang", "--hold"], &[("NIXL_AGENT_EXPECT", "kv:DRAM,aux")]);
+    assert_eq!(line_with(&h.lines, "registered"), "registered 1 1");
+    let s = h.scrape();
+    for (group, kind, descriptors, bytes) in [
+        ("kv", "kv", 4.0, 4.0 * 65536.0),
+        ("aux", "aux", 1.0, 4096.0),
+        ("state", "state", 1.0, 8192.0),
+    ] {
+        let m = |name| {
+            s.metric(name)
+                .label("group", group)
+                .label("kind", kind)
+                .label("mem_type", "DRAM")
+                .value()
+        };
+        assert_eq!(m("nixl_agent_registered_descriptors"), descriptors, "{group}");
+        assert_eq!(m("nixl_agent_registered_bytes"), bytes, "{group}");
+        assert_eq!(m("nixl_agent_registration_attempts_total"), 1.0, "{group}");
+        assert_eq!(m("nixl_agent_group_registered"), 1.0, "{group}");
+    }
+    // The backend SGLang creates after construction.
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
+    assert_eq!(h.readyz(), 200);
+    let status = h.status();
+    assert_eq!(status["nixl"]["agent_owner"], "caller", "{status}");
+    assert_eq!(status["ready"], true);
+    // A live scrape passes promtool's lint.
+    let body = support::get(h.addr, "/metrics").unwrap().body;
+    let mut lint = Command::new(support::promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = lint.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}");
+    h.finish();
+}
+
+#[test]
+fn vllm_shaped_process_records_kv_under_its_default_name() {
+    let h = Held::start(&["vllm", "--hold"], &[]);
+    let s = h.scrape();
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 8.0);
+    assert_eq!(group_value(&s, "nixl_agent_registered_bytes", "kv"), 8.0 * 65536.0);
+    h.finish();
+}
+
+/// The seed: an aux list with a null pointer.
+#[test]
+fn seed_null_aux_raises_what_nixl_raises_and_is_recorded_with_its_reason() {
+    let (bare, _) = run(false, &["sglang", "--null-aux"], &[]);
+    let bare: Vec<String> = bare.lines().map(str::to_string).collect();
+    let raised = line_with(&bare, "raised").to_string();
+    assert!(raised.contains("nixlBackendError") && raised.contains("origin=_api.py:register_memory"), "{raised}");
+
+    let h = Held::start(
+        &["sglang", "--null-aux", "--hold"],
+        &[("NIXL_AGENT_EXPECT", "kv:DRAM,aux"), ("NIXL_AGENT_CAPTURE", "on")],
+    );
+    // Same class, same args, same origin; the program goes on.
+    assert_eq!(line_with(&h.lines, "raised"), raised);
+    assert!(h.lines.iter().any(|l| l == "continued"), "{:?}", h.lines);
+    let aux = h.group("aux");
+    assert_eq!(aux["state"], "failed", "{aux}");
+    assert_eq!(aux["last_reason"], "invalid_address", "{aux}");
+    assert_eq!(aux["failed_region"], 0, "{aux}");
+    let words = aux["last_diagnostics"].to_string();
+    assert!(
+        words.contains("undefined address") || words.contains("registration failed"),
+        "UCX/NIXL words in /v1/status: {aux}"
+    );
+    let s = h.scrape();
+    assert_eq!(
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "aux")
+            .label("reason", "invalid_address")
+            .value(),
+        1.0
+    );
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 4.0);
+    assert_eq!(h.readyz(), 503, "aux is expected and failed");
+    let verbose = support::get(h.addr, "/readyz?verbose").unwrap().body;
+    assert!(verbose.contains("group:aux"), "{verbose}");
+    h.finish();
+}
+
+/// A corrupted aux pointer NIXL accepts silently: recorded in `record`
+/// mode, refused before NIXL in `enforce` mode.
+#[test]
+fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
+    let (bare, _) = run(false, &["sglang", "--corrupt-aux"], &[]);
+    assert!(bare.contains("registered 1 1"), "NIXL accepts it: {bare}");
+
+    let h = Held::start(&["sglang", "--corrupt-aux", "--hold"], &[]);
+    assert_eq!(line_with(&h.lines, "registered"), "registered 1 1", "record mode changes nothing");
+    let s = h.scrape();
+    assert_eq!(
+        s.metric("nixl_agent_accepted_invalid_total")
+            .label("group", "aux")
+            .label("reason", "unmapped_address")
+            .value(),
+        1.0
+    );
+    let aux = h.group("aux");
+    assert!(
+        aux["last_accepted_invalid"].as_str().unwrap().starts_with("unmapped_address"),
+        "{aux}"
+    );
+    h.finish();
+
+    let h = Held::start(
+        &["sglang", "--corrupt-aux", "--hold"],
+        &[("NIXL_AGENT_VALIDATE", "enforce")],
+    );
+    let raised = line_with(&h.lines, "raised");
+    assert!(
+        raised.contains("RegistrationRefused")
+            && raised.contains("region 0")
+            && raised.contains("unmapped_address")
+            && raised.contains("\"aux\""),
+        "{raised}"
+    );
+    // NIXL's own view: the agent's metadata did not grow.
+    assert_eq!(line_with(&h.lines, "metadata grew by"), "metadata grew by 0");
+    let aux = h.group("aux");
+    assert_eq!(aux["last_reason"], "unmapped_address", "{aux}");
+    assert!(aux["last_error"].as_str().unwrap().contains("refused before NIXL"), "{aux}");
+    h.finish();
+}
+
+#[test]
+fn two_instrumented_agents_complete_a_real_transfer() {
+    let addr = free_port().to_string();
+    let (out, _) = run(true, &["transfer"], &[("NIXL_AGENT_LISTEN", &addr)]);
+    assert!(out.contains("transfer DONE bytes match"), "{out}");
+}
+
+#[test]
+fn deregister_memory_drops_the_gauges() {
+    let mut h = Held::start(&["deregister", "--hold"], &[("NIXL_AGENT_EXPECT", "kv:DRAM,aux")]);
+    let s = h.scrape();
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 4.0);
+    assert_eq!(h.readyz(), 200);
+    h.resume();
+    h.until_hold();
+    let s = h.scrape();
+    for g in ["kv", "aux"] {
+        assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", g), 0.0, "{g}");
+        assert_eq!(group_value(&s, "nixl_agent_registered_bytes", g), 0.0, "{g}");
+        assert_eq!(group_value(&s, "nixl_agent_deregistrations_total", g), 1.0, "{g}");
+    }
+    assert_eq!(h.readyz(), 503, "expected groups deregistered");
+    h.finish();
+}
+
+fn p99(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+/// A Python thread spins in pure Python, holding the GIL, with the switch
+/// interval raised to 250 ms (a thread that wants the GIL waits that long),
+/// while /readyz and /metrics are probed: the extension's threads answer
+/// without the GIL, so p99 stays within a few ms (20 ms allows for this
+/// 2-core machine running other tests beside it).
+#[test]
+fn probes_answer_while_python_threads_hold_the_gil() {
+    let h = Held::start(&["spin"], &[("NIXL_AGENT_EXPECT", "kv:DRAM,aux")]);
+    let mut ready = Vec::new();
+    let mut metrics = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        assert_eq!(h.readyz(), 200);
+        ready.push(t.elapsed());
+        let t = Instant::now();
+        let r = support::get(h.addr, "/metrics").unwrap();
+        assert_eq!(r.status, 200);
+        metrics.push(t.elapsed());
+    }
+    let (r, m) = (p99(ready), p99(metrics));
+    eprintln!("p99 /readyz {r:?}, /metrics {m:?} while Python spins");
+    let bound = Duration::from_millis(20);
+    assert!(r < bound && m < bound, "p99 /readyz {r:?}, /metrics {m:?}");
+    h.finish();
+}
+
+/// With capture off, the program's stdout and stderr (written to files, not
+/// pipes) are byte for byte what they are without nixl-agent, and it sees
+/// the same kind of fds.
+#[test]
+fn stdout_and_stderr_are_byte_identical_when_capture_is_off() {
+    for args in [&["sglang"][..], &["vllm"][..], &["sglang", "--null-aux"][..]] {
+        let outs: Vec<(Vec<u8>, Vec<u8>)> = [false, true]
+            .iter()
+            .map(|&instrumented| {
+                let dir = tempfile::tempdir().unwrap();
+                let (o, e) = (dir.path().join("out"), dir.path().join("err"));
+                let addr = free_port().to_string();
+                let status = command(instrumented, args, &[("NIXL_AGENT_LISTEN", &addr)])
+                    .stdin(Stdio::null())
+                    .stdout(std::fs::File::create(&o).unwrap())
+                    .stderr(std::fs::File::create(&e).unwrap())
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+                (std::fs::read(&o).unwrap(), std::fs::read(&e).unwrap())
+            })
+            .collect();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        // What NIXL/UCX print on a failure carries times and pids: compare
+        // those lines by their words.
+        let words = |b: &[u8]| {
+            text(b)
+                .lines()
+                .map(|l| {
+                    let native = l.starts_with('[') || l.as_bytes().get(1).is_some_and(u8::is_ascii_digit);
+                    if native {
+                        l.replace(|c: char| c.is_ascii_digit(), "0")
+                    } else {
+                        l.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        if args.len() == 1 {
+            assert_eq!(text(&outs[0].0), text(&outs[1].0), "{args:?} stdout");
+            assert_eq!(outs[0].1, outs[1].1, "{args:?} stderr:\n{}\n--\n{}", text(&outs[0].1), text(&outs[1].1));
+        } else {
+            assert_eq!(words(&outs[0].0), words(&outs[1].0), "{args:?} stdout");
+            assert_eq!(words(&outs[0].1), words(&outs[1].1), "{args:?} stderr");
+        }
+        assert!(text(&outs[1].0).starts_with("fds reg reg False False"), "{}", text(&outs[1].0));
+    }
+}
+
+#[test]
+fn explicit_api_names_the_group_without_the_launcher() {
+    let addr = free_port().to_string();
+    let (out, _) = run(false, &["explicit"], &[("NIXL_AGENT_LISTEN", &addr)]);
+    assert!(
+        out.contains(r#"explicit nixl_agent_registered_bytes{device="0",group="scratch_pad",kind="aux",mem_type="DRAM"} 4096"#),
+        "{out}"
+    );
+    assert!(out.contains("address True"), "{out}");
+}
+
+#[test]
+fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off() {
+    // NIXL_AGENT_INSTRUMENT=1 alone: the wheel's .pth file boots the hook.
+    let mut c = command(false, &["vllm", "--hold"], &[]);
+    let addr = free_port();
+    c.env("NIXL_AGENT_INSTRUMENT", "1").env("NIXL_AGENT_LISTEN", addr.to_string());
+    let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim_end() != "HOLD" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0);
+    }
+    let s = support::scrape(addr);
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 8.0);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+
+    // The launcher with NIXL_AGENT_INSTRUMENT=off: nothing is served.
+    let addr = free_port();
+    let mut c = command(true, &["vllm", "--hold"], &[("NIXL_AGENT_INSTRUMENT", "off")]);
+    c.env("NIXL_AGENT_LISTEN", addr.to_string());
+    let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    line.clear();
+    while line.trim_end() != "HOLD" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0);
+    }
+    assert!(support::get(addr, "/metrics").is_err(), "nothing listens");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
+
+/// An unusable setting is named once on stderr and the program runs as if
+/// uninstrumented; the hook never imports NIXL before the program does.
+#[test]
+fn bad_settings_are_named_and_leave_the_program_alone() {
+    let (bare_out, bare_err) = run(false, &["vllm"], &[]);
+    let (out, err) = run(true, &["vllm"], &[("NIXL_AGENT_VALIDATE", "strict")]);
+    assert_eq!(out, bare_out);
+    let extra: Vec<&str> = err.lines().filter(|l| !bare_err.contains(l)).collect();
+    assert_eq!(extra.len(), 1, "{err}");
+    assert!(
+        extra[0].starts_with("nixl-agent-instrument: not instrumenting") && extra[0].contains("NIXL_AGENT_VALIDATE"),
+        "{}",
+        extra[0]
+    );
+
+    let out = Command::new(launcher())
+        .arg(python())
+        .args(["-c", "import sys; print('nixl' in sys.modules, 'nixl_cu12' in sys.modules)"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "False False");
+    // No command: usage and exit 2; an unknown command: 127.
+    let out = Command::new(launcher()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("usage: nixl-agent-instrument"));
+    let out = Command::new(launcher()).arg("no-such-command-here").output().unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found: no-such-command-here"));
+}
+
+/// Calls NIXL's Python API rejects raise the same Python errors, counted
+/// as `invalid_argument`.
+#[test]
+fn bad_calls_raise_the_same_errors_and_count_as_invalid_argument() {
+    let (bare, _) = run(false, &["badcalls"], &[]);
+    let h = Held::start(&["badcalls", "--hold"], &[]);
+    let instrumented: Vec<&String> = h.lines.iter().filter(|l| l.starts_with("raised")).collect();
+    let expected: Vec<&str> = bare.lines().filter(|l| l.starts_with("raised")).collect();
+    assert_eq!(instrumented.len(), expected.len());
+    for (a, b) in instrumented.iter().zip(&expected) {
+        assert_eq!(a.split(" origin=").next(), b.split(" origin=").next());
+    }
+    let s = h.scrape();
+    let invalid = s
+        .metric("nixl_agent_registration_failures_total")
+        .label("reason", "invalid_argument")
+        .sum();
+    assert_eq!(invalid, 2.0, "the empty list and the unknown mem type");
+    h.finish();
+}

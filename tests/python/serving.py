@@ -1,0 +1,264 @@
+"""A serving process of our own that calls NIXL's Python API the way SGLang
+and vLLM do (same calls, order, mem types and descriptor shapes), for
+tests/python.rs. Run it bare or under nixl-agent-instrument; what it prints
+is deterministic so that both runs can be compared byte for byte.
+
+    python serving.py sglang [--null-aux] [--corrupt-aux] [--hold]
+    python serving.py vllm [--hold]
+    python serving.py transfer
+    python serving.py deregister [--hold]
+    python serving.py spin           (registers, then spins in pure Python)
+    python serving.py explicit
+    python serving.py badcalls [--hold]
+"""
+
+import ctypes
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+import traceback
+import uuid
+
+import numpy as np
+from nixl._api import nixl_agent, nixl_agent_config
+
+# NIXL's INFO lines carry timestamps; keep runs comparable.
+logging.getLogger("nixl").setLevel(logging.WARNING)
+
+KV_LAYERS = 4
+KV_BYTES = 1 << 16
+AUX_BYTES = 4096
+STATE_BYTES = 8192
+# An address no process maps on x86-64 Linux (above the 47-bit user space
+# a corrupted pointer often lands in), which NIXL/UCX accept silently.
+CORRUPT = 0x7E0000000000
+
+
+def out(*parts):
+    print(*parts, flush=True)
+
+
+def fd_kind(fd):
+    m = os.fstat(fd).st_mode
+    return "fifo" if stat.S_ISFIFO(m) else "reg" if stat.S_ISREG(m) else "chr" if stat.S_ISCHR(m) else "other"
+
+
+def hold():
+    """Waits for the test to probe, then to close stdin."""
+    out("HOLD")
+    sys.stdin.readline()
+
+
+class KVArgs:
+    def __init__(self, corrupt_aux=False, null_aux=False):
+        self.kv = [np.zeros(KV_BYTES, dtype=np.uint8) for _ in range(KV_LAYERS)]
+        self.aux = np.zeros(AUX_BYTES, dtype=np.uint8)
+        self.state = [np.zeros(STATE_BYTES, dtype=np.uint8)]
+        self.kv_data_ptrs = [a.ctypes.data for a in self.kv]
+        self.kv_data_lens = [a.nbytes for a in self.kv]
+        aux_ptr = self.aux.ctypes.data
+        if null_aux:
+            aux_ptr = 0
+        if corrupt_aux:
+            aux_ptr = CORRUPT
+        self.aux_data_ptrs = [aux_ptr]
+        self.aux_data_lens = [AUX_BYTES]
+        self.state_data_ptrs = [[a.ctypes.data for a in self.state]]
+        self.state_data_lens = [[a.nbytes for a in self.state]]
+        self.gpu_id = 0
+
+
+class NixlKVManager:
+    """SGLang's python/sglang/srt/disaggregation/nixl/conn.py shape."""
+
+    def __init__(self, kv_args, kv_mem="DRAM"):
+        self.kv_args = kv_args
+        self.kv_mem = kv_mem
+        # SGLang: an agent with no backends, then create_backend.
+        # (SGLang names it uuid4(); a stable uuid keeps NIXL's lines comparable)
+        self.agent = nixl_agent(str(uuid.uuid5(uuid.NAMESPACE_DNS, "prefill-0")), nixl_agent_config(backends=[]))
+        self.agent.create_backend("UCX")
+        self.kv_descs = []
+
+    def register_buffer_to_engine(self):
+        for mem_kind in [self.kv_mem]:
+            kv_addrs = []
+            for kv_data_ptr, kv_data_len in zip(self.kv_args.kv_data_ptrs, self.kv_args.kv_data_lens):
+                kv_addrs.append((kv_data_ptr, kv_data_len, self.kv_args.gpu_id, ""))
+            kv_descs = self.agent.register_memory(kv_addrs, mem_kind)
+            if not kv_descs:
+                raise Exception(f"NIXL memory registration failed for {mem_kind} kv tensors")
+            self.kv_descs.append(kv_descs)
+        # (not SGLang's: what NIXL's metadata holds before aux, for the tests)
+        self.metadata_before_aux = len(self.agent.get_agent_metadata())
+        aux_addrs = []
+        for aux_data_ptr, aux_data_len in zip(self.kv_args.aux_data_ptrs, self.kv_args.aux_data_lens):
+            aux_addrs.append((aux_data_ptr, aux_data_len, 0, ""))
+        self.aux_descs = self.agent.register_memory(aux_addrs, "DRAM")
+        if not self.aux_descs:
+            raise Exception("NIXL memory registration failed for aux tensors")
+        state_addrs = []
+        for comp_ptrs, comp_lens in zip(self.kv_args.state_data_ptrs or [], self.kv_args.state_data_lens or []):
+            for state_data_ptr, state_data_len in zip(comp_ptrs, comp_lens):
+                if state_data_ptr == 0 or state_data_len == 0:
+                    continue
+                state_addrs.append((state_data_ptr, state_data_len, self.kv_args.gpu_id, ""))
+        if state_addrs:
+            self.state_descs = self.agent.register_memory(state_addrs, "DRAM")
+
+
+def describe(e):
+    """What a program sees of an exception, minus addresses."""
+    tb = traceback.extract_tb(e.__traceback__)
+    origin = tb[-1]
+    return f"{type(e).__module__}.{type(e).__qualname__} args={e.args!r} origin={os.path.basename(origin.filename)}:{origin.name}"
+
+
+def sglang(argv):
+    args = KVArgs(corrupt_aux="--corrupt-aux" in argv, null_aux="--null-aux" in argv)
+    mgr = NixlKVManager(args)
+    try:
+        mgr.register_buffer_to_engine()
+        out("registered", len(mgr.kv_descs), mgr.aux_descs.descCount())
+    except Exception as e:
+        out("raised", describe(e))
+        out("metadata grew by", len(mgr.agent.get_agent_metadata()) - mgr.metadata_before_aux)
+    out("continued")
+    if "--hold" in argv:
+        hold()
+
+
+class NixlConnectorWorker:
+    """vLLM's nixl_connector.py shape: default agent config, get_reg_descs,
+    then register_memory with explicit backends."""
+
+    def __init__(self):
+        self.nixl_wrapper = nixl_agent(str(uuid.uuid4()), None)
+        self.nixl_backends = ["UCX"]
+
+    def register_kv_caches(self, kv_caches):
+        caches_data = []
+        for cache in kv_caches:
+            caches_data.append((cache.ctypes.data, cache.nbytes, 0, ""))
+        descs = self.nixl_wrapper.get_reg_descs(caches_data, "DRAM")
+        self.nixl_wrapper.register_memory(descs, backends=self.nixl_backends)
+        self._registered_descs = [descs]
+
+
+def vllm(argv):
+    caches = [np.zeros(KV_BYTES, dtype=np.uint8) for _ in range(KV_LAYERS * 2)]
+    w = NixlConnectorWorker()
+    w.register_kv_caches(caches)
+    out("registered", len(caches))
+    if "--hold" in argv:
+        hold()
+
+
+def transfer(argv):
+    size = 1 << 20
+    src = np.frombuffer(os.urandom(size), dtype=np.uint8).copy()
+    dst = np.zeros(size, dtype=np.uint8)
+    a = nixl_agent("sender", nixl_agent_config(backends=["UCX"]))
+    b = nixl_agent("receiver", nixl_agent_config(backends=["UCX"]))
+    a_reg = a.register_memory([(src.ctypes.data, size, 0, "")], "DRAM")
+    b_reg = b.register_memory([(dst.ctypes.data, size, 0, "")], "DRAM")
+    a.add_remote_agent(b.get_agent_metadata())
+    local = a.get_xfer_descs([(src.ctypes.data, size, 0)], "DRAM")
+    remote = b.get_xfer_descs([(dst.ctypes.data, size, 0)], "DRAM")
+    handle = a.initialize_xfer("WRITE", local, remote, "receiver", b"done")
+    state = a.transfer(handle)
+    deadline = time.time() + 30
+    while state != "DONE" and time.time() < deadline:
+        state = a.check_xfer_state(handle)
+        if state == "ERR":
+            break
+    a.release_xfer_handle(handle)
+    out("transfer", state, "bytes match" if np.array_equal(src, dst) else "bytes DIFFER")
+    a.remove_remote_agent("receiver")
+    a.deregister_memory(a_reg)
+    b.deregister_memory(b_reg)
+
+
+def deregister(argv):
+    mgr = NixlKVManager(KVArgs())
+    mgr.register_buffer_to_engine()
+    out("registered")
+    if "--hold" in argv:
+        hold()
+    for d in mgr.kv_descs:
+        mgr.agent.deregister_memory(d)
+    mgr.agent.deregister_memory(mgr.aux_descs)
+    out("deregistered")
+    if "--hold" in argv:
+        hold()
+
+
+def spin(argv):
+    mgr = NixlKVManager(KVArgs())
+    mgr.register_buffer_to_engine()
+    stop = threading.Event()
+
+    def busy():
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    # A thread that wants the GIL now waits up to 250 ms for it: anything
+    # that needed the GIL to answer a probe would show it.
+    sys.setswitchinterval(0.25)
+    threads = [threading.Thread(target=busy)]
+    for t in threads:
+        t.start()
+    hold()
+    stop.set()
+    for t in threads:
+        t.join()
+
+
+def explicit(argv):
+    import nixl_agent_instrument as nai
+
+    nai.instrument()
+    agent = nixl_agent("explicit", nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+    with nai.group("scratch_pad", kind="aux"):
+        agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+    metrics = nai.metrics()
+    line = [l for l in metrics.splitlines() if l.startswith("nixl_agent_registered_bytes{") and "scratch_pad" in l]
+    out("explicit", line[0] if line else "missing")
+    out("address", nai.address() is not None)
+
+
+def badcalls(argv):
+    """Calls NIXL's Python API rejects before NIXL itself sees them."""
+    agent = nixl_agent("badcalls", nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+    for call in (
+        lambda: agent.register_memory([], "DRAM"),
+        lambda: agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "HBM"),
+        lambda: agent.register_memory(),
+    ):
+        try:
+            call()
+            out("accepted")
+        except Exception as e:
+            out("raised", describe(e))
+    if "--hold" in argv:
+        hold()
+
+
+def main():
+    mode = sys.argv[1]
+    out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
+    sys.stderr.write("program stderr line\n")
+    sys.stderr.flush()
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit}[
+        mode
+    ](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
