@@ -67,6 +67,13 @@ bench-smoke: setup
 		$(CARGO) test --test bench_smoke; \
 	fi
 
+# The Python instrumentation benchmark (README "Python serving processes"):
+# release wheel, bare vs instrumented NIXL Python API, start-up, /metrics
+# under the GIL vs prometheus_client. Writes bench/results/python.{json,md}.
+.PHONY: bench-python
+bench-python:
+	bash "$(CURDIR)/scripts/bench-python.sh"
+
 # The 10-minute soak (README "Reliability"); `make test` runs 30 seconds of it.
 .PHONY: soak
 soak: setup

@@ -107,7 +107,12 @@ impl Settings {
             None | Some("record") => Validation::Record,
             Some("enforce") => Validation::Enforce,
             Some("off") => Validation::Off,
-            Some(v) => return Err(invalid(ENV_VALIDATE, format!("`{v}` is not one of record, enforce, off"))),
+            Some(v) => {
+                return Err(invalid(
+                    ENV_VALIDATE,
+                    format!("`{v}` is not one of record, enforce, off"),
+                ))
+            }
         };
         let backends = match env.var(ENV_BACKEND) {
             None => vec![config::DEFAULT_BACKEND.to_string()],
@@ -222,8 +227,13 @@ fn parse_groups(v: &str) -> Result<Vec<Override>, ConfigError> {
             Some((g, k)) => (g, Some(Kind::parse(k))),
             None => (value, None),
         };
-        let k = kind.clone().or_else(|| kind_of_word(group)).unwrap_or(Kind::Custom(BUFFER_KIND.into()));
-        config::validate_group_words(group, k.as_str(), &["UCX".into()], &|f| format!("{ENV_GROUPS} `{item}` {f}"))?;
+        let k = kind
+            .clone()
+            .or_else(|| kind_of_word(group))
+            .unwrap_or(Kind::Custom(BUFFER_KIND.into()));
+        config::validate_group_words(group, k.as_str(), &["UCX".into()], &|f| {
+            format!("{ENV_GROUPS} `{item}` {f}")
+        })?;
         out.push(Override {
             key: key.trim().to_string(),
             group: group.to_string(),
@@ -296,7 +306,11 @@ pub fn name_call(site: &CallSite<'_>, overrides: &[Override]) -> (String, Kind) 
     let derived = derive(site);
     for o in overrides {
         if o.key == full || o.key == derived.0 {
-            let kind = o.kind.clone().or_else(|| kind_of_word(&o.group)).unwrap_or(derived.1.clone());
+            let kind = o
+                .kind
+                .clone()
+                .or_else(|| kind_of_word(&o.group))
+                .unwrap_or(derived.1.clone());
             return (o.group.clone(), kind);
         }
     }
@@ -306,7 +320,10 @@ pub fn name_call(site: &CallSite<'_>, overrides: &[Override]) -> (String, Kind) 
 fn derive(site: &CallSite<'_>) -> (String, Kind) {
     let from_argument = site.argument.and_then(kind_of_word);
     if site.module.starts_with("dynamo") && site.module.contains("nixl_connect") {
-        return ("nixl_connect".into(), from_argument.unwrap_or(Kind::Custom(BUFFER_KIND.into())));
+        return (
+            "nixl_connect".into(),
+            from_argument.unwrap_or(Kind::Custom(BUFFER_KIND.into())),
+        );
     }
     if site.module.starts_with("vllm") && site.function.ends_with("register_kv_caches") {
         return (KIND_KV.into(), Kind::Kv);

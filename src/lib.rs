@@ -26,9 +26,9 @@ pub use lifecycle::driver::DrainReport;
 pub use model::{Hooked, Kind, MemType, Reason, Region};
 pub use nixl::{load_nixl, Descriptor, LoadError, Loaded};
 pub use observe::{Call, Expected, ObserveSettings, Observer, Outcome, Pending};
+pub use plan::{GroupSpec, Plan, RegionSource};
 pub use record::Capture;
 pub use validate::Rejection;
-pub use plan::{GroupSpec, Plan, RegionSource};
 
 // ---- Internals ---------------------------------------------------------
 // Public only for this crate's binary, tests and benchmark; no stability

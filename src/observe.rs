@@ -88,8 +88,11 @@ impl Expected {
 
 struct Group {
     labels: Arc<GroupLabels>,
-    /// What is registered now, with how many registrations each.
-    live: HashMap<Region, u32>,
+    /// What each successful call registered and is not deregistered yet,
+    /// by its first region and descriptor count: the bytes of each. A call's
+    /// regions are deregistered together (NIXL's Python API hands back the
+    /// list it registered), so nothing is tracked per region.
+    live: HashMap<(Region, usize), Vec<u64>>,
     descriptors: usize,
     bytes: u64,
     attempts: u32,
@@ -389,11 +392,10 @@ impl Observer {
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         let holding = match groups.get_mut(&labels.group) {
             Some(g) => {
-                if outcome.is_ok() {
-                    for r in call.regions {
-                        *g.live.entry(*r).or_insert(0) += 1;
-                        g.bytes = g.bytes.saturating_add(r.len as u64);
-                    }
+                if let (Ok(()), Some(first)) = (&outcome, call.regions.first()) {
+                    let bytes = call.regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
+                    g.live.entry((*first, call.regions.len())).or_default().push(bytes);
+                    g.bytes = g.bytes.saturating_add(bytes);
                     g.descriptors += call.regions.len();
                 }
                 g.holding()
@@ -438,17 +440,17 @@ impl Observer {
         result
     }
 
-    /// Records a deregistration call of regions registered through this
-    /// observer, whichever group holds them (found by the first region;
-    /// regions nobody recorded are left alone). `failure` is what the call
-    /// raised, `elapsed` how long it took.
-    pub fn deregistered(&self, regions: &[Region], elapsed: Duration, failure: Option<Failure>) {
-        let Some(first) = regions.first() else { return };
+    /// Records a deregistration call of what one registration call
+    /// registered (`descriptors` regions from `first`), whichever group holds
+    /// it. A list nobody recorded registering is left alone. `failure` is
+    /// what the call raised, `elapsed` how long it took.
+    pub fn deregistered(&self, first: Region, descriptors: usize, elapsed: Duration, failure: Option<Failure>) {
+        let key = (first, descriptors);
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(g) = groups.values_mut().find(|g| g.live.contains_key(first)) else {
+        let Some(g) = groups.values_mut().find(|g| g.live.contains_key(&key)) else {
             return;
         };
-        Self::apply_deregister(&self.rec, g, regions, elapsed, failure.as_ref());
+        Self::apply_deregister(&self.rec, g, key, elapsed, failure.as_ref());
     }
 
     /// Records one deregistration call around `call`.
@@ -470,27 +472,32 @@ impl Observer {
             return result;
         };
         let failure = result.as_ref().err().map(classify);
-        Self::apply_deregister(&self.rec, g, &[region], elapsed, failure.as_ref());
+        Self::apply_deregister(&self.rec, g, (region, 1), elapsed, failure.as_ref());
         result
     }
 
-    fn apply_deregister(rec: &Recorder, g: &mut Group, regions: &[Region], elapsed: Duration, failure: Option<&Failure>) {
+    fn apply_deregister(
+        rec: &Recorder,
+        g: &mut Group,
+        key: (Region, usize),
+        elapsed: Duration,
+        failure: Option<&Failure>,
+    ) {
+        let descriptors = key.1;
         if failure.is_none() {
-            for r in regions {
-                if let Some(n) = g.live.get_mut(r) {
-                    *n -= 1;
-                    if *n == 0 {
-                        g.live.remove(r);
-                    }
-                    g.descriptors -= 1;
-                    g.bytes = g.bytes.saturating_sub(r.len as u64);
+            if let Some(calls) = g.live.get_mut(&key) {
+                let bytes = calls.pop().unwrap_or(0);
+                if calls.is_empty() {
+                    g.live.remove(&key);
                 }
+                g.descriptors = g.descriptors.saturating_sub(descriptors);
+                g.bytes = g.bytes.saturating_sub(bytes);
             }
         }
         rec.emit(&Event::Deregistered {
             labels: &g.labels,
-            descriptors: regions.len(),
-            failed: if failure.is_some() { regions.len() } else { 0 },
+            descriptors,
+            failed: if failure.is_some() { descriptors } else { 0 },
             failure,
             elapsed,
             holding: g.holding(),

@@ -291,7 +291,11 @@ impl Status {
             }
             Event::Unstuck { .. } => self.stuck = None,
             Event::LifecycleDied => self.lifecycle_dead = true,
-            Event::AcceptedInvalid { labels, reason, message } => {
+            Event::AcceptedInvalid {
+                labels,
+                reason,
+                message,
+            } => {
                 if let Some(g) = self.group(&labels.group) {
                     g.last_accepted_invalid = Some(format!("{reason}: {message}"));
                 }

@@ -32,7 +32,11 @@ fn python() -> PathBuf {
 
 fn launcher() -> PathBuf {
     let p = python().with_file_name("nixl-agent-instrument");
-    assert!(p.exists(), "{}: the wheel is not installed; run `make python`", p.display());
+    assert!(
+        p.exists(),
+        "{}: the wheel is not installed; run `make python`",
+        p.display()
+    );
     p
 }
 
@@ -170,7 +174,11 @@ fn run(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> (String, Stri
     let out = command(instrumented, args, env).stdin(Stdio::null()).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{args:?} failed: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
     (stdout, stderr)
 }
 
@@ -224,7 +232,11 @@ fn sglang_shaped_process_shows_its_groups_and_is_ready() {
         .unwrap();
     lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
     let out = lint.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}");
     h.finish();
 }
@@ -244,7 +256,10 @@ fn seed_null_aux_raises_what_nixl_raises_and_is_recorded_with_its_reason() {
     let (bare, _) = run(false, &["sglang", "--null-aux"], &[]);
     let bare: Vec<String> = bare.lines().map(str::to_string).collect();
     let raised = line_with(&bare, "raised").to_string();
-    assert!(raised.contains("nixlBackendError") && raised.contains("origin=_api.py:register_memory"), "{raised}");
+    assert!(
+        raised.contains("nixlBackendError") && raised.contains("origin=_api.py:register_memory"),
+        "{raised}"
+    );
 
     let h = Held::start(
         &["sglang", "--null-aux", "--hold"],
@@ -285,7 +300,11 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
     assert!(bare.contains("registered 1 1"), "NIXL accepts it: {bare}");
 
     let h = Held::start(&["sglang", "--corrupt-aux", "--hold"], &[]);
-    assert_eq!(line_with(&h.lines, "registered"), "registered 1 1", "record mode changes nothing");
+    assert_eq!(
+        line_with(&h.lines, "registered"),
+        "registered 1 1",
+        "record mode changes nothing"
+    );
     let s = h.scrape();
     assert_eq!(
         s.metric("nixl_agent_accepted_invalid_total")
@@ -296,7 +315,10 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
     );
     let aux = h.group("aux");
     assert!(
-        aux["last_accepted_invalid"].as_str().unwrap().starts_with("unmapped_address"),
+        aux["last_accepted_invalid"]
+            .as_str()
+            .unwrap()
+            .starts_with("unmapped_address"),
         "{aux}"
     );
     h.finish();
@@ -317,7 +339,10 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
     assert_eq!(line_with(&h.lines, "metadata grew by"), "metadata grew by 0");
     let aux = h.group("aux");
     assert_eq!(aux["last_reason"], "unmapped_address", "{aux}");
-    assert!(aux["last_error"].as_str().unwrap().contains("refused before NIXL"), "{aux}");
+    assert!(
+        aux["last_error"].as_str().unwrap().contains("refused before NIXL"),
+        "{aux}"
+    );
     h.finish();
 }
 
@@ -417,12 +442,22 @@ fn stdout_and_stderr_are_byte_identical_when_capture_is_off() {
         };
         if args.len() == 1 {
             assert_eq!(text(&outs[0].0), text(&outs[1].0), "{args:?} stdout");
-            assert_eq!(outs[0].1, outs[1].1, "{args:?} stderr:\n{}\n--\n{}", text(&outs[0].1), text(&outs[1].1));
+            assert_eq!(
+                outs[0].1,
+                outs[1].1,
+                "{args:?} stderr:\n{}\n--\n{}",
+                text(&outs[0].1),
+                text(&outs[1].1)
+            );
         } else {
             assert_eq!(words(&outs[0].0), words(&outs[1].0), "{args:?} stdout");
             assert_eq!(words(&outs[0].1), words(&outs[1].1), "{args:?} stderr");
         }
-        assert!(text(&outs[1].0).starts_with("fds reg reg False False"), "{}", text(&outs[1].0));
+        assert!(
+            text(&outs[1].0).starts_with("fds reg reg False False"),
+            "{}",
+            text(&outs[1].0)
+        );
     }
 }
 
@@ -431,7 +466,9 @@ fn explicit_api_names_the_group_without_the_launcher() {
     let addr = free_port().to_string();
     let (out, _) = run(false, &["explicit"], &[("NIXL_AGENT_LISTEN", &addr)]);
     assert!(
-        out.contains(r#"explicit nixl_agent_registered_bytes{device="0",group="scratch_pad",kind="aux",mem_type="DRAM"} 4096"#),
+        out.contains(
+            r#"explicit nixl_agent_registered_bytes{device="0",group="scratch_pad",kind="aux",mem_type="DRAM"} 4096"#
+        ),
         "{out}"
     );
     assert!(out.contains("address True"), "{out}");
@@ -442,7 +479,8 @@ fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off
     // NIXL_AGENT_INSTRUMENT=1 alone: the wheel's .pth file boots the hook.
     let mut c = command(false, &["vllm", "--hold"], &[]);
     let addr = free_port();
-    c.env("NIXL_AGENT_INSTRUMENT", "1").env("NIXL_AGENT_LISTEN", addr.to_string());
+    c.env("NIXL_AGENT_INSTRUMENT", "1")
+        .env("NIXL_AGENT_LISTEN", addr.to_string());
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -488,7 +526,10 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
 
     let out = Command::new(launcher())
         .arg(python())
-        .args(["-c", "import sys; print('nixl' in sys.modules, 'nixl_cu12' in sys.modules)"])
+        .args([
+            "-c",
+            "import sys; print('nixl' in sys.modules, 'nixl_cu12' in sys.modules)",
+        ])
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "False False");

@@ -15,10 +15,8 @@ For code that wants to say what it registers::
 Settings are environment variables (README "Python serving processes").
 """
 
-import contextlib
-
-from . import _native, _site
-from ._native import RegistrationRefused
+# The extension is loaded on first use, not on import: the launcher's
+# start-up hook imports this package in every interpreter it starts.
 
 __all__ = [
     "RegistrationRefused",
@@ -28,7 +26,14 @@ __all__ = [
     "metrics",
     "status",
 ]
-__version__ = _native.VERSION
+
+
+def __getattr__(name):
+    if name in ("RegistrationRefused", "__version__"):
+        from . import _native
+
+        return _native.RegistrationRefused if name == "RegistrationRefused" else _native.VERSION
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def instrument():
@@ -36,43 +41,65 @@ def instrument():
 
     Raises ValueError naming the setting when a ``NIXL_AGENT_*`` variable is
     unusable."""
+    from . import _native
+
     err = _native.settings_error()
     if err is not None:
         raise ValueError(f"nixl-agent-instrument: {err}")
     from . import _hook
 
+    _hook._load()
+
     _hook.install()
 
 
-@contextlib.contextmanager
-def group(name, kind=None):
+class group:
     """Records the ``register_memory`` calls made inside the block under
     group ``name`` (and ``kind``: kv, aux, state or a word of your own;
-    derived from the name when omitted)."""
-    if kind is None:
-        _, kind = _native.name_call("", name, name, None)
-    token = _site.explicit.set((name, kind))
-    try:
-        yield
-    finally:
-        _site.explicit.reset(token)
+    derived from the name when omitted). A context manager; nests."""
+
+    def __init__(self, name, kind=None):
+        from . import _native
+
+        if kind is None:
+            _, kind = _native.name_call("", name, name, None)
+        self._chosen = (name, kind)
+        self._tokens = []
+
+    def __enter__(self):
+        from . import _site
+
+        self._tokens.append(_site.explicit.set(self._chosen))
+        return self
+
+    def __exit__(self, *exc):
+        from . import _site
+
+        _site.explicit.reset(self._tokens.pop())
+        return False
 
 
 def address():
     """``host:port`` where /metrics is served, or None (not started yet,
     ``NIXL_AGENT_LISTEN=off``, or the port was taken)."""
+    from . import _native
+
     return _native.address()
 
 
 def metrics():
     """The metrics in Prometheus text format, or None before the first
     NIXL agent is created."""
+    from . import _native
+
     return _native.metrics_text()
 
 
 def status():
     """What /v1/status says, as a dict, or None before the first agent."""
     import json
+
+    from . import _native
 
     text = _native.status_json()
     return None if text is None else json.loads(text)

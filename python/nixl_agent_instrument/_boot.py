@@ -1,18 +1,11 @@
 """Start-up of an instrumented interpreter (from the launcher's
-sitecustomize or the ``nixl_agent_instrument.pth`` file): install the hook
-unless the settings are unusable, in which case say so once on stderr and
-leave the program alone."""
-
-import sys
+sitecustomize or the ``nixl_agent_instrument.pth`` file): installs the
+import hook, a pure-Python finder. The extension is loaded, and the
+settings checked (an unusable one is said once on stderr, and then nothing
+is wrapped), only when the program imports NIXL."""
 
 
 def boot():
-    from . import _native
-
-    err = _native.settings_error()
-    if err is not None:
-        sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {err}\n")
-        return
     from . import _hook
 
     _hook.install()

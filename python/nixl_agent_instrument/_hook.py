@@ -8,13 +8,14 @@ the caller unchanged. A failure of the wrapping itself is counted, logged
 once and swallowed: the original is called as if nothing were here.
 """
 
-import functools
-import importlib.abc
+import _thread
 import sys
-import threading
 import time
 
-from . import _native, _site
+# Loaded when NIXL's module is (``_patch``): an interpreter that never
+# imports NIXL never loads the extension, so start-up costs a finder only.
+_native = None
+_site = None
 
 # NIXL's API module under each name a program may import it by. ``nixl._api``
 # is an alias the ``nixl`` package puts in sys.modules (it imports one of the
@@ -25,10 +26,12 @@ FRAMEWORKS = ("sglang", "vllm", "dynamo")
 _MARK = "__nixl_agent_instrumented__"
 
 _installed = False
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 
 
 def _hook_failed(operation, exc):
+    if _native is None:
+        return
     try:
         _native.hook_failed(operation, f"{type(exc).__name__}: {exc}")
     except BaseException:
@@ -43,6 +46,7 @@ def wrap_class(cls):
     """Wraps ``nixl_agent``'s lifecycle and registration methods, once."""
     if getattr(cls, _MARK, False):
         return cls
+    import functools
     init = cls.__init__
     create_backend = cls.create_backend
     register_memory = cls.register_memory
@@ -117,16 +121,43 @@ def _backend_name(args, kwargs):
     return name if isinstance(name, str) else ""
 
 
+_settings_checked = False
+
+
+def _load():
+    """Loads the extension; False (said once on stderr) when the settings
+    are unusable, and then nothing is wrapped."""
+    global _native, _site, _settings_checked
+    if _native is None:
+        from . import _native as native, _site as site
+
+        _native, _site = native, site
+    err = _native.settings_error()
+    if err is not None:
+        if not _settings_checked:
+            sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {err}\n")
+        _settings_checked = True
+        return False
+    if not _settings_checked:
+        import atexit
+
+        atexit.register(_native.shutdown)
+    _settings_checked = True
+    return True
+
+
 def _patch(module):
     try:
         cls = getattr(module, "nixl_agent", None)
-        if isinstance(cls, type):
+        if isinstance(cls, type) and _load():
             wrap_class(cls)
     except BaseException as e:
         _hook_failed("import", e)
 
 
-class _Loader(importlib.abc.Loader):
+# Plain classes (the import protocol is duck-typed): importlib.abc would
+# pull importlib.resources, pathlib and tempfile into every start-up.
+class _Loader:
     """The module's own loader, then the wrapping."""
 
     def __init__(self, loader):
@@ -143,7 +174,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Finds NIXL's API module through the other finders and wraps its loader."""
 
     def __init__(self):
@@ -185,9 +216,3 @@ def install():
             module = sys.modules.get(name)
             if module is not None:
                 _patch(module)
-        try:
-            import atexit
-
-            atexit.register(_native.shutdown)
-        except BaseException as e:
-            _hook_failed("import", e)

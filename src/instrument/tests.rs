@@ -41,10 +41,18 @@ fn vllm_dynamo_and_unknown_callers_get_stable_names() {
         MemType::Vram,
     );
     assert_eq!(name_call(&vllm, &[]), ("kv".into(), Kind::Kv));
-    let dynamo = site("dynamo.nixl_connect", "Connector._register", Some("descs"), MemType::Vram);
+    let dynamo = site(
+        "dynamo.nixl_connect",
+        "Connector._register",
+        Some("descs"),
+        MemType::Vram,
+    );
     assert_eq!(name_call(&dynamo, &[]).0, "nixl_connect");
     let other = site("__main__", "Server.Setup-Buffers", Some("regions"), MemType::Dram);
-    assert_eq!(name_call(&other, &[]), ("setup_buffers".into(), Kind::Custom("buffer".into())));
+    assert_eq!(
+        name_call(&other, &[]),
+        ("setup_buffers".into(), Kind::Custom("buffer".into()))
+    );
     let lambda = site("__main__", "<lambda>", None, MemType::Dram);
     assert_eq!(name_call(&lambda, &[]).0, "lambda");
 }
@@ -112,7 +120,11 @@ fn expect_and_listen_off_parse() {
     assert_eq!((e[0].group.as_str(), e[0].mem_type), ("kv", MemType::Dram));
     assert_eq!((e[1].group.as_str(), e[1].mem_type), ("aux", MemType::Dram));
     assert_eq!(e[2].kind, Kind::Custom(BUFFER_KIND.into()));
-    assert!(Settings::from_env(&env(&[(ENV_EXPECT, "none")])).unwrap().expect.unwrap().is_empty());
+    assert!(Settings::from_env(&env(&[(ENV_EXPECT, "none")]))
+        .unwrap()
+        .expect
+        .unwrap()
+        .is_empty());
 }
 
 #[test]

@@ -138,7 +138,11 @@ pub(crate) fn on(e: &Event<'_>) {
         Event::LifecycleDied => {
             tracing::error!("the lifecycle thread died: nothing registers or drains; /livez failing")
         }
-        Event::AcceptedInvalid { labels, reason, message } => tracing::warn!(
+        Event::AcceptedInvalid {
+            labels,
+            reason,
+            message,
+        } => tracing::warn!(
             group = %labels.group,
             kind = %labels.kind,
             reason = reason.as_str(),

@@ -331,7 +331,9 @@ impl Metrics {
             }
             Event::InstrumentationFailed { operation, .. } => {
                 self.touch();
-                self.instrumentation_errors.with_label_values(&[operation.as_str()]).inc();
+                self.instrumentation_errors
+                    .with_label_values(&[operation.as_str()])
+                    .inc();
             }
             Event::RetryScheduled { .. } | Event::Progress { .. } | Event::DrainFinished { .. } => {}
         }

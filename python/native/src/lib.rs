@@ -191,7 +191,11 @@ fn address() -> Option<String> {
 #[pyfunction]
 fn metrics_text(py: Python<'_>) -> Option<String> {
     let r = running()?;
-    Some(py.detach(|| r.observer.metrics().encode(nixl_agent::telemetry::exposition::Format::Text)))
+    Some(py.detach(|| {
+        r.observer
+            .metrics()
+            .encode(nixl_agent::telemetry::exposition::Format::Text)
+    }))
 }
 
 /// What /v1/status says, as JSON.
@@ -299,9 +303,19 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         Some(w) => mem_type_word(w),
         None => None,
     };
+    let mem = named_type.unwrap_or(MemType::Dram);
+    // A list of (addr, len, dev, meta) tuples: what SGLang and vLLM pass.
+    if let Ok(l) = reg_list.cast::<PyList>() {
+        return Some(list_regions(l, mem, named_type.is_some()));
+    }
     // A nixlRegDList carries its own type.
     if reg_list.hasattr(intern!(py, "descCount")).unwrap_or(false) {
-        let t = reg_list.call_method0(intern!(py, "getType")).ok()?.str().ok()?.to_string();
+        let t = reg_list
+            .call_method0(intern!(py, "getType"))
+            .ok()?
+            .str()
+            .ok()?
+            .to_string();
         let mem = if t.contains("VRAM") {
             MemType::Vram
         } else if t.contains("DRAM") {
@@ -323,56 +337,87 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         let (mem, r) = tensor_region(reg_list)?;
         return Some((mem, vec![r]));
     }
-    let mem = named_type.unwrap_or(MemType::Dram);
-    // An N×3 array: read through its rows as Python ints.
-    let list;
-    let items = if let Ok(l) = reg_list.cast::<PyList>() {
-        l.clone()
-    } else if reg_list.hasattr(intern!(py, "tolist")).unwrap_or(false) {
-        list = reg_list.call_method0(intern!(py, "tolist")).ok()?;
-        match list.cast::<PyList>() {
-            Ok(l) => l.clone(),
-            Err(_) => return Some((mem, Vec::new())),
-        }
-    } else if let Ok(t) = reg_list.cast::<PyTuple>() {
-        PyList::new(py, t.iter()).ok()?
-    } else {
-        return Some((mem, Vec::new()));
-    };
+    // An N×3 array: its rows as Python ints.
+    if reg_list.hasattr(intern!(py, "tolist")).unwrap_or(false) {
+        let list = reg_list.call_method0(intern!(py, "tolist")).ok()?;
+        return Some(match list.cast::<PyList>() {
+            Ok(l) => list_regions(l, mem, named_type.is_some()),
+            Err(_) => (mem, Vec::new()),
+        });
+    }
+    if let Ok(t) = reg_list.cast::<PyTuple>() {
+        return Some(list_regions(
+            &PyList::new(py, t.iter()).ok()?,
+            mem,
+            named_type.is_some(),
+        ));
+    }
+    Some((mem, Vec::new()))
+}
+
+/// The regions of a list of tuples (or rows, or tensors).
+fn list_regions(items: &Bound<'_, PyList>, mem: MemType, named: bool) -> (MemType, Vec<Region>) {
     let mut out = Vec::with_capacity(items.len());
     for item in items.iter() {
-        if is_tensor(&item) {
-            match tensor_region(&item) {
-                Some((m, r)) => {
-                    out.push(r);
-                    if m != mem && named_type.is_none() && out.len() == 1 {
-                        // A list of tensors: their device says the type.
-                        return Some((m, tensors(&items)?));
-                    }
-                }
-                None => return Some((mem, Vec::new())),
-            }
-            continue;
-        }
-        match tuple_region(&item) {
+        let region = if item.cast::<PyTuple>().is_ok() {
+            tuple_region(&item)
+        } else if is_tensor(&item) {
+            // A list of tensors: their device says the type.
+            return match (tensors(items), items.get_item(0).ok().and_then(|t| tensor_region(&t))) {
+                (Some(all), Some((m, _))) if !named => (m, all),
+                (Some(all), _) => (mem, all),
+                _ => (mem, Vec::new()),
+            };
+        } else {
+            tuple_region(&item)
+        };
+        match region {
             Some(r) => out.push(r),
-            None => return Some((mem, Vec::new())),
+            None => return (mem, Vec::new()),
         }
     }
-    Some((mem, out))
+    (mem, out)
 }
 
 fn tensors(items: &Bound<'_, PyList>) -> Option<Vec<Region>> {
     items.iter().map(|t| tensor_region(&t).map(|(_, r)| r)).collect()
 }
 
-/// `(addr, len, dev[, meta])` as a tuple or list.
+/// `(addr, len, dev[, meta])` as a tuple (the fast path: borrowed items)
+/// or any sequence (a row of an array's `tolist()`).
 fn tuple_region(item: &Bound<'_, PyAny>) -> Option<Region> {
-    let get = |i: usize| item.get_item(i).ok();
-    let addr: u64 = get(0)?.extract().ok()?;
-    let len: u64 = get(1)?.extract().ok()?;
-    let dev: i64 = get(2)?.extract().ok()?;
-    Some(Region::new(addr as usize, len as usize, u32::try_from(dev.max(0)).unwrap_or(u32::MAX)))
+    let (addr, len, dev): (u64, u64, i64) = match item.cast::<PyTuple>() {
+        Ok(t) if t.len() >= 3 => (
+            t.get_borrowed_item(0).ok()?.extract().ok()?,
+            t.get_borrowed_item(1).ok()?.extract().ok()?,
+            t.get_borrowed_item(2).ok()?.extract().ok()?,
+        ),
+        _ => (
+            item.get_item(0).ok()?.extract().ok()?,
+            item.get_item(1).ok()?.extract().ok()?,
+            item.get_item(2).ok()?.extract().ok()?,
+        ),
+    };
+    Some(Region::new(
+        addr as usize,
+        len as usize,
+        u32::try_from(dev.max(0)).unwrap_or(u32::MAX),
+    ))
+}
+
+/// What a deregistration names: its first region and descriptor count
+/// (a `nixlRegDList` from `register_memory`; one pybind call each).
+fn first_and_count(list: &Bound<'_, PyAny>) -> Option<(Region, usize)> {
+    let py = list.py();
+    if !list.hasattr(intern!(py, "descCount")).unwrap_or(false) {
+        let (_, regions) = regions_of(list, None)?;
+        return regions.first().map(|r| (*r, regions.len()));
+    }
+    let n: usize = list.call_method0(intern!(py, "descCount")).ok()?.extract().ok()?;
+    if n == 0 {
+        return None;
+    }
+    Some((tuple_region(&list.get_item(0).ok()?)?, n))
 }
 
 fn is_tensor(obj: &Bound<'_, PyAny>) -> bool {
@@ -499,19 +544,18 @@ fn deregister<'py>(
     let prepared = guarded(Hooked::DeregisterMemory, || {
         let r = running()?;
         let list = arg(args, kwargs, 0, "dereg_list")?;
-        let (_, regions) = regions_of(&list, None)?;
-        Some((r, regions))
+        Some((r, first_and_count(&list)?))
     });
     let t0 = Instant::now();
     let result = call_through(func, self_, args, kwargs);
     let elapsed = t0.elapsed();
-    if let Some((r, regions)) = prepared {
+    if let Some((r, (first, count))) = prepared {
         let failure = result
             .as_ref()
             .err()
             .map(|e| failure_of(py, e.value(py).as_any(), Reason::Unknown));
         guarded(Hooked::DeregisterMemory, || {
-            r.observer.deregistered(&regions, elapsed, failure);
+            r.observer.deregistered(first, count, elapsed, failure);
             Some(())
         });
     }

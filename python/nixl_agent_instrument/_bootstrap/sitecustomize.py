@@ -19,11 +19,12 @@ def _nixl_agent_boot():
 def _next_sitecustomize():
     here = os.path.dirname(os.path.abspath(__file__))
     import importlib.machinery
-    import importlib.util
 
     path = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
     if spec is not None and spec.loader is not None:
+        import importlib.util  # only then: it costs start-up time
+
         module = importlib.util.module_from_spec(spec)
         sys.modules["sitecustomize"] = module
         spec.loader.exec_module(module)

@@ -1,0 +1,234 @@
+"""Benchmark of nixl_agent_instrument (README "Python serving processes"),
+run by `make bench-python` (scripts/bench-python.sh) with the release wheel.
+
+Three sections, each against a peer measured in the same run:
+  1. register_memory / deregister_memory, instrumented (record mode, validation
+     on) vs bare (NIXL's own methods, kept by the wrapper), in the same
+     process, interleaved, N = 1 ... 16384 regions of 4 KiB in one call (the
+     way SGLang registers a buffer list). The cold first call of each
+     contender (regions UCX never saw) is reported beside the warm median.
+  2. interpreter start-up: `python -c "import nixl._api"` bare vs under the
+     hook (PYTHONPATH=<bootstrap dir>), fresh interpreters, interleaved.
+  3. /metrics while a Python thread holds the GIL (pure-Python spin, default
+     switch interval): the extension's server vs prometheus_client's own
+     `start_http_server` (what vLLM and SGLang serve their metrics with),
+     exposing the same families for three groups, in the same process; the
+     load comes from a separate process (bench/py/load.py), one keep-alive
+     connection per client, the same for both.
+
+Writes JSON to argv[1] and prints the Markdown tables (stdout).
+"""
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+REGION = 4096
+SIZES = [1, 64, 1024, 4096, 16384]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def reps_for(n):
+    return 41 if n <= 64 else 15 if n <= 4096 else 5
+
+
+def registration(agent, cls):
+    bare = cls.__nixl_agent_originals__
+    contenders = {
+        "bare": (bare["register_memory"], bare["deregister_memory"]),
+        "instrumented": (cls.register_memory, cls.deregister_memory),
+    }
+    rows = []
+    for n in SIZES:
+        res = {name: {"reg": [], "dereg": [], "cold_reg": None, "cold_dereg": None} for name in contenders}
+        # Cold: fresh buffers per contender, never registered before.
+        for name, (reg, dereg) in contenders.items():
+            buf = np.ones(n * REGION, dtype=np.uint8)
+            descs = [(buf.ctypes.data + i * REGION, REGION, 0, "") for i in range(n)]
+            t0 = time.perf_counter_ns()
+            d = reg(agent, descs, "DRAM")
+            t1 = time.perf_counter_ns()
+            dereg(agent, d)
+            t2 = time.perf_counter_ns()
+            res[name]["cold_reg"] = (t1 - t0) / 1e3
+            res[name]["cold_dereg"] = (t2 - t1) / 1e3
+            res[name]["_keep"] = buf
+        # Warm: the same regions again, contenders alternating (order flips).
+        buf = np.ones(n * REGION, dtype=np.uint8)
+        descs = [(buf.ctypes.data + i * REGION, REGION, 0, "") for i in range(n)]
+        names = list(contenders)
+        for rep in range(reps_for(n)):
+            for name in names if rep % 2 == 0 else reversed(names):
+                reg, dereg = contenders[name]
+                t0 = time.perf_counter_ns()
+                d = reg(agent, descs, "DRAM")
+                t1 = time.perf_counter_ns()
+                dereg(agent, d)
+                t2 = time.perf_counter_ns()
+                if rep > 0:  # the first pass warms UCX's cache
+                    res[name]["reg"].append((t1 - t0) / 1e3)
+                    res[name]["dereg"].append((t2 - t1) / 1e3)
+        row = {"n": n}
+        for name in names:
+            r = res[name]
+            row[name] = {
+                "reg_us": statistics.median(r["reg"]),
+                "dereg_us": statistics.median(r["dereg"]),
+                "cold_reg_us": r["cold_reg"],
+                "cold_dereg_us": r["cold_dereg"],
+            }
+        rows.append(row)
+    return rows
+
+
+def startup(python, bootstrap, reps=21):
+    env_bare = {k: v for k, v in os.environ.items() if not k.startswith("NIXL_AGENT_") and k != "PYTHONPATH"}
+    env_hook = dict(env_bare, PYTHONPATH=bootstrap)
+    out = {}
+    for what, code in (("empty", "pass"), ("import_nixl", "import nixl._api")):
+        times = {"bare": [], "hook": []}
+        for rep in range(reps):
+            order = [("bare", env_bare), ("hook", env_hook)]
+            if rep % 2:
+                order.reverse()
+            for name, env in order:
+                t0 = time.perf_counter_ns()
+                subprocess.run([python, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL)
+                times[name].append((time.perf_counter_ns() - t0) / 1e6)
+        out[what] = {k: statistics.median(v[1:]) for k, v in times.items()}
+    return out
+
+
+def prometheus_client_peer():
+    """The same families for three groups, in prometheus_client."""
+    import prometheus_client as pc
+
+    reg = pc.CollectorRegistry()
+    labels = ["group", "kind", "mem_type", "backend"]
+    attempts = pc.Counter("nixl_agent_registration_attempts", "attempts", labels, registry=reg)
+    failures = pc.Counter("nixl_agent_registration_failures", "failures", labels + ["reason"], registry=reg)
+    duration = pc.Histogram(
+        "nixl_agent_registration_duration_seconds",
+        "duration",
+        labels,
+        registry=reg,
+        buckets=[1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1, 10, 60],
+    )
+    descriptors = pc.Histogram(
+        "nixl_agent_registration_descriptors", "descriptors", labels, registry=reg, buckets=[1, 8, 64, 512, 4096, 32768]
+    )
+    registered = pc.Gauge("nixl_agent_registered_bytes", "bytes", ["group", "kind", "mem_type", "device"], registry=reg)
+    for g in ("kv", "aux", "state"):
+        attempts.labels(g, g, "DRAM", "UCX").inc()
+        for r in ("invalid_address", "nixl_backend_error", "unmapped_address", "memlock_limit"):
+            failures.labels(g, g, "DRAM", "UCX", r)
+        duration.labels(g, g, "DRAM", "UCX").observe(1e-4)
+        descriptors.labels(g, g, "DRAM", "UCX").observe(4)
+        registered.labels(g, g, "DRAM", "0").set(4096)
+    server, thread = pc.start_http_server(0, addr="127.0.0.1", registry=reg)
+    return f"127.0.0.1:{server.server_port}"
+
+
+def load(addr, seconds, python):
+    out = subprocess.run(
+        [python, os.path.join(HERE, "load.py"), addr, "/metrics", str(seconds)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout)
+
+
+def metrics_under_gil(agent_addr, python, seconds=3.0):
+    peer = prometheus_client_peer()
+    stop = threading.Event()
+
+    def spin():
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        result = {}
+        for rep in range(2):
+            for name, addr in (("extension", agent_addr), ("prometheus_client", peer)):
+                r = load(addr, seconds, python)
+                if rep == 1:
+                    result[name] = r
+    finally:
+        stop.set()
+        spinner.join()
+    return result
+
+
+def fmt(v):
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def main():
+    out_path = sys.argv[1]
+    import nixl_agent_instrument as nai
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    nai.instrument()
+    agent = nixl_agent("bench", nixl_agent_config(backends=["UCX"]))
+    reg_rows = registration(agent, nixl_agent)
+    agent_addr = nai.address()
+    python = sys.executable
+    boot = startup(python, os.path.join(os.path.dirname(nai.__file__), "_bootstrap"))
+    served = metrics_under_gil(agent_addr, python)
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "registration": reg_rows,
+        "startup_ms": boot,
+        "metrics_under_gil": served,
+    }
+    with open(out_path, "w") as f:
+        json.dump(result, f, indent=1)
+
+    p = print
+    p(f"Machine: {result['machine']}, NIXL 1.5.1 (nixl-cu12 wheel), UCX, DRAM, no GPU.")
+    p()
+    p("register_memory + deregister_memory, µs (one call of N × 4 KiB regions; median of warm interleaved repetitions; record mode, validation on):")
+    p()
+    p("| N | bare register | instrumented | ratio | added | bare deregister | instrumented | ratio | cold register bare | cold instrumented |")
+    p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in reg_rows:
+        b, i = r["bare"], r["instrumented"]
+        p(
+            f"| {r['n']} | {fmt(b['reg_us'])} | {fmt(i['reg_us'])} | {i['reg_us'] / b['reg_us']:.2f}× | {fmt(i['reg_us'] - b['reg_us'])} "
+            f"| {fmt(b['dereg_us'])} | {fmt(i['dereg_us'])} | {i['dereg_us'] / b['dereg_us']:.2f}× "
+            f"| {fmt(b['cold_reg_us'])} | {fmt(i['cold_reg_us'])} |"
+        )
+    p()
+    p("Interpreter start-up, ms (fresh `python -c`, median of 20 interleaved):")
+    p()
+    p("| program | bare | with the hook | added |")
+    p("|---|---:|---:|---:|")
+    for what, label in (("empty", "`pass`"), ("import_nixl", "`import nixl._api`")):
+        b, h = boot[what]["bare"], boot[what]["hook"]
+        p(f"| {label} | {b:.1f} | {h:.1f} | {h - b:+.1f} |")
+    p()
+    p("/metrics while a Python thread holds the GIL (pure-Python spin), 3 s of keep-alive load from another process:")
+    p()
+    p("| server | requests/s | p50 ms | p99 ms |")
+    p("|---|---:|---:|---:|")
+    for name, label in (("extension", "nixl_agent_instrument (Rust threads)"), ("prometheus_client", "prometheus_client start_http_server")):
+        s = served[name]
+        p(f"| {label} | {s['rps']:.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} |")
+    e, c = served["extension"], served["prometheus_client"]
+    p()
+    p(f"Throughput ratio {e['rps'] / max(c['rps'], 1e-9):.0f}×, p99 {e['p99_ms']:.2f} ms vs {c['p99_ms']:.2f} ms.")
+
+
+if __name__ == "__main__":
+    main()
