@@ -134,6 +134,58 @@ fn readme_benchmark_block_is_the_committed_bench_output() {
     );
 }
 
+/// The Python benchmark figures in README are the committed output of
+/// `make bench-python`.
+#[test]
+fn readme_python_benchmark_block_is_the_committed_output() {
+    let readme = read("README.md");
+    let committed = read("bench/results/python.md");
+    let block = readme
+        .split("<!-- bench/results/python.md -->\n")
+        .nth(1)
+        .and_then(|s| s.split("\n<!-- end bench/results/python.md -->").next())
+        .expect("README Python serving processes has the bench block");
+    assert_eq!(
+        block.trim(),
+        committed.trim(),
+        "README differs from bench/results/python.md: rerun `make bench-python` and copy it"
+    );
+}
+
+/// README's Python settings table names exactly the variables the
+/// instrumentation reads.
+#[test]
+fn readme_python_settings_are_the_ones_read() {
+    use nixl_agent::instrument as i;
+    let readme = read("README.md");
+    let section = readme
+        .split("## Python serving processes")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has a Python serving processes section");
+    let rows: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `NIXL_AGENT_"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let mut documented: Vec<String> = rows.iter().map(|r| format!("NIXL_AGENT_{r}")).collect();
+    documented.sort();
+    let mut read_by_code = vec![
+        i::ENV_INSTRUMENT.to_string(),
+        nixl_agent::config::ENV_LISTEN.to_string(),
+        i::ENV_VALIDATE.to_string(),
+        i::ENV_EXPECT.to_string(),
+        i::ENV_GROUPS.to_string(),
+        i::ENV_MAX_GROUPS.to_string(),
+        i::ENV_CAPTURE.to_string(),
+        i::ENV_BACKEND.to_string(),
+        "NIXL_AGENT_LOG".to_string(),
+    ];
+    read_by_code.sort();
+    assert_eq!(documented, read_by_code);
+    assert!(section.contains(nixl_agent::config::DEFAULT_LISTEN));
+}
+
 /// README's soak figures are those of the committed `make soak` result.
 #[test]
 fn readme_soak_figures_are_the_committed_soak_result() {

@@ -562,3 +562,42 @@ fn bad_calls_raise_the_same_errors_and_count_as_invalid_argument() {
     assert_eq!(invalid, 2.0, "the empty list and the unknown mem type");
     h.finish();
 }
+
+/// Each observed call is a trace of its own, exported when it ends (and
+/// flushed at interpreter exit), to a real OTLP receiver.
+#[test]
+fn each_observed_call_is_its_own_trace() {
+    let rx = support::otlp::Receiver::start();
+    let endpoint = rx.endpoint();
+    let addr = free_port().to_string();
+    run(
+        true,
+        &["sglang", "--null-aux"],
+        &[
+            ("NIXL_AGENT_LISTEN", &addr),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", "prefill-worker"),
+        ],
+    );
+    let spans = rx.wait("kv and aux attempt spans", Duration::from_secs(10), |s| {
+        s.iter().filter(|s| s.name == "nixl.group.register").count() >= 2
+    });
+    let attempt = |group: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "nixl.group.register" && s.attrs.get("group").map(String::as_str) == Some(group))
+            .unwrap_or_else(|| panic!("no span for {group}: {spans:?}"))
+    };
+    let (kv, aux) = (attempt("kv"), attempt("aux"));
+    assert_eq!(kv.attr("outcome"), "success");
+    assert_eq!(kv.attr("descriptor_count"), "4");
+    assert_eq!(aux.attr("outcome"), "failure");
+    assert_eq!(aux.attr("error.type"), "invalid_address");
+    assert_eq!(aux.status, 2);
+    assert_ne!(kv.trace_id, aux.trace_id, "one trace per call");
+    assert!(kv.parent_span_id.is_empty() && aux.parent_span_id.is_empty(), "roots");
+    assert_eq!(
+        kv.resource.get("service.name").map(String::as_str),
+        Some("prefill-worker")
+    );
+}

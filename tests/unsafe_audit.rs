@@ -352,6 +352,8 @@ fn unsafe_lives_only_in_src_nixl_and_every_site_says_why_it_is_safe() {
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
     assert!(files.len() > 10, "found only {} files under src/", files.len());
+    // The Python extension crate: no unsafe of its own (PyO3 holds it).
+    rust_files(&root.join("python/native/src"), &mut files);
     let mut findings = Vec::new();
     let mut sites = 0;
     for f in &files {
@@ -362,6 +364,10 @@ fn unsafe_lives_only_in_src_nixl_and_every_site_says_why_it_is_safe() {
     }
     let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
     findings.extend(audit_roots(&read("src/lib.rs"), &read("src/nixl/mod.rs")));
+    assert!(
+        read("python/native/src/lib.rs").contains("#![deny(unsafe_code)]"),
+        "python/native/src/lib.rs must deny unsafe_code"
+    );
     assert!(
         findings.is_empty(),
         "unsafe audit failed ({} findings in {} files):\n{}",

@@ -48,8 +48,12 @@ def registration(agent, cls):
     rows = []
     for n in SIZES:
         res = {name: {"reg": [], "dereg": [], "cold_reg": None, "cold_dereg": None} for name in contenders}
-        # Cold: fresh buffers per contender, never registered before.
-        for name, (reg, dereg) in contenders.items():
+        # Cold: fresh buffers per contender, never registered before (the
+        # contender that goes first alternates with N).
+        cold_order = list(contenders.items())
+        if SIZES.index(n) % 2:
+            cold_order.reverse()
+        for name, (reg, dereg) in cold_order:
             buf = np.ones(n * REGION, dtype=np.uint8)
             descs = [(buf.ctypes.data + i * REGION, REGION, 0, "") for i in range(n)]
             t0 = time.perf_counter_ns()
@@ -179,6 +183,9 @@ def main():
     import nixl_agent_instrument as nai
     from nixl._api import nixl_agent, nixl_agent_config
 
+    import logging
+
+    logging.getLogger("nixl").setLevel(logging.WARNING)  # NIXL's INFO lines go to stdout
     nai.instrument()
     agent = nixl_agent("bench", nixl_agent_config(backends=["UCX"]))
     reg_rows = registration(agent, nixl_agent)

@@ -16,6 +16,8 @@
 //! Architecture Invariant: HTTP (/metrics, /readyz, ...) is served by this
 //! module's own threads from recorded state and never takes the GIL.
 
+#![deny(unsafe_code)]
+
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::instrument::{self, CallSite, Settings};
 use nixl_agent::model::Failure;
