@@ -75,6 +75,7 @@ fn command(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> Command {
 /// A program stopped at its `HOLD` line, waiting for the test to probe.
 struct Held {
     child: Child,
+    stderr: tempfile::NamedTempFile,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     addr: SocketAddr,
@@ -87,16 +88,18 @@ impl Held {
         let listen = addr.to_string();
         let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str())];
         all.extend_from_slice(env);
+        let stderr = tempfile::NamedTempFile::new().unwrap();
         let mut child = command(true, args, &all)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr.reopen().unwrap())
             .spawn()
             .expect("start the program");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let mut h = Held {
             child,
+            stderr,
             stdin,
             stdout,
             addr,
@@ -128,6 +131,11 @@ impl Held {
 
     fn scrape(&self) -> Scrape {
         support::scrape(self.addr)
+    }
+
+    /// What the program wrote to stderr so far.
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap()
     }
 
     fn status(&self) -> serde_json::Value {
@@ -247,6 +255,55 @@ fn vllm_shaped_process_records_kv_under_its_default_name() {
     let s = h.scrape();
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 8.0);
     assert_eq!(group_value(&s, "nixl_agent_registered_bytes", "kv"), 8.0 * 65536.0);
+    // A framework of its own: ready on no expected groups, kv observed.
+    assert_eq!(h.readyz(), 200);
+    h.finish();
+
+    // The operator renames it; readiness waits for the new name.
+    let h = Held::start(
+        &["vllm", "--hold"],
+        &[("NIXL_AGENT_GROUPS", "kv=kv_cache:kv"), ("NIXL_AGENT_EXPECT", "kv_cache:DRAM")],
+    );
+    let s = h.scrape();
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv_cache"), 8.0);
+    assert!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").get().is_none());
+    assert_eq!(h.readyz(), 200);
+    h.finish();
+}
+
+/// A failure of the wrapping itself never reaches the program: the call
+/// goes ahead, the failure is counted every time and logged once.
+#[test]
+fn a_failure_of_the_instrumentation_is_counted_logged_once_and_swallowed() {
+    let (bare, _) = run(false, &["evil"], &[]);
+    assert!(bare.contains("evil caller registered 1"), "{bare}");
+    let h = Held::start(&["evil", "--hold"], &[]);
+    assert!(h.lines.iter().any(|l| l == "evil caller registered 1"), "{:?}", h.lines);
+    let s = h.scrape();
+    assert_eq!(
+        s.metric("nixl_agent_instrumentation_errors_total")
+            .label("operation", "register_memory")
+            .value(),
+        3.0
+    );
+    let err = h.stderr();
+    let logged: Vec<&str> = err.lines().filter(|l| l.contains("nixl_agent_instrumentation_errors_total")).collect();
+    assert_eq!(logged.len(), 1, "logged once: {err}");
+    assert!(logged[0].contains("cannot be printed"), "{}", logged[0]);
+    h.finish();
+}
+
+/// A forked child that creates its own agent records on its own (the
+/// parent keeps the port); neither hangs nor crashes.
+#[test]
+fn a_forked_child_records_on_its_own() {
+    let h = Held::start(&["fork", "--hold"], &[("NIXL_AGENT_EXPECT", "kv:DRAM,aux")]);
+    assert!(h.lines.iter().any(|l| l == "child registered"), "{:?}", h.lines);
+    assert_eq!(line_with(&h.lines, "child exit"), "child exit 0");
+    // The parent's recording is untouched by the child's.
+    let s = h.scrape();
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "aux"), 1.0);
+    assert_eq!(h.readyz(), 200);
     h.finish();
 }
 

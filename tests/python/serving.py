@@ -10,6 +10,8 @@ is deterministic so that both runs can be compared byte for byte.
     python serving.py spin           (registers, then spins in pure Python)
     python serving.py explicit
     python serving.py badcalls [--hold]
+    python serving.py evil [--hold]  (a caller whose module name cannot be read)
+    python serving.py fork [--hold]  (registers, forks, the child registers)
 """
 
 import ctypes
@@ -250,12 +252,48 @@ def badcalls(argv):
         hold()
 
 
+class Unprintable:
+    def __str__(self):
+        raise RuntimeError("this module name cannot be printed")
+
+
+def evil(argv):
+    """A caller nixl-agent cannot name (its module's __name__ fails str()):
+    the wrapping fails, the call must go ahead untouched."""
+    agent = nixl_agent("evil", nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+    scope = {"__name__": Unprintable(), "agent": agent, "buf": buf}
+    for _ in range(3):
+        exec("d = agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, '')], 'DRAM')\nagent.deregister_memory(d)", scope)
+    out("evil caller registered", scope["d"].descCount())
+    if "--hold" in argv:
+        hold()
+
+
+def forked(argv):
+    """Registers, forks; the child creates its own agent and registers."""
+    mgr = NixlKVManager(KVArgs())
+    mgr.register_buffer_to_engine()
+    pid = os.fork()
+    if pid == 0:
+        child = nixl_agent("child", nixl_agent_config(backends=["UCX"]))
+        buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+        aux_addrs = [(buf.ctypes.data, buf.nbytes, 0, "")]
+        child.register_memory(aux_addrs, "DRAM")
+        out("child registered")
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    out("child exit", os.waitstatus_to_exitcode(status))
+    if "--hold" in argv:
+        hold()
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit}[
         mode
     ](sys.argv[2:])
 

@@ -123,7 +123,15 @@ fn start_running(frameworks: &[String]) -> Option<Option<String>> {
         tap.as_ref().map(|t| t.original()),
         instrument::DEFAULT_LOG_FILTER,
     );
-    *TRACES.lock().unwrap_or_else(|e| e.into_inner()) = guard;
+    // A forked child inherits its parent's recording, whose threads did not
+    // survive the fork: it is leaked, never dropped (dropping would wait on
+    // threads that do not exist here).
+    if let Some(old) = std::mem::replace(&mut *TRACES.lock().unwrap_or_else(|e| e.into_inner()), guard) {
+        std::mem::forget(old);
+    }
+    if let Some(old) = slot.take() {
+        std::mem::forget(old);
+    }
     let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
     let mut observer = Observer::new(settings.observe(&names));
     if let Some(t) = tap {
