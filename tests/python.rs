@@ -262,11 +262,18 @@ fn vllm_shaped_process_records_kv_under_its_default_name() {
     // The operator renames it; readiness waits for the new name.
     let h = Held::start(
         &["vllm", "--hold"],
-        &[("NIXL_AGENT_GROUPS", "kv=kv_cache:kv"), ("NIXL_AGENT_EXPECT", "kv_cache:DRAM")],
+        &[
+            ("NIXL_AGENT_GROUPS", "kv=kv_cache:kv"),
+            ("NIXL_AGENT_EXPECT", "kv_cache:DRAM"),
+        ],
     );
     let s = h.scrape();
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv_cache"), 8.0);
-    assert!(s.metric("nixl_agent_registered_descriptors").label("group", "kv").get().is_none());
+    assert!(s
+        .metric("nixl_agent_registered_descriptors")
+        .label("group", "kv")
+        .get()
+        .is_none());
     assert_eq!(h.readyz(), 200);
     h.finish();
 }
@@ -287,7 +294,10 @@ fn a_failure_of_the_instrumentation_is_counted_logged_once_and_swallowed() {
         3.0
     );
     let err = h.stderr();
-    let logged: Vec<&str> = err.lines().filter(|l| l.contains("nixl_agent_instrumentation_errors_total")).collect();
+    let logged: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("nixl_agent_instrumentation_errors_total"))
+        .collect();
     assert_eq!(logged.len(), 1, "logged once: {err}");
     assert!(logged[0].contains("cannot be printed"), "{}", logged[0]);
     h.finish();
