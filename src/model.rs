@@ -294,6 +294,29 @@ pub enum GroupState {
     Deregistered,
 }
 
+impl GroupState {
+    pub const ALL: [GroupState; 6] = [
+        GroupState::Pending,
+        GroupState::Registering,
+        GroupState::Registered,
+        GroupState::Failed,
+        GroupState::GaveUp,
+        GroupState::Deregistered,
+    ];
+
+    /// The `state` label value (as /v1/status writes it).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Pending => "pending",
+            GroupState::Registering => "registering",
+            GroupState::Registered => "registered",
+            GroupState::Failed => "failed",
+            GroupState::GaveUp => "gave_up",
+            GroupState::Deregistered => "deregistered",
+        }
+    }
+}
+
 /// The label values of one group, computed once when the group is declared
 /// (from a plan, or on first use in observe mode) and carried by every event
 /// about it. Only values that passed the label rules get here.

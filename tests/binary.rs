@@ -301,6 +301,38 @@ fn failing_group_is_retried_with_capped_backoff_while_others_stay_registered() {
     assert_eq!(agent.status()["groups"][1]["state"], "failed");
 }
 
+/// The group state outlives the alert windows: an optional group that gave
+/// up says so for as long as the agent runs; no sentinels.
+#[test]
+fn group_state_says_gave_up_and_memlock_has_no_sentinel() {
+    let cfg = "[retry]\ninitial_backoff='50ms'\nmax_backoff='50ms'\nmax_attempts=2\n\
+               [[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\n\
+               [[group]]\nname='bad'\nkind='state'\nmem_type='DRAM'\ncount=1\nsize='4KiB'\nbackends=['NOPE']\nrequired=false\n";
+    let agent = AgentProcess::spawn(Spawn {
+        config: Some(cfg),
+        ..Default::default()
+    });
+    let state = |s: &support::Scrape, group: &str, state: &str| {
+        s.metric("nixl_agent_group_state")
+            .label("group", group)
+            .label("state", state)
+            .value()
+    };
+    let s = agent.wait_metrics("bad gave up", READY, |s| state(s, "bad", "gave_up") == 1.0);
+    for st in ["pending", "registering", "registered", "failed", "deregistered"] {
+        assert_eq!(state(&s, "bad", st), 0.0, "bad {st}");
+    }
+    assert_eq!(state(&s, "kv", "registered"), 1.0);
+    assert_eq!(s.metric("nixl_agent_group_state").label("group", "kv").sum(), 1.0);
+    assert_eq!(agent.status()["groups"][1]["state"], "gave_up");
+    // Unlimited is +Inf, never -1; the capability is its own gauge.
+    let limit = s.metric("nixl_agent_memlock_limit_bytes").value();
+    assert!(limit > 0.0, "{limit}");
+    let exempt = s.metric("nixl_agent_memlock_exempt").value();
+    assert!(exempt == 0.0 || exempt == 1.0, "{exempt}");
+    assert!(s.metric("nixl_agent_time_to_ready_seconds").value() > 0.0);
+}
+
 #[test]
 fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -353,6 +353,13 @@ fn seed_null_aux_raises_what_nixl_raises_and_is_recorded_with_its_reason() {
         1.0
     );
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 4.0);
+    let state = |group: &str, state: &str| {
+        s.metric("nixl_agent_group_state")
+            .label("group", group)
+            .label("state", state)
+            .value()
+    };
+    assert_eq!((state("aux", "failed"), state("kv", "registered")), (1.0, 1.0));
     assert_eq!(h.readyz(), 503, "aux is expected and failed");
     let verbose = support::get(h.addr, "/readyz?verbose").unwrap().body;
     assert!(verbose.contains("group:aux"), "{verbose}");
@@ -433,6 +440,15 @@ fn deregister_memory_drops_the_gauges() {
         assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", g), 0.0, "{g}");
         assert_eq!(group_value(&s, "nixl_agent_registered_bytes", g), 0.0, "{g}");
         assert_eq!(group_value(&s, "nixl_agent_deregistrations_total", g), 1.0, "{g}");
+        assert_eq!(group_value(&s, "nixl_agent_group_registered", g), 0.0, "{g}");
+        assert_eq!(
+            s.metric("nixl_agent_group_state")
+                .label("group", g)
+                .label("state", "deregistered")
+                .value(),
+            1.0,
+            "{g}"
+        );
     }
     assert_eq!(h.readyz(), 503, "expected groups deregistered");
     h.finish();

@@ -5,7 +5,7 @@
 //! Only [`super::events`] writes to it; the HTTP layer only encodes it.
 
 use super::names::{self, Family, Reason};
-use crate::model::GroupLabels;
+use crate::model::{GroupLabels, GroupState};
 use crate::record::Event;
 use prometheus::{Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
@@ -134,6 +134,11 @@ struct Series {
     registered_bytes: IntGauge,
     group_registered: IntGauge,
     deregistrations: prometheus::IntCounter,
+    /// One gauge per `GroupState`, in `GroupState::ALL` order.
+    state: Vec<IntGauge>,
+    /// Observed groups have no lifecycle progress: their state follows
+    /// their calls.
+    observed: bool,
 }
 
 /// Every metric the agent owns, plus the process collector.
@@ -155,7 +160,9 @@ pub struct Metrics {
     backend_up: IntGaugeVec,
     last_failure: GaugeVec,
     memlock_limit: Gauge,
-    time_to_ready: Gauge,
+    memlock_exempt: IntGauge,
+    group_state: IntGaugeVec,
+    time_to_ready: GaugeVec,
     lifecycle_stuck: IntGauge,
     instrumentation_errors: IntCounterVec,
     accepted_invalid: IntCounterVec,
@@ -237,9 +244,15 @@ impl Metrics {
                 &r,
                 Gauge::with_opts(opts(Family::get(names::MEMLOCK_LIMIT_BYTES))).unwrap(),
             ),
+            memlock_exempt: register(
+                &r,
+                IntGauge::with_opts(opts(Family::get(names::MEMLOCK_EXEMPT))).unwrap(),
+            ),
+            group_state: int_gauge_vec(names::GROUP_STATE),
+            // No labels, no sample until set: absent until first readiness.
             time_to_ready: register(
                 &r,
-                Gauge::with_opts(opts(Family::get(names::TIME_TO_READY_SECONDS))).unwrap(),
+                GaugeVec::new(opts(Family::get(names::TIME_TO_READY_SECONDS)), &[]).unwrap(),
             ),
             lifecycle_stuck: register(
                 &r,
@@ -279,8 +292,11 @@ impl Metrics {
     /// The metrics subscriber: what each event changes in the registry.
     pub(crate) fn on(&self, e: &Event<'_>) {
         match e {
-            Event::GroupDeclared(d) => self.declare(&d.labels, &d.backends),
-            Event::MemlockObserved { soft_limit, .. } => self.set_memlock_limit(*soft_limit),
+            Event::GroupDeclared(d) => self.declare(&d.labels, &d.backends, d.observed),
+            Event::MemlockObserved { soft_limit, exempt } => {
+                self.set_memlock_limit(*soft_limit);
+                self.memlock_exempt.set(i64::from(*exempt));
+            }
             Event::NixlLoaded(_) => self.set_nixl_available(true),
             Event::NixlUnavailable(_) => self.set_nixl_available(false),
             Event::BackendCreated { backend, .. } => self.set_backend_up(backend, true),
@@ -290,7 +306,16 @@ impl Metrics {
                 if let Err(f) = a.outcome {
                     self.failure(a.labels, f.reason, unix_now());
                 }
-                self.registered(a.labels, a.holding.descriptors, a.holding.bytes);
+                let registered = a.outcome.is_ok() || a.holding.descriptors > 0;
+                self.registered(a.labels, a.holding.descriptors, a.holding.bytes, registered);
+                self.observed_state(
+                    a.labels,
+                    if registered {
+                        GroupState::Registered
+                    } else {
+                        GroupState::Failed
+                    },
+                );
             }
             Event::Deregistered {
                 labels,
@@ -299,7 +324,11 @@ impl Metrics {
                 ..
             } => {
                 self.deregistered(labels, failure.map(|f| f.reason));
-                self.registered(labels, holding.descriptors, holding.bytes);
+                let registered = holding.descriptors > 0;
+                self.registered(labels, holding.descriptors, holding.bytes, registered);
+                if !registered {
+                    self.observed_state(labels, GroupState::Deregistered);
+                }
             }
             Event::ReadinessChanged { ready, time_to_ready } => {
                 self.set_ready(*ready);
@@ -335,13 +364,22 @@ impl Metrics {
                     .with_label_values(&[operation.as_str()])
                     .inc();
             }
-            Event::RetryScheduled { .. } | Event::Progress { .. } | Event::DrainFinished { .. } => {}
+            Event::Progress { groups, .. } => {
+                self.touch();
+                let map = self.series.read().unwrap_or_else(|e| e.into_inner());
+                for g in groups.iter() {
+                    if let Some(s) = map.get(g.group) {
+                        set_state(s, g.state);
+                    }
+                }
+            }
+            Event::RetryScheduled { .. } | Event::DrainFinished { .. } => {}
         }
     }
 
     /// Creates a group's series at 0, so alerts and dashboards see them
     /// before the first attempt.
-    fn declare(&self, l: &GroupLabels, backends: &[String]) {
+    fn declare(&self, l: &GroupLabels, backends: &[String], observed: bool) {
         self.touch();
         self.attempts.with_label_values(&l.attempt());
         self.descriptors.with_label_values(&l.attempt());
@@ -359,7 +397,16 @@ impl Metrics {
             registered_bytes: self.registered_bytes.with_label_values(&l.registered()),
             group_registered: self.group_registered.with_label_values(&l.group()),
             deregistrations: self.deregistrations.with_label_values(&l.group()),
+            state: GroupState::ALL
+                .iter()
+                .map(|st| {
+                    self.group_state
+                        .with_label_values(&[&l.group, &l.kind, l.mem_type, st.as_str()])
+                })
+                .collect(),
+            observed,
         };
+        set_state(&series, GroupState::Pending);
         self.series
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -448,12 +495,22 @@ impl Metrics {
             .set(unix_seconds);
     }
 
-    fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64) {
+    fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64, registered: bool) {
         self.touch();
         self.with_series(l, |s| {
             s.registered_descriptors.set(descriptors as i64);
             s.registered_bytes.set(bytes as i64);
-            s.group_registered.set(i64::from(descriptors > 0));
+            s.group_registered.set(i64::from(registered));
+        });
+    }
+
+    /// An observed group's state follows its calls (a planned group's
+    /// follows the lifecycle's progress).
+    fn observed_state(&self, l: &GroupLabels, state: GroupState) {
+        self.with_series(l, |s| {
+            if s.observed {
+                set_state(s, state);
+            }
         });
     }
 
@@ -497,11 +554,17 @@ impl Metrics {
 
     fn set_memlock_limit(&self, bytes: Option<u64>) {
         self.touch();
-        self.memlock_limit.set(bytes.map_or(-1.0, |b| b as f64));
+        self.memlock_limit.set(bytes.map_or(f64::INFINITY, |b| b as f64));
     }
 
     fn set_time_to_ready(&self, seconds: f64) {
         self.touch();
-        self.time_to_ready.set(seconds);
+        self.time_to_ready.with_label_values::<&str>(&[]).set(seconds);
+    }
+}
+
+fn set_state(s: &Series, state: GroupState) {
+    for (g, st) in s.state.iter().zip(GroupState::ALL) {
+        g.set(i64::from(st == state));
     }
 }

@@ -18,6 +18,8 @@ pub const REGISTERED_BYTES: &str = "nixl_agent_registered_bytes";
 pub const DEREGISTRATIONS_TOTAL: &str = "nixl_agent_deregistrations_total";
 pub const DEREGISTRATION_FAILURES_TOTAL: &str = "nixl_agent_deregistration_failures_total";
 pub const GROUP_REGISTERED: &str = "nixl_agent_group_registered";
+pub const GROUP_STATE: &str = "nixl_agent_group_state";
+pub const MEMLOCK_EXEMPT: &str = "nixl_agent_memlock_exempt";
 pub const READY: &str = "nixl_agent_ready";
 pub const NIXL_AVAILABLE: &str = "nixl_agent_nixl_available";
 pub const BACKEND_UP: &str = "nixl_agent_backend_up";
@@ -74,7 +76,7 @@ pub const FAMILIES: &[Family] = &[
         DEREGISTRATIONS_TOTAL,
         Type::Counter,
         &["group", "kind", "mem_type"],
-        "Group deregistrations: drain, re-registration, and observed deregister calls (rollback of a failed attempt excluded).",
+        "Deregistrations of a group's registered regions: at drain, before each re-registration (SIGUSR1 or reregister()), and each observed deregister call. Undoing a failed attempt's partial registration is not counted.",
     ),
     Family::new(
         DEREGISTRATION_FAILURES_TOTAL,
@@ -86,7 +88,13 @@ pub const FAMILIES: &[Family] = &[
         GROUP_REGISTERED,
         Type::Gauge,
         &["group", "kind", "mem_type"],
-        "1 while every region of the group is registered, else 0.",
+        "1 while every region of the group is registered (a group of no regions: after its successful attempt), else 0.",
+    ),
+    Family::new(
+        GROUP_STATE,
+        Type::Gauge,
+        &["group", "kind", "mem_type", "state"],
+        "1 for the state the group is in (pending, registering, registered, failed, gave_up, deregistered), 0 for the others: a group that gave up stays visible after the alert windows.",
     ),
     Family::new(
         READY,
@@ -116,13 +124,19 @@ pub const FAMILIES: &[Family] = &[
         MEMLOCK_LIMIT_BYTES,
         Type::Gauge,
         &[],
-        "Soft RLIMIT_MEMLOCK of the process in bytes (-1 when unlimited).",
+        "Soft RLIMIT_MEMLOCK of the process in bytes (+Inf when unlimited).",
+    ),
+    Family::new(
+        MEMLOCK_EXEMPT,
+        Type::Gauge,
+        &[],
+        "1 when the process holds CAP_IPC_LOCK, so RLIMIT_MEMLOCK does not limit what it pins, else 0.",
     ),
     Family::new(
         TIME_TO_READY_SECONDS,
         Type::Gauge,
         &[],
-        "Seconds from agent start to first readiness (0 until ready).",
+        "Seconds from agent start to first readiness; absent until the first readiness.",
     ),
     Family::new(
         LIFECYCLE_STUCK,
@@ -241,6 +255,8 @@ mod tests {
             DEREGISTRATIONS_TOTAL,
             DEREGISTRATION_FAILURES_TOTAL,
             GROUP_REGISTERED,
+            GROUP_STATE,
+            MEMLOCK_EXEMPT,
             READY,
             NIXL_AVAILABLE,
             BACKEND_UP,
