@@ -32,6 +32,32 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the Prometheus alerting rules for your scrape selector and
+    /// runbook location (alerts/nixl-agent.rules.yml is the default output)
+    Rules {
+        /// Label matchers every rule selects with, as inside `{}`
+        #[arg(long, value_name = "MATCHERS", default_value = crate::rules::DEFAULT_SELECTOR)]
+        selector: String,
+        /// Absolute URL of docs/runbooks.md; each alert links to
+        /// `<URL>#<alertname>`
+        #[arg(long, value_name = "URL", default_value = crate::rules::DEFAULT_RUNBOOK_URL_BASE)]
+        runbook_url_base: String,
+    },
+}
+
+/// `nixl-agent rules`: prints the rules; the exit code (0, or 2 naming the
+/// bad flag).
+pub fn print_rules(selector: &str, runbook_url_base: &str) -> u8 {
+    match crate::rules::render(selector, runbook_url_base) {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("nixl-agent: {e}");
+            2
+        }
+    }
 }
 
 /// Options shared by every command.

@@ -21,6 +21,13 @@ const MIN_TRACE_FLUSH: Duration = Duration::from_millis(200);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Rules {
+        selector,
+        runbook_url_base,
+    }) = &cli.command
+    {
+        return ExitCode::from(nixl_agent::cli::print_rules(selector, runbook_url_base));
+    }
     let config = match cli.opts.load_config(&ProcessEnv) {
         Ok(c) => c,
         Err(e) => {

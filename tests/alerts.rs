@@ -17,7 +17,7 @@ const RULES: &str = "alerts/nixl-agent.rules.yml";
 const RUNBOOKS: &str = "docs/runbooks.md";
 
 /// The alerts the issue asks for, at least.
-const REQUIRED: [&str; 8] = [
+const REQUIRED: [&str; 11] = [
     "NixlRegistrationFailing",
     "NixlAgentNotReady",
     "NixlAgentDown",
@@ -26,6 +26,9 @@ const REQUIRED: [&str; 8] = [
     "NixlRegisteredMemoryDropped",
     "NixlRegistrationRetrying",
     "NixlRegistrationSlow",
+    "NixlDeregistrationFailing",
+    "NixlGroupGaveUp",
+    "NixlLifecycleStuck",
 ];
 
 /// A healthy `kv` group beside a required group whose backend does not
@@ -70,6 +73,56 @@ fn promtool_check_rules_is_clean_with_every_lint_fatal() {
     assert!(ok, "promtool check rules:\n{out}");
     let n = alert_names().len();
     assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
+}
+
+/// The checked-in rules are `nixl-agent rules` with its defaults; other
+/// selectors and runbook locations render rules promtool accepts, with no
+/// trace of the defaults.
+#[test]
+fn rules_file_is_the_generator_output_and_other_parameters_render_clean_rules() {
+    let out = support::binary().arg("rules").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        read(RULES),
+        "alerts/nixl-agent.rules.yml differs from `nixl-agent rules`: regenerate it"
+    );
+    let selector = r#"job=~"sglang.*",namespace="prod""#;
+    let base = "https://wiki.example.org/nixl/runbooks";
+    let out = support::binary()
+        .args(["rules", "--selector", selector, "--runbook-url-base", base])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yml");
+    std::fs::write(&file, &text).unwrap();
+    let (ok, said) = promtool(&["check", "rules", "--lint=all", "--lint-fatal", file.to_str().unwrap()]);
+    assert!(ok, "{said}");
+    assert!(!text.contains(r#"job="nixl-agent""#), "a default selector is left");
+    for (name, expr) in prom::rule_exprs(&text) {
+        for sel in prom::selectors(&expr) {
+            assert!(
+                sel.has_matcher(r#"job=~"sglang.*""#) && sel.has_matcher(r#"namespace="prod""#),
+                "{name}: {sel:?}"
+            );
+        }
+    }
+    assert_eq!(
+        text.matches(&format!("runbook_url: {base}#nixl")).count(),
+        alert_names().len()
+    );
+    // A bad parameter is named, exit 2, nothing printed.
+    for (flag, value, says) in [
+        ("--selector", "job", "--selector"),
+        ("--runbook-url-base", "docs/runbooks.md", "absolute"),
+    ] {
+        let out = support::binary().args(["rules", flag, value]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{flag} {value}");
+    }
 }
 
 #[test]
@@ -188,6 +241,10 @@ fn rules_follow_the_mixin_conventions_as_prometheus_parses_them() {
             "{name}: description is templated: {description:?}"
         );
         let url = ann["runbook_url"].as_str().unwrap();
+        assert!(
+            url.starts_with(&format!("{}#", nixl_agent::rules::DEFAULT_RUNBOOK_URL_BASE)),
+            "{name}: runbook_url is absolute: {url}"
+        );
         let anchor = name.to_lowercase();
         assert!(
             url.ends_with(&format!("docs/runbooks.md#{anchor}")),
