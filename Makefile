@@ -10,6 +10,8 @@ export NIXL_LIB_DIR := $(CURDIR)/.deps/nixl/.nixl_cu12.mesonpy.libs
 export PROMTOOL     := $(CURDIR)/.deps/prometheus/usr/bin/promtool
 export PROMETHEUS   := $(CURDIR)/.deps/prometheus/usr/bin/prometheus
 export NIXL_AGENT_PYTHON := $(CURDIR)/.deps/venv/bin/python
+export ALERTMANAGER := $(CURDIR)/.deps/alertmanager/usr/bin/prometheus-alertmanager
+export AMTOOL       := $(CURDIR)/.deps/alertmanager/usr/bin/amtool
 
 .PHONY: all setup build run test fmt clean-deps python
 

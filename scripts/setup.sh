@@ -4,6 +4,7 @@
 #   a. Debian build packages (libclang-dev for bindgen, unzip, pkg-config)
 #   b. NIXL runtime (libnixl_capi.so + plugins) unpacked from the nixl-cu12 wheel
 #   c. prometheus + promtool unpacked from Debian's prometheus .deb (no service)
+#   c2. Alertmanager + amtool unpacked from Debian's prometheus-alertmanager .deb
 #   d. .deps/venv: a Python 3.11 virtualenv (the NIXL wheel is cp311) with
 #      NIXL's Python API (nixl-cu12 + nixl, --no-deps: no torch), numpy,
 #      maturin (builds the nixl_agent_instrument wheel, scripts/python.sh)
@@ -31,6 +32,9 @@ DEB_DIR="$DEPS/debs"
 PROM_DIR="$DEPS/prometheus"
 PROMTOOL="$PROM_DIR/usr/bin/promtool"
 PROMETHEUS="$PROM_DIR/usr/bin/prometheus"
+AM_DIR="$DEPS/alertmanager"
+ALERTMANAGER="$AM_DIR/usr/bin/prometheus-alertmanager"
+AMTOOL="$AM_DIR/usr/bin/amtool"
 APT_STAMP="$DEPS/.apt-updated"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -136,6 +140,43 @@ fi
 "$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL --version failed"
 log "promtool ok ($("$PROMTOOL" --version 2>&1 | head -n1))"
 
+# --- c2. Alertmanager + amtool from the Debian package (not installed) ---------
+if [ -x "$ALERTMANAGER" ] && [ -x "$AMTOOL" ]; then
+    log "alertmanager present"
+else
+    mkdir -p "$DEB_DIR"
+    deb="$(ls "$DEB_DIR"/prometheus-alertmanager_*.deb 2>/dev/null | head -n1 || true)"
+    if [ -z "$deb" ]; then
+        policy="$(apt-cache policy prometheus-alertmanager 2>/dev/null || true)"
+        case "$policy" in
+            *"Candidate: (none)"*|"") apt_update_once ;;
+            *"Candidate:"*) ;;
+            *) apt_update_once ;;
+        esac
+        log "apt-get download prometheus-alertmanager"
+        chmod 0777 "$DEB_DIR" 2>/dev/null || true
+        (cd "$DEB_DIR" && ${SUDO[@]+"${SUDO[@]}"} apt-get download -qq prometheus-alertmanager)
+        deb="$(ls "$DEB_DIR"/prometheus-alertmanager_*.deb 2>/dev/null | head -n1 || true)"
+        [ -n "$deb" ] || die "apt-get download prometheus-alertmanager produced no .deb in $DEB_DIR"
+    fi
+    log "dpkg -x $(basename "$deb") -> .deps/alertmanager"
+    rm -rf "$AM_DIR.tmp"
+    dpkg -x "$deb" "$AM_DIR.tmp"
+    [ -x "$AM_DIR.tmp/usr/bin/amtool" ] || die "prometheus-alertmanager .deb has no usr/bin/amtool"
+    rm -rf "$AM_DIR"
+    mv "$AM_DIR.tmp" "$AM_DIR"
+fi
+"$AMTOOL" --version >/dev/null 2>&1 || die "$AMTOOL --version failed"
+# Debian's build reads its notification templates from this fixed path (not
+# embedded): put the package's two template files there, nothing else.
+AM_TMPL=/usr/share/prometheus/alertmanager
+if [ ! -f "$AM_TMPL/default.tmpl" ]; then
+    [ "$(id -u)" -eq 0 ] || [ "${#SUDO[@]}" -gt 0 ] || die "need root or sudo to install $AM_TMPL/default.tmpl"
+    log "install Alertmanager's templates into $AM_TMPL"
+    ${SUDO[@]+"${SUDO[@]}"} mkdir -p "$AM_TMPL"
+    ${SUDO[@]+"${SUDO[@]}"} cp "$AM_DIR$AM_TMPL"/*.tmpl "$AM_TMPL/"
+fi
+
 # --- d. the project's Python virtualenv ---------------------------------------
 VENV="$DEPS/venv"
 VENV_STAMP="$VENV/.nixl-agent-venv-${NIXL_WHEEL_VERSION}-${NUMPY_VERSION}-${MATURIN_VERSION}-${PROMETHEUS_CLIENT_VERSION}"
@@ -186,4 +227,6 @@ log "done; environment (also: source scripts/env.sh):"
 printf 'NIXL_LIB_DIR=%s\n' "$NIXL_LIB_DIR"
 printf 'PROMTOOL=%s\n' "$PROMTOOL"
 printf 'PROMETHEUS=%s\n' "$PROMETHEUS"
+printf 'ALERTMANAGER=%s\n' "$ALERTMANAGER"
+printf 'AMTOOL=%s\n' "$AMTOOL"
 printf 'NIXL_AGENT_PYTHON=%s\n' "$VENV/bin/python"

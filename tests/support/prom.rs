@@ -46,9 +46,19 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start(targets: &[SocketAddr], rules: Option<&str>) -> Prometheus {
+        Prometheus::start_alerting(targets, rules, None)
+    }
+
+    /// [`Prometheus::start`] sending its alerts to an Alertmanager.
+    pub fn start_alerting(targets: &[SocketAddr], rules: Option<&str>, alertmanager: Option<SocketAddr>) -> Prometheus {
         let mut dir = tempfile::tempdir().unwrap();
         let mut config =
             String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n");
+        if let Some(am) = alertmanager {
+            config.push_str(&format!(
+                "alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{am}']\n"
+            ));
+        }
         if let Some(text) = rules {
             let path = dir.path().join("rules.yml");
             std::fs::write(&path, text).unwrap();
