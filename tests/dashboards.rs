@@ -28,6 +28,13 @@ const TRACED: &str = "[tracing]\nendpoint = 'http://127.0.0.1:9'\n";
 
 const PANEL_TYPES: [&str; 5] = ["row", "timeseries", "stat", "table", "state-timeline"];
 const ROWS: [&str; 4] = ["Overview", "Registration", "Memory", "Failures"];
+/// Panels whose links lead to the runbooks.
+const RUNBOOK_LINKED: [&str; 4] = [
+    "Registration failures by reason",
+    "Last failures",
+    "Group state",
+    "Ready",
+];
 
 fn dashboard() -> Value {
     serde_json::from_str(&read(DASHBOARD)).expect("dashboard is JSON")
@@ -173,17 +180,29 @@ fn dashboard_follows_the_lint_rules() {
         for t in targets {
             assert_eq!(t["datasource"]["uid"], "${datasource}", "{title}: target datasource");
             let expr = t["expr"].as_str().unwrap();
-            // Every range is the rate interval.
+            // Every range is the rate interval; an instant panel (stat,
+            // table) may take the dashboard's whole range instead.
+            let instant = matches!(p["type"].as_str(), Some("stat" | "table"));
             for (i, _) in expr.match_indices('[') {
                 assert!(
-                    expr[i..].starts_with("[$__rate_interval]"),
+                    expr[i..].starts_with("[$__rate_interval]") || (instant && expr[i..].starts_with("[$__range]")),
                     "{title}: ranges use $__rate_interval: {expr}"
                 );
             }
             for fun in ["rate(", "increase(", "irate("] {
                 if expr.contains(fun) {
-                    assert!(expr.contains("[$__rate_interval]"), "{title}: {expr}");
+                    assert!(
+                        expr.contains("[$__rate_interval]") || (instant && expr.contains("[$__range]")),
+                        "{title}: {expr}"
+                    );
                 }
+            }
+            // Lifetime ratios draw flat lines: what a panel shows changes.
+            if expr.contains("_count{") || expr.contains("_bucket{") {
+                assert!(
+                    expr.contains("rate(") || expr.contains("increase("),
+                    "{title}: over a window: {expr}"
+                );
             }
             // Every selector filters on job and instance, and on group where
             // the family has one.
@@ -383,6 +402,7 @@ fn every_metric_in_dashboards_and_alerts_is_exported_and_declared() {
 fn substitute(expr: &str, instances: &[String], rate_interval: &str) -> String {
     let escaped: Vec<String> = instances.iter().map(|i| i.replace('.', "\\\\.")).collect();
     expr.replace("$__rate_interval", rate_interval)
+        .replace("$__range", "5m")
         .replace("$job", prom::JOB)
         .replace("$instance", &format!("({})", escaped.join("|")))
         .replace("$group", ".*")
@@ -586,4 +606,31 @@ fn the_promql_scanner_finds_every_selector() {
         names("max_over_time(a[15m:1m]) - a > 0 and on (job, instance) (up == 1)"),
         ["a", "up"]
     );
+}
+
+/// Failure panels link to their runbooks with absolute URLs (a relative
+/// link is dead in Grafana too), each to an anchor that exists.
+#[test]
+fn failure_panels_link_to_their_runbooks() {
+    let d = dashboard();
+    let anchors = prom::anchors(&read("docs/runbooks.md"));
+    let base = format!("{}#", nixl_agent::rules::DEFAULT_RUNBOOK_URL_BASE);
+    for title in RUNBOOK_LINKED {
+        let (_, p) = data_panels(&d)
+            .into_iter()
+            .find(|(_, p)| p["title"] == title)
+            .unwrap_or_else(|| panic!("no panel {title}"));
+        let links = p["links"].as_array().unwrap_or_else(|| panic!("{title}: no links"));
+        assert!(!links.is_empty(), "{title}");
+        for l in links {
+            let url = l["url"].as_str().unwrap();
+            let anchor = url
+                .strip_prefix(&base)
+                .unwrap_or_else(|| panic!("{title}: {url} is not under {base}"));
+            assert!(
+                anchors.contains(&anchor.to_string()),
+                "{title}: #{anchor} is not in docs/runbooks.md"
+            );
+        }
+    }
 }
