@@ -98,29 +98,27 @@ impl BuildInfo {
     }
 }
 
-/// Label tuples of the per-group families.
+/// Label tuples of the per-group families: every one carries the same
+/// group labels (`names::GROUP_LABELS`), some one more (reason, state).
 trait GroupSeries {
-    fn attempt(&self) -> [&str; 4];
-    fn failure(&self, reason: Reason) -> [&str; 5];
-    fn registered(&self) -> [&str; 4];
-    fn group(&self) -> [&str; 3];
+    fn group(&self) -> [&str; 5];
+    fn with<'a>(&'a self, extra: &'a str) -> [&'a str; 6];
 }
 
 impl GroupSeries for GroupLabels {
-    fn attempt(&self) -> [&str; 4] {
-        [&self.group, &self.kind, self.mem_type, &self.backend]
+    fn group(&self) -> [&str; 5] {
+        [&self.group, &self.kind, self.mem_type, &self.backend, &self.device]
     }
 
-    fn failure(&self, reason: Reason) -> [&str; 5] {
-        [&self.group, &self.kind, self.mem_type, &self.backend, reason.as_str()]
-    }
-
-    fn registered(&self) -> [&str; 4] {
-        [&self.group, &self.kind, self.mem_type, &self.device]
-    }
-
-    fn group(&self) -> [&str; 3] {
-        [&self.group, &self.kind, self.mem_type]
+    fn with<'a>(&'a self, extra: &'a str) -> [&'a str; 6] {
+        [
+            &self.group,
+            &self.kind,
+            self.mem_type,
+            &self.backend,
+            &self.device,
+            extra,
+        ]
     }
 }
 
@@ -355,7 +353,7 @@ impl Metrics {
             Event::AcceptedInvalid { labels, reason, .. } => {
                 self.touch();
                 self.accepted_invalid
-                    .with_label_values(&[&labels.group, &labels.kind, labels.mem_type, reason.as_str()])
+                    .with_label_values(&labels.with(reason.as_str()))
                     .inc();
             }
             Event::InstrumentationFailed { operation, .. } => {
@@ -381,28 +379,24 @@ impl Metrics {
     /// before the first attempt.
     fn declare(&self, l: &GroupLabels, backends: &[String], observed: bool) {
         self.touch();
-        self.attempts.with_label_values(&l.attempt());
-        self.descriptors.with_label_values(&l.attempt());
-        self.duration.with_label_values(&l.attempt());
+        self.attempts.with_label_values(&l.group());
+        self.descriptors.with_label_values(&l.group());
+        self.duration.with_label_values(&l.group());
         for reason in Reason::ALL {
-            self.failures.with_label_values(&l.failure(reason));
-            self.deregistration_failures
-                .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()]);
+            self.failures.with_label_values(&l.with(reason.as_str()));
+            self.deregistration_failures.with_label_values(&l.with(reason.as_str()));
         }
         let series = Series {
-            attempts: self.attempts.with_label_values(&l.attempt()),
-            descriptors: self.descriptors.with_label_values(&l.attempt()),
-            duration: self.duration.with_label_values(&l.attempt()),
-            registered_descriptors: self.registered_descriptors.with_label_values(&l.registered()),
-            registered_bytes: self.registered_bytes.with_label_values(&l.registered()),
+            attempts: self.attempts.with_label_values(&l.group()),
+            descriptors: self.descriptors.with_label_values(&l.group()),
+            duration: self.duration.with_label_values(&l.group()),
+            registered_descriptors: self.registered_descriptors.with_label_values(&l.group()),
+            registered_bytes: self.registered_bytes.with_label_values(&l.group()),
             group_registered: self.group_registered.with_label_values(&l.group()),
             deregistrations: self.deregistrations.with_label_values(&l.group()),
             state: GroupState::ALL
                 .iter()
-                .map(|st| {
-                    self.group_state
-                        .with_label_values(&[&l.group, &l.kind, l.mem_type, st.as_str()])
-                })
+                .map(|st| self.group_state.with_label_values(&l.with(st.as_str())))
                 .collect(),
             observed,
         };
@@ -473,6 +467,7 @@ impl Metrics {
                 ("kind", &l.kind),
                 ("mem_type", l.mem_type),
                 ("backend", &l.backend),
+                ("device", &l.device),
             ];
             let unix_seconds = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -489,9 +484,9 @@ impl Metrics {
 
     fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
         self.touch();
-        self.failures.with_label_values(&l.failure(reason)).inc();
+        self.failures.with_label_values(&l.with(reason.as_str())).inc();
         self.last_failure
-            .with_label_values(&[&l.group, reason.as_str()])
+            .with_label_values(&l.with(reason.as_str()))
             .set(unix_seconds);
     }
 
@@ -532,7 +527,7 @@ impl Metrics {
         self.with_series(l, |s| s.deregistrations.inc());
         if let Some(reason) = failure {
             self.deregistration_failures
-                .with_label_values(&[&l.group, &l.kind, l.mem_type, reason.as_str()])
+                .with_label_values(&l.with(reason.as_str()))
                 .inc();
         }
     }

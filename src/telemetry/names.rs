@@ -33,67 +33,71 @@ pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_
 pub const ACCEPTED_INVALID_TOTAL: &str = "nixl_agent_accepted_invalid_total";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 
+/// The labels every per-group family carries, in this order (some add one
+/// more: `reason` or `state`), so that any two can be joined on them.
+pub const GROUP_LABELS: &[&str] = &["group", "kind", "mem_type", "backend", "device"];
+
 /// Every metric family the agent exports under its own prefix, with its type
 /// and help text. The README metrics table is checked against this list.
 pub const FAMILIES: &[Family] = &[
     Family::new(
         REGISTRATION_ATTEMPTS_TOTAL,
         Type::Counter,
-        &["group", "kind", "mem_type", "backend"],
+        GROUP_LABELS,
         "Registration attempts per group, successful or not.",
     ),
     Family::new(
         REGISTRATION_FAILURES_TOTAL,
         Type::Counter,
-        &["group", "kind", "mem_type", "backend", "reason"],
+        &["group", "kind", "mem_type", "backend", "device", "reason"],
         "Failed registration attempts per group, by closed failure reason.",
     ),
     Family::new(
         REGISTRATION_DESCRIPTORS,
         Type::Histogram,
-        &["group", "kind", "mem_type", "backend"],
+        GROUP_LABELS,
         "Descriptors (regions) submitted per registration attempt.",
     ),
     Family::new(
         REGISTRATION_DURATION_SECONDS,
         Type::Histogram,
-        &["group", "kind", "mem_type", "backend"],
+        GROUP_LABELS,
         "Wall time of one registration attempt: validation plus NIXL registration (and rollback). Backend creation and allocation are not timed; an attempt that failed before reaching NIXL is not observed.",
     ),
     Family::new(
         REGISTERED_DESCRIPTORS,
         Type::Gauge,
-        &["group", "kind", "mem_type", "device"],
+        GROUP_LABELS,
         "Descriptors registered with NIXL now.",
     ),
     Family::new(
         REGISTERED_BYTES,
         Type::Gauge,
-        &["group", "kind", "mem_type", "device"],
+        GROUP_LABELS,
         "Bytes registered with NIXL now.",
     ),
     Family::new(
         DEREGISTRATIONS_TOTAL,
         Type::Counter,
-        &["group", "kind", "mem_type"],
+        GROUP_LABELS,
         "Deregistrations of a group's registered regions: at drain, before each re-registration (SIGUSR1 or reregister()), and each observed deregister call. Undoing a failed attempt's partial registration is not counted.",
     ),
     Family::new(
         DEREGISTRATION_FAILURES_TOTAL,
         Type::Counter,
-        &["group", "kind", "mem_type", "reason"],
+        &["group", "kind", "mem_type", "backend", "device", "reason"],
         "Group deregistrations that reported an error, by closed reason.",
     ),
     Family::new(
         GROUP_REGISTERED,
         Type::Gauge,
-        &["group", "kind", "mem_type"],
+        GROUP_LABELS,
         "1 while every region of the group is registered (a group of no regions: after its successful attempt), else 0.",
     ),
     Family::new(
         GROUP_STATE,
         Type::Gauge,
-        &["group", "kind", "mem_type", "state"],
+        &["group", "kind", "mem_type", "backend", "device", "state"],
         "1 for the state the group is in (pending, registering, registered, failed, gave_up, deregistered), 0 for the others: a group that gave up stays visible after the alert windows.",
     ),
     Family::new(
@@ -117,7 +121,7 @@ pub const FAMILIES: &[Family] = &[
     Family::new(
         LAST_FAILURE_TIMESTAMP_SECONDS,
         Type::Gauge,
-        &["group", "reason"],
+        &["group", "kind", "mem_type", "backend", "device", "reason"],
         "Unix time of the group's last failed attempt with this reason.",
     ),
     Family::new(
@@ -165,7 +169,7 @@ pub const FAMILIES: &[Family] = &[
     Family::new(
         ACCEPTED_INVALID_TOTAL,
         Type::Counter,
-        &["group", "kind", "mem_type", "reason"],
+        &["group", "kind", "mem_type", "backend", "device", "reason"],
         "Observed registrations NIXL accepted although validation rejects one of their regions (null, zero length, overlap, unmapped, wrong device), by the reason validation found.",
     ),
     Family::new(
