@@ -563,3 +563,87 @@ fn set_state(s: &Series, state: GroupState) {
         g.set(i64::from(st == state));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GroupFailure, Kind, MemType, Reason};
+    use crate::record::{Attempt, GroupDecl, Holding};
+
+    fn value(m: &Metrics, series: &str) -> Option<f64> {
+        let text = m.encode(super::super::exposition::Format::Text);
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    fn declared(observed: bool) -> (Metrics, GroupLabels) {
+        let m = Metrics::new(&BuildInfo::current(None));
+        let labels = GroupLabels::new("g", &Kind::Aux, MemType::Dram, &["UCX".to_string()], 0);
+        m.on(&Event::GroupDeclared(&GroupDecl {
+            labels: labels.clone(),
+            backends: vec!["UCX".into()],
+            device: 0,
+            required: true,
+            validate: false,
+            planned: (0, 0),
+            observed,
+        }));
+        (m, labels)
+    }
+
+    fn attempted(m: &Metrics, labels: &GroupLabels, outcome: Result<(), &GroupFailure>, held: usize) {
+        m.on(&Event::Attempted(&Attempt {
+            labels,
+            attempt: 1,
+            descriptors: held,
+            bytes: held as u64,
+            elapsed: None,
+            outcome,
+            holding: Holding {
+                descriptors: held,
+                bytes: held as u64,
+            },
+            blamed: None,
+        }));
+    }
+
+    const REGISTERED: &str = r#"nixl_agent_group_registered{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM"}"#;
+
+    #[test]
+    fn a_group_of_no_regions_is_registered_after_its_successful_attempt() {
+        let (m, l) = declared(true);
+        assert_eq!(value(&m, REGISTERED), Some(0.0));
+        attempted(&m, &l, Ok(()), 0);
+        assert_eq!(value(&m, REGISTERED), Some(1.0));
+        let state = |s: &str| {
+            value(
+                &m,
+                &format!(r#"nixl_agent_group_state{{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM",state="{s}"}}"#),
+            )
+        };
+        assert_eq!((state("registered"), state("pending")), (Some(1.0), Some(0.0)));
+        let f = GroupFailure::whole(crate::model::Failure::new(Reason::ZeroLength, "x"));
+        attempted(&m, &l, Err(&f), 0);
+        assert_eq!(value(&m, REGISTERED), Some(0.0));
+        assert_eq!((state("failed"), state("registered")), (Some(1.0), Some(0.0)));
+    }
+
+    #[test]
+    fn time_to_ready_is_absent_until_ready_and_unlimited_memlock_is_inf() {
+        let (m, _) = declared(false);
+        assert_eq!(value(&m, "nixl_agent_time_to_ready_seconds"), None);
+        m.on(&Event::ReadinessChanged {
+            ready: true,
+            time_to_ready: Some(std::time::Duration::from_millis(1500)),
+        });
+        assert_eq!(value(&m, "nixl_agent_time_to_ready_seconds"), Some(1.5));
+        m.on(&Event::MemlockObserved {
+            soft_limit: None,
+            exempt: true,
+        });
+        assert_eq!(value(&m, "nixl_agent_memlock_limit_bytes"), Some(f64::INFINITY));
+        assert_eq!(value(&m, "nixl_agent_memlock_exempt"), Some(1.0));
+    }
+}
