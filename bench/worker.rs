@@ -21,7 +21,7 @@ use std::time::Duration;
 pub fn interpreter(flag: Option<&str>) -> PathBuf {
     flag.map(PathBuf::from)
         .or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from))
-        .unwrap_or_else(|| repo().join(".deps/bench-venv/bin/python"))
+        .unwrap_or_else(|| repo().join(".deps/venv/bin/python"))
 }
 
 /// bench/py/nixl_worker.py with the wheel's package importable (the wheel

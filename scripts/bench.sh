@@ -11,18 +11,16 @@
 #
 # Set-up (idempotent, everything under the git-ignored .deps/):
 #   a. scripts/setup.sh: the NIXL runtime from the pinned nixl-cu12 wheel
-#   b. .deps/bench-venv: a Python 3.11 venv (the wheel is cp311) with numpy,
-#      which the wheel's Python API imports; torch is optional and not
-#      installed. The API itself is imported from the unpacked wheel
-#      (PYTHONPATH=.deps/nixl), the same files the agent loads.
+#   b. .deps/venv (made by setup.sh): Python 3.11 with numpy, which the
+#      wheel's Python API imports; torch is not installed. The API itself is
+#      imported from the unpacked wheel (PYTHONPATH=.deps/nixl), the same
+#      files the agent loads.
 # The load generator is nixl-bench's own (bench/load.rs): no wrk needed.
 set -euo pipefail
 
-NUMPY_VERSION=2.4.6
-
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
-VENV="$DEPS/bench-venv"
+VENV="$DEPS/venv"
 CARGO="${CARGO:-cargo}"
 export NIXL_LIB_DIR="${NIXL_LIB_DIR:-$DEPS/nixl/.nixl_cu12.mesonpy.libs}"
 export DEBIAN_FRONTEND=noninteractive
@@ -30,49 +28,10 @@ export DEBIAN_FRONTEND=noninteractive
 log() { printf 'bench: %s\n' "$*" >&2; }
 die() { printf 'bench: ERROR: %s\n' "$*" >&2; exit 1; }
 
-SUDO=()
-if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo -E)
-fi
-
-# A Python 3.11 interpreter: the wheel's extension modules are cpython-311.
-find_python() {
-    local c
-    for c in python3.11 python3; do
-        if command -v "$c" >/dev/null 2>&1 \
-            && "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
-            command -v "$c"
-            return 0
-        fi
-    done
-    return 1
-}
-
-setup_python() {
-    if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import numpy' 2>/dev/null; then
-        log "python venv present ($("$VENV/bin/python" -c 'import sys, numpy; print(sys.version.split()[0], "numpy", numpy.__version__)'))"
-        return 0
-    fi
-    local py
-    py="$(find_python)" || die "need Python 3.11 (the nixl-cu12 wheel is cp311): apt-get install python3.11"
-    rm -rf "$VENV"
-    if ! "$py" -m venv "$VENV" 2>/dev/null; then
-        # Debian splits ensurepip out of the interpreter.
-        [ "$(id -u)" -eq 0 ] || [ "${#SUDO[@]}" -gt 0 ] || die "need root or sudo to install python3-venv"
-        log "apt-get install python3-venv"
-        ${SUDO[@]+"${SUDO[@]}"} apt-get update -qq
-        ${SUDO[@]+"${SUDO[@]}"} apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-        rm -rf "$VENV"
-        "$py" -m venv "$VENV"
-    fi
-    log "pip install numpy==$NUMPY_VERSION into .deps/bench-venv"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "numpy==$NUMPY_VERSION"
-    "$VENV/bin/python" -c 'import numpy' || die "numpy does not import in $VENV"
-}
-
 setup() {
+    # setup.sh makes .deps/venv (Python 3.11, numpy, NIXL's Python API).
     bash "$ROOT/scripts/setup.sh" >&2
-    setup_python
+    "$VENV/bin/python" -c 'import numpy' || die "numpy does not import in $VENV"
 }
 
 mode="${1:-run}"

@@ -107,35 +107,43 @@ else
     mv "$NIXL_DIR.tmp" "$NIXL_DIR"
 fi
 
-# --- c. prometheus + promtool from the Debian package (not installed) ---------
-if [ -x "$PROMTOOL" ] && [ -x "$PROMETHEUS" ]; then
-    log "promtool present"
-else
+# A Debian package's files unpacked into DIR (downloaded once into
+# .deps/debs; never installed, so no service starts): unpack_deb PKG DIR BIN,
+# where DIR/usr/bin/BIN must exist afterwards.
+unpack_deb() {
+    local pkg="$1" dir="$2" bin="$3" deb policy
     mkdir -p "$DEB_DIR"
-    deb="$(ls "$DEB_DIR"/prometheus_*.deb 2>/dev/null | head -n1 || true)"
+    deb="$(ls "$DEB_DIR"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
     if [ -z "$deb" ]; then
         # A fresh machine may have empty apt lists: update when there is no candidate.
         # (capture first: `cmd | grep -q` can fail on SIGPIPE under pipefail)
-        policy="$(apt-cache policy prometheus 2>/dev/null || true)"
+        policy="$(apt-cache policy "$pkg" 2>/dev/null || true)"
         case "$policy" in
             *"Candidate: (none)"*|"") apt_update_once ;;
             *"Candidate:"*) ;;
             *) apt_update_once ;;
         esac
-        log "apt-get download prometheus"
+        log "apt-get download $pkg"
         # apt-get download writes into the current directory; as root the _apt
         # sandbox user must be able to write there, so make it world-writable.
         chmod 0777 "$DEB_DIR" 2>/dev/null || true
-        (cd "$DEB_DIR" && ${SUDO[@]+"${SUDO[@]}"} apt-get download -qq prometheus)
-        deb="$(ls "$DEB_DIR"/prometheus_*.deb 2>/dev/null | head -n1 || true)"
-        [ -n "$deb" ] || die "apt-get download prometheus produced no .deb in $DEB_DIR"
+        (cd "$DEB_DIR" && ${SUDO[@]+"${SUDO[@]}"} apt-get download -qq "$pkg")
+        deb="$(ls "$DEB_DIR"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
+        [ -n "$deb" ] || die "apt-get download $pkg produced no .deb in $DEB_DIR"
     fi
-    log "dpkg -x $(basename "$deb") -> .deps/prometheus"
-    rm -rf "$PROM_DIR.tmp"
-    dpkg -x "$deb" "$PROM_DIR.tmp"
-    [ -x "$PROM_DIR.tmp/usr/bin/promtool" ] || die "prometheus .deb has no usr/bin/promtool"
-    rm -rf "$PROM_DIR"
-    mv "$PROM_DIR.tmp" "$PROM_DIR"
+    log "dpkg -x $(basename "$deb") -> .deps/$(basename "$dir")"
+    rm -rf "$dir.tmp"
+    dpkg -x "$deb" "$dir.tmp"
+    [ -x "$dir.tmp/usr/bin/$bin" ] || die "$pkg .deb has no usr/bin/$bin"
+    rm -rf "$dir"
+    mv "$dir.tmp" "$dir"
+}
+
+# --- c. prometheus + promtool from the Debian package (not installed) ---------
+if [ -x "$PROMTOOL" ] && [ -x "$PROMETHEUS" ]; then
+    log "promtool present"
+else
+    unpack_deb prometheus "$PROM_DIR" promtool
 fi
 "$PROMTOOL" --version >/dev/null 2>&1 || die "$PROMTOOL --version failed"
 log "promtool ok ($("$PROMTOOL" --version 2>&1 | head -n1))"
@@ -144,27 +152,7 @@ log "promtool ok ($("$PROMTOOL" --version 2>&1 | head -n1))"
 if [ -x "$ALERTMANAGER" ] && [ -x "$AMTOOL" ]; then
     log "alertmanager present"
 else
-    mkdir -p "$DEB_DIR"
-    deb="$(ls "$DEB_DIR"/prometheus-alertmanager_*.deb 2>/dev/null | head -n1 || true)"
-    if [ -z "$deb" ]; then
-        policy="$(apt-cache policy prometheus-alertmanager 2>/dev/null || true)"
-        case "$policy" in
-            *"Candidate: (none)"*|"") apt_update_once ;;
-            *"Candidate:"*) ;;
-            *) apt_update_once ;;
-        esac
-        log "apt-get download prometheus-alertmanager"
-        chmod 0777 "$DEB_DIR" 2>/dev/null || true
-        (cd "$DEB_DIR" && ${SUDO[@]+"${SUDO[@]}"} apt-get download -qq prometheus-alertmanager)
-        deb="$(ls "$DEB_DIR"/prometheus-alertmanager_*.deb 2>/dev/null | head -n1 || true)"
-        [ -n "$deb" ] || die "apt-get download prometheus-alertmanager produced no .deb in $DEB_DIR"
-    fi
-    log "dpkg -x $(basename "$deb") -> .deps/alertmanager"
-    rm -rf "$AM_DIR.tmp"
-    dpkg -x "$deb" "$AM_DIR.tmp"
-    [ -x "$AM_DIR.tmp/usr/bin/amtool" ] || die "prometheus-alertmanager .deb has no usr/bin/amtool"
-    rm -rf "$AM_DIR"
-    mv "$AM_DIR.tmp" "$AM_DIR"
+    unpack_deb prometheus-alertmanager "$AM_DIR" amtool
 fi
 "$AMTOOL" --version >/dev/null 2>&1 || die "$AMTOOL --version failed"
 # Debian's build reads its notification templates from this fixed path (not

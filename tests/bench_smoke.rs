@@ -30,7 +30,7 @@ fn nixl_lib_dir() -> PathBuf {
 
 /// The Python venv with numpy that scripts/bench.sh sets up (idempotent).
 fn ensure_python() {
-    let python = repo().join(".deps/bench-venv/bin/python");
+    let python = repo().join(".deps/venv/bin/python");
     let ok = Command::new(&python)
         .args(["-c", "import numpy"])
         .stderr(Stdio::null())

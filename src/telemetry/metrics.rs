@@ -609,7 +609,8 @@ mod tests {
         }));
     }
 
-    const REGISTERED: &str = r#"nixl_agent_group_registered{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM"}"#;
+    const REGISTERED: &str =
+        r#"nixl_agent_group_registered{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM"}"#;
 
     #[test]
     fn a_group_of_no_regions_is_registered_after_its_successful_attempt() {
@@ -620,7 +621,9 @@ mod tests {
         let state = |s: &str| {
             value(
                 &m,
-                &format!(r#"nixl_agent_group_state{{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM",state="{s}"}}"#),
+                &format!(
+                    r#"nixl_agent_group_state{{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM",state="{s}"}}"#
+                ),
             )
         };
         assert_eq!((state("registered"), state("pending")), (Some(1.0), Some(0.0)));
