@@ -343,7 +343,7 @@ fn live_prometheus_fires_failure_alerts_for_a_failing_agent_and_none_for_a_healt
         s.metric("nixl_agent_registration_failures_total")
             .label("group", "bad")
             .label("reason", "plugin_unavailable")
-            .value()
+            .sum()
             >= 1.0
     });
     let (h, f) = (healthy.addr.to_string(), failing.addr.to_string());

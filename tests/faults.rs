@@ -109,7 +109,7 @@ fn missing_plugin_dir_is_plugin_unavailable_and_the_agent_stays_up() {
         s.metric("nixl_agent_registration_failures_total")
             .label("group", "kv")
             .label("reason", "plugin_unavailable")
-            .value()
+            .sum()
             >= 1.0
     });
     assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 0.0);
@@ -127,7 +127,7 @@ fn backend_creation_failing_is_backend_init_failed_with_ucx_diagnostics() {
         s.metric("nixl_agent_registration_failures_total")
             .label("group", "kv")
             .label("reason", "backend_init_failed")
-            .value()
+            .sum()
             >= 1.0
     });
     assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 0.0);
@@ -212,7 +212,7 @@ fn a_nixl_call_past_its_deadline_fails_livez_until_it_returns() {
         s.metric("nixl_agent_registration_failures_total")
             .label("group", "kv")
             .label("reason", "timeout")
-            .value()
+            .sum()
             >= 1.0
     );
     assert_eq!(

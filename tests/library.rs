@@ -179,7 +179,7 @@ async fn validation_catches_what_nixl_would_accept() {
             s.metric("nixl_agent_registration_failures_total")
                 .label("group", group)
                 .label("reason", reason)
-                .value()
+                .sum()
                 >= 1.0,
             "{group}: {:?}",
             agent.status().groups

@@ -229,6 +229,15 @@ fn sglang_shaped_process_shows_its_groups_and_is_ready() {
     let status = h.status();
     assert_eq!(status["nixl"]["agent_owner"], "caller", "{status}");
     assert_eq!(status["ready"], true);
+    // The series budget: at most 120 for SGLang's three groups, with the
+    // histograms and process_* (failure series appear on first use).
+    let series = support::get(h.addr, "/metrics")
+        .unwrap()
+        .body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
+    assert!(series <= 120, "{series} series for kv, aux, state");
     // A live scrape passes promtool's lint.
     let body = support::get(h.addr, "/metrics").unwrap().body;
     let mut lint = Command::new(support::promtool())
@@ -550,7 +559,7 @@ fn explicit_api_names_the_group_without_the_launcher() {
     let (out, _) = run(false, &["explicit"], &[("NIXL_AGENT_LISTEN", &addr)]);
     assert!(
         out.contains(
-            r#"explicit nixl_agent_registered_bytes{device="0",group="scratch_pad",kind="aux",mem_type="DRAM"} 4096"#
+            r#"explicit nixl_agent_registered_bytes{backend="UCX",device="0",group="scratch_pad",kind="aux",mem_type="DRAM"} 4096"#
         ),
         "{out}"
     );

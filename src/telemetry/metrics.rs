@@ -19,17 +19,15 @@ fn unix_now() -> f64 {
 }
 
 /// Upper bounds of the registration duration histogram, in seconds: from
-/// 10 µs to a minute, as many as before. Measured (bench/results/latest.md):
-/// an attempt of the default plan takes 0.06–0.15 ms, 4,096 regions ~3.5 ms,
-/// 16,384 ~15 ms; the first bucket used to be 0.5 ms, so every attempt of a
-/// serving-sized group landed in it.
-pub const DURATION_BUCKETS: &[f64] = &[
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.05, 0.25, 1.0, 2.5, 10.0, 60.0,
-];
-/// Upper bounds of the descriptors-per-attempt histogram.
-pub const DESCRIPTOR_BUCKETS: &[f64] = &[
-    1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-];
+/// 25 µs to a minute, about 4× apart, 9 bounds (the series budget: 12
+/// series a group). Measured (bench/results/latest.md, python.md): an
+/// observed Python call of one region takes ~5 µs, an attempt of the default
+/// plan 0.06–0.15 ms, 4,096 regions ~3.5 ms, 16,384 ~15 ms; 10 s is the
+/// NixlRegistrationSlow threshold.
+pub const DURATION_BUCKETS: &[f64] = &[0.000025, 0.0001, 0.0005, 0.0025, 0.01, 0.1, 1.0, 10.0, 60.0];
+/// Upper bounds of the descriptors-per-attempt histogram: 8× apart, up to
+/// the 1M regions of a KV cache registered per block.
+pub const DESCRIPTOR_BUCKETS: &[f64] = &[1.0, 8.0, 64.0, 512.0, 4096.0, 32768.0, 262144.0, 1048576.0];
 
 /// A sampled trace behind one histogram observation (OpenMetrics exemplar).
 #[derive(Debug, Clone, PartialEq)]
@@ -382,10 +380,9 @@ impl Metrics {
         self.attempts.with_label_values(&l.group());
         self.descriptors.with_label_values(&l.group());
         self.duration.with_label_values(&l.group());
-        for reason in Reason::ALL {
-            self.failures.with_label_values(&l.with(reason.as_str()));
-            self.deregistration_failures.with_label_values(&l.with(reason.as_str()));
-        }
+        // Failure series appear with the first failure (the rules count a
+        // series that appears as an increase): pre-creating one per reason
+        // would cost 36 series a group, most never used.
         let series = Series {
             attempts: self.attempts.with_label_values(&l.group()),
             descriptors: self.descriptors.with_label_values(&l.group()),

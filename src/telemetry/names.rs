@@ -180,6 +180,21 @@ pub const FAMILIES: &[Family] = &[
     ),
 ];
 
+/// Families whose series appear with their first event instead of at 0
+/// from the start: failures (one series per reason that happened, not per
+/// reason that could), and what only exists after something happened. The
+/// rules count a failure series that appears as an increase. Everything
+/// else a group has exists from its declaration (the series budget is in
+/// README "Metrics").
+pub const ON_FIRST_USE: &[&str] = &[
+    REGISTRATION_FAILURES_TOTAL,
+    DEREGISTRATION_FAILURES_TOTAL,
+    LAST_FAILURE_TIMESTAMP_SECONDS,
+    TIME_TO_READY_SECONDS,
+    ACCEPTED_INVALID_TOTAL,
+    INSTRUMENTATION_ERRORS_TOTAL,
+];
+
 /// Metric type, as written on the `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Type {
