@@ -34,6 +34,7 @@ use crate::plan::Plan;
 use crate::record::Recorder;
 use crate::status::Status;
 use crate::telemetry::metrics::BuildInfo;
+use crate::telemetry::names;
 use crate::telemetry::Metrics;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -189,7 +190,13 @@ impl Prepared {
             .await
             .expect("NIXL loading does not panic");
 
-        let build = BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref()));
+        let role = match (&agent, config.probe_interval) {
+            (Some(_), _) => names::ROLE_EMBEDDED,
+            (None, Some(_)) => names::ROLE_CANARY,
+            (None, None) => names::ROLE_AGENT,
+        };
+        let build =
+            BuildInfo::current(loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref())).with_role(role);
         if build.nixl_version != "unknown" && build.nixl_version != build.nixl_sys_version {
             tracing::warn!(
                 nixl_version = %build.nixl_version,
@@ -232,6 +239,9 @@ impl Prepared {
             }
         };
         tokio::spawn(watch_lifecycle(watchdog, rec.clone(), stop_tx.subscribe()));
+        if let Some(every) = config.probe_interval {
+            tokio::spawn(probe(control.clone(), every, stop_tx.subscribe()));
+        }
         Ok(LifecycleHandle {
             local_addr: server.as_ref().map(|(a, _)| *a),
             groups,
@@ -243,6 +253,23 @@ impl Prepared {
             stop: stop_tx,
             server: server.map(|(_, t)| t),
         })
+    }
+}
+
+/// The node canary: every `every`, deregister and register every group
+/// again, as SIGUSR1 does, until the handle stops.
+async fn probe(control: Sender<Control>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if control.send(Control::Reregister(None)).is_err() {
+                    return;
+                }
+            }
+            _ = stop.changed() => return,
+        }
     }
 }
 

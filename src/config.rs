@@ -47,6 +47,8 @@ pub const MAX_GROUPS: usize = 256;
 
 /// Environment variables read as overrides (after the file, before flags).
 pub const ENV_CONFIG: &str = "NIXL_AGENT_CONFIG";
+/// Shortest node-canary probe interval.
+pub const MIN_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const ENV_LISTEN: &str = "NIXL_AGENT_LISTEN";
 pub const ENV_LOG_FORMAT: &str = "NIXL_AGENT_LOG_FORMAT";
 pub const ENV_NIXL_LIB_DIR: &str = "NIXL_LIB_DIR";
@@ -74,6 +76,12 @@ pub struct Config {
     /// driver call).
     #[serde(with = "units::duration")]
     pub nixl_call_timeout: Duration,
+    /// Node canary: deregister and register every group again at this
+    /// interval, so the agent says whether this node can register *now*
+    /// (memlock, UCX and its CUDA modules, GPUs) before a serving pod lands
+    /// on it. Unset: register once. Its metrics say `role="canary"`.
+    #[serde(with = "units::duration_opt", default, skip_serializing_if = "Option::is_none")]
+    pub probe_interval: Option<Duration>,
     /// Log line format: "text" for people, "json" for log pipelines.
     pub log_format: LogFormat,
     /// How failed groups are retried.
@@ -282,6 +290,7 @@ impl Default for Config {
             nixl_lib_dir: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             nixl_call_timeout: DEFAULT_NIXL_CALL_TIMEOUT,
+            probe_interval: None,
             log_format: LogFormat::Text,
             retry: RetryConfig::default(),
             tracing: TracingConfig::default(),
@@ -396,6 +405,14 @@ impl Config {
         }
         if self.nixl_call_timeout < MIN_NIXL_CALL_TIMEOUT {
             return Err(invalid("nixl_call_timeout", "must be at least 10ms"));
+        }
+        if let Some(p) = self.probe_interval {
+            if p < MIN_PROBE_INTERVAL {
+                return Err(invalid("probe_interval", "must be at least 1s"));
+            }
+            if p > MAX_DURATION {
+                return Err(invalid("probe_interval", "is longer than the 24h maximum"));
+            }
         }
         let r = &self.retry;
         if r.initial_backoff.is_zero() {

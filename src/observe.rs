@@ -165,7 +165,11 @@ impl Observer {
     /// An observer with a recording of its own; serve it with
     /// [`Observer::router`] or encode [`Observer::metrics`].
     pub fn new(settings: ObserveSettings) -> Observer {
-        let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+        let rec = Recorder::new(
+            &BuildInfo::current(None).with_role(crate::telemetry::names::ROLE_OBSERVER),
+            NixlStatus::default(),
+            Instant::now(),
+        );
         rec.emit(&Event::Progress {
             phase: Phase::Running,
             groups: &[],

@@ -335,6 +335,36 @@ fn group_state_says_gave_up_and_memlock_has_no_sentinel() {
     assert!(s.metric("nixl_agent_time_to_ready_seconds").value() > 0.0);
 }
 
+/// The node canary: the default plan registered again every
+/// probe_interval, its metrics marked role="canary", within 100 series.
+#[test]
+fn canary_reregisters_every_probe_interval_and_says_it_is_a_canary() {
+    let agent = AgentProcess::spawn(Spawn {
+        config: Some("probe_interval = '1s'\n"),
+        ..Default::default()
+    });
+    agent.wait_ready(READY);
+    let s = agent.wait_metrics("three attempts of kv", Duration::from_secs(15), |s| {
+        s.metric(M_ATTEMPTS).label("group", "kv").value() >= 3.0
+    });
+    assert_eq!(s.metric("nixl_agent_build_info").label("role", "canary").value(), 1.0);
+    assert!(s.metric(M_FAILURES).samples().is_empty(), "every probe registered");
+    assert!(
+        s.metric("nixl_agent_deregistrations_total")
+            .label("group", "kv")
+            .value()
+            >= 2.0
+    );
+    assert_eq!(agent.get("/readyz").status, 200);
+    let series = agent
+        .get("/metrics")
+        .body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
+    assert!(series <= 100, "{series} series for the canary");
+}
+
 #[test]
 fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -344,6 +374,7 @@ fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
             "group[0].count",
         ),
         ("lisen = '127.0.0.1:1'\n", "lisen"),
+        ("probe_interval = '10ms'\n", "probe_interval"),
         (
             "[[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=4\nsize='4 parsecs'\n",
             "size",

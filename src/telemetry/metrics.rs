@@ -82,6 +82,8 @@ pub struct BuildInfo {
     pub nixl_version: String,
     /// The nixl-sys binding compiled in.
     pub nixl_sys_version: &'static str,
+    /// What this recording is for (`names::ROLE_*`).
+    pub role: &'static str,
 }
 
 impl BuildInfo {
@@ -92,7 +94,14 @@ impl BuildInfo {
             revision: option_env!("NIXL_AGENT_REVISION").unwrap_or("unknown"),
             nixl_version: nixl_version.unwrap_or("unknown").to_string(),
             nixl_sys_version: NIXL_SYS_VERSION,
+            role: names::ROLE_AGENT,
         }
+    }
+
+    /// The same with another role.
+    pub fn with_role(mut self, role: &'static str) -> BuildInfo {
+        self.role = role;
+        self
     }
 }
 
@@ -269,6 +278,7 @@ impl Metrics {
                 build.revision,
                 &build.nixl_version,
                 build.nixl_sys_version,
+                build.role,
             ])
             .set(1);
         let traces = super::traces::counters();

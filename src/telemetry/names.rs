@@ -151,8 +151,8 @@ pub const FAMILIES: &[Family] = &[
     Family::new(
         BUILD_INFO,
         Type::Gauge,
-        &["version", "revision", "nixl_version", "nixl_sys_version"],
-        "Always 1; labels carry the agent version, git revision, NIXL runtime version and nixl-sys binding version.",
+        &["version", "revision", "nixl_version", "nixl_sys_version", "role"],
+        "Always 1; labels carry the agent version, git revision, NIXL runtime version, nixl-sys binding version and role (agent, canary, embedded, observer).",
     ),
     Family::new(
         TRACE_SPANS_DROPPED_TOTAL,
@@ -241,6 +241,16 @@ impl Family {
             .unwrap_or_else(|| panic!("metric {name} is not declared in telemetry::names"))
     }
 }
+
+/// Values of `build_info`'s `role` label: what this recording is for.
+/// The binary registering a plan for a serving process.
+pub const ROLE_AGENT: &str = "agent";
+/// The binary as a node canary (`probe_interval` set).
+pub const ROLE_CANARY: &str = "canary";
+/// The lifecycle on the serving process's own NIXL agent (library).
+pub const ROLE_EMBEDDED: &str = "embedded";
+/// Observe mode: the serving process's own calls (Rust or Python).
+pub const ROLE_OBSERVER: &str = "observer";
 
 /// Checks performed by `/readyz`, as written in its verbose output.
 pub const CHECK_NIXL: &str = "nixl";
