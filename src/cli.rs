@@ -32,6 +32,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a pod's ranks: the directory every rank of the pod publishes to
+    /// (NIXL_AGENT_MULTIPROC_DIR), merged /metrics with a rank label, /readyz
+    /// ready when every rank is alive and ready
+    Pod {
+        /// The pod directory the ranks publish to
+        #[arg(long, value_name = "DIR", env = "NIXL_AGENT_MULTIPROC_DIR")]
+        dir: PathBuf,
+        /// How many ranks readiness waits for (0 .. RANKS-1)
+        #[arg(long, value_name = "RANKS", env = "NIXL_AGENT_RANKS", default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=crate::pod::MAX_RANKS as i64))]
+        ranks: u32,
+    },
     /// Print the Prometheus alerting rules for your scrape selector and
     /// runbook location (alerts/nixl-agent.rules.yml is the default output)
     Rules {
@@ -43,6 +55,77 @@ pub enum Command {
         #[arg(long, value_name = "URL", default_value = crate::rules::DEFAULT_RUNBOOK_URL_BASE)]
         runbook_url_base: String,
     },
+}
+
+/// Runs the commands that need neither NIXL nor a plan (`config`, `rules`,
+/// `pod`); `None` for `run` and `check`, which the binary runs itself.
+pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
+    match command? {
+        Command::Config => {
+            print!("{}", toml::to_string_pretty(config).expect("config serializes"));
+            Some(0)
+        }
+        Command::Rules {
+            selector,
+            runbook_url_base,
+        } => Some(print_rules(selector, runbook_url_base)),
+        Command::Pod { dir, ranks } => Some(run_pod(config, dir.clone(), *ranks)),
+        Command::Run | Command::Check { .. } => None,
+    }
+}
+
+/// `nixl-agent pod`: serves the pod directory until SIGTERM/SIGINT; the
+/// exit code (0, 1 when the port cannot be bound).
+pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+    else {
+        eprintln!("nixl-agent: cannot start the async runtime");
+        return 1;
+    };
+    rt.block_on(async {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("nixl-agent: cannot listen on {}: {e}", config.listen);
+                return 1;
+            }
+        };
+        if let Ok(a) = listener.local_addr() {
+            tracing::info!(listen = %a, dir = %dir.display(), ranks, "serving the pod's ranks");
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(crate::pod::serve::serve(
+            listener,
+            dir,
+            ranks,
+            config.http.clone(),
+            stop_rx,
+        ));
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("nixl-agent: cannot handle SIGTERM: {e}");
+                return 1;
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        let _ = stop_tx.send(true);
+        let _ = server.await;
+        0
+    })
 }
 
 /// `nixl-agent rules`: prints the rules; the exit code (0, or 2 naming the

@@ -79,6 +79,9 @@ pub struct Settings {
     pub max_groups: usize,
     pub capture: bool,
     pub backends: Vec<String>,
+    /// Publish to the pod directory as this rank (`NIXL_AGENT_MULTIPROC_DIR`,
+    /// rank from `LOCAL_RANK` / `RANK` / `NIXL_AGENT_RANK_ENV`, else 0).
+    pub publish: Option<(std::path::PathBuf, u32)>,
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
@@ -92,7 +95,20 @@ impl Settings {
     /// Reads every setting; the first unusable one is named in the error.
     pub fn from_env(env: &dyn Env) -> Result<Settings, ConfigError> {
         let mut cfg = Config::default();
-        let serve = env.var(config::ENV_LISTEN).as_deref() != Some(LISTEN_OFF);
+        let publish = match env.var(crate::pod::ENV_DIR) {
+            None => None,
+            Some(dir) => Some((
+                std::path::PathBuf::from(dir),
+                crate::pod::rank_from_env(env)?.unwrap_or(0),
+            )),
+        };
+        // Ranks of a pod publish; the pod's agent serves them. A rank serves
+        // HTTP itself only when told where.
+        let serve = match env.var(config::ENV_LISTEN).as_deref() {
+            Some(LISTEN_OFF) => false,
+            Some(_) => true,
+            None => publish.is_none(),
+        };
         if serve {
             cfg.apply_env(env)?;
         } else {
@@ -148,6 +164,7 @@ impl Settings {
             max_groups,
             capture,
             backends,
+            publish,
         })
     }
 

@@ -17,6 +17,7 @@ pub mod instrument;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod pod;
 pub mod rules;
 pub mod status;
 pub mod telemetry;

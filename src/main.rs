@@ -21,13 +21,6 @@ const MIN_TRACE_FLUSH: Duration = Duration::from_millis(200);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::Rules {
-        selector,
-        runbook_url_base,
-    }) = &cli.command
-    {
-        return ExitCode::from(nixl_agent::cli::print_rules(selector, runbook_url_base));
-    }
     let config = match cli.opts.load_config(&ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
@@ -35,9 +28,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if let Some(Command::Config) = cli.command {
-        print!("{}", toml::to_string_pretty(&config).expect("config serializes"));
-        return ExitCode::SUCCESS;
+    // config, rules and pod: done without NIXL or a plan.
+    if let Some(code) = nixl_agent::cli::run_other(cli.command.as_ref(), &config) {
+        return ExitCode::from(code);
     }
     let check_json = match cli.command {
         Some(Command::Check { json }) => Some(json),

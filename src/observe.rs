@@ -268,6 +268,12 @@ impl Observer {
         self.rec.board().snapshot()
     }
 
+    /// [`Observer::status`] for another thread (a `pod::publish::Publisher`).
+    pub fn status_source(&self) -> impl Fn() -> Status + Send + 'static {
+        let rec = self.rec.clone();
+        move || rec.board().snapshot()
+    }
+
     /// The first call on a NIXL agent tells that NIXL is up.
     /// `facts` (agent name, plugins) is only asked for the first time.
     pub fn saw_agent(&self, facts: impl FnOnce() -> (String, Vec<String>)) {

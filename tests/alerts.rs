@@ -292,27 +292,6 @@ fn rules_follow_the_mixin_conventions_as_prometheus_parses_them() {
     }
 }
 
-/// The rules with every `for:` in minutes turned into the same number of
-/// seconds, so a live test sees them fire in seconds.
-fn rules_with_short_for() -> String {
-    let text = read(RULES);
-    let mut out = String::new();
-    for line in text.lines() {
-        match line.trim_start().strip_prefix("for: ") {
-            Some(d) if d.ends_with('m') => {
-                let indent = &line[..line.len() - line.trim_start().len()];
-                out.push_str(&format!("{indent}for: {}s\n", d.trim_end_matches('m')));
-            }
-            _ => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    assert_ne!(out, text);
-    out
-}
-
 fn label<'a>(a: &'a Value, k: &str) -> &'a str {
     a["labels"][k].as_str().unwrap_or_default()
 }
@@ -347,7 +326,7 @@ fn live_prometheus_fires_failure_alerts_for_a_failing_agent_and_none_for_a_healt
             >= 1.0
     });
     let (h, f) = (healthy.addr.to_string(), failing.addr.to_string());
-    let prom = Prometheus::start(&[healthy.addr, failing.addr], Some(&rules_with_short_for()));
+    let prom = Prometheus::start(&[healthy.addr, failing.addr], Some(&prom::rules_with_short_for()));
 
     // The failing agent: failing, not ready, its backend down, retrying.
     let firing = |a: &Value| a["state"] == "firing";
@@ -615,7 +594,7 @@ fn live_alertmanager_pages_once_per_cause_and_sends_the_recovery() {
     let (p, l) = (plugin.addr.to_string(), library.addr.to_string());
     let prom = Prometheus::start_alerting(
         &[plugin.addr, library.addr],
-        Some(&rules_with_short_for()),
+        Some(&prom::rules_with_short_for()),
         Some(am.addr),
     );
 

@@ -451,6 +451,11 @@ impl Metrics {
         body
     }
 
+    /// Bumped by every write of a metric: unchanged means nothing to publish.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn touch(&self) {
         self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
     }

@@ -31,6 +31,8 @@ pub const BUILD_INFO: &str = "nixl_agent_build_info";
 pub const TRACE_SPANS_DROPPED_TOTAL: &str = "nixl_agent_trace_spans_dropped_total";
 pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_total";
 pub const ACCEPTED_INVALID_TOTAL: &str = "nixl_agent_accepted_invalid_total";
+pub const RANK_UP: &str = "nixl_agent_rank_up";
+pub const RANKS_EXPECTED: &str = "nixl_agent_ranks_expected";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 
 /// The labels every per-group family carries, in this order (some add one
@@ -152,7 +154,7 @@ pub const FAMILIES: &[Family] = &[
         BUILD_INFO,
         Type::Gauge,
         &["version", "revision", "nixl_version", "nixl_sys_version", "role"],
-        "Always 1; labels carry the agent version, git revision, NIXL runtime version, nixl-sys binding version and role (agent, canary, embedded, observer).",
+        "Always 1; labels carry the agent version, git revision, NIXL runtime version, nixl-sys binding version and role (agent, canary, embedded, observer, pod).",
     ),
     Family::new(
         TRACE_SPANS_DROPPED_TOTAL,
@@ -165,6 +167,18 @@ pub const FAMILIES: &[Family] = &[
         Type::Counter,
         &[],
         "OTLP export requests that failed.",
+    ),
+    Family::new(
+        RANK_UP,
+        Type::Gauge,
+        &["rank"],
+        "Pod agent (nixl-agent pod): 1 while the rank's process publishes (its file is fresh), 0 once it stopped.",
+    ),
+    Family::new(
+        RANKS_EXPECTED,
+        Type::Gauge,
+        &[],
+        "Pod agent (nixl-agent pod): how many ranks the pod's readiness waits for.",
     ),
     Family::new(
         ACCEPTED_INVALID_TOTAL,
@@ -251,6 +265,8 @@ pub const ROLE_CANARY: &str = "canary";
 pub const ROLE_EMBEDDED: &str = "embedded";
 /// Observe mode: the serving process's own calls (Rust or Python).
 pub const ROLE_OBSERVER: &str = "observer";
+/// `nixl-agent pod`: serves the ranks of a pod.
+pub const ROLE_POD: &str = "pod";
 
 /// Checks performed by `/readyz`, as written in its verbose output.
 pub const CHECK_NIXL: &str = "nixl";
@@ -298,6 +314,8 @@ mod tests {
             TRACE_EXPORT_FAILURES_TOTAL,
             INSTRUMENTATION_ERRORS_TOTAL,
             ACCEPTED_INVALID_TOTAL,
+            RANK_UP,
+            RANKS_EXPECTED,
         ] {
             Family::get(name);
         }

@@ -457,3 +457,24 @@ pub fn runbook_refs(text: &str) -> Vec<String> {
 pub fn exists(rel: &str) -> bool {
     Path::new(&repo().join(rel)).exists()
 }
+
+/// The rules with every `for:` in minutes turned into the same number of
+/// seconds, so a live test sees them fire in seconds.
+pub fn rules_with_short_for() -> String {
+    let text = read("alerts/nixl-agent.rules.yml");
+    let mut out = String::new();
+    for line in text.lines() {
+        match line.trim_start().strip_prefix("for: ") {
+            Some(d) if d.ends_with('m') => {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                out.push_str(&format!("{indent}for: {}s\n", d.trim_end_matches('m')));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    assert_ne!(out, text);
+    out
+}

@@ -54,6 +54,8 @@ struct Running {
     pid: u32,
     /// The HTTP threads; never dropped (they end with the process).
     _http: Option<tokio::runtime::Runtime>,
+    /// Publishing to the pod directory, when asked.
+    _publisher: Option<nixl_agent::pod::publish::Publisher>,
 }
 
 static RUNNING: Mutex<Option<Arc<Running>>> = Mutex::new(None);
@@ -148,11 +150,19 @@ fn start_running(frameworks: &[String]) -> Option<Option<String>> {
     } else {
         (None, None)
     };
+    let publisher = settings.publish.as_ref().and_then(|(dir, rank)| {
+        nixl_agent::pod::publish::Publisher::start(dir, *rank, observer.metrics().clone(), observer.status_source())
+            .map_err(|e| {
+                tracing::warn!(target: instrument::LOG_TARGET, dir = %dir.display(), rank, error = %e, "cannot publish to the pod directory; recording without it");
+            })
+            .ok()
+    });
     *slot = Some(Arc::new(Running {
         observer,
         addr,
         pid: std::process::id(),
         _http: http,
+        _publisher: publisher,
     }));
     Some(addr.map(|a| a.to_string()))
 }
