@@ -104,12 +104,15 @@ impl Settings {
         };
         // Ranks of a pod publish; the pod's agent serves them. A rank serves
         // HTTP itself only when told where.
-        let serve = match env.var(config::ENV_LISTEN).as_deref() {
-            Some(LISTEN_OFF) => false,
+        let listen_off = env
+            .var(config::ENV_LISTEN)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case(LISTEN_OFF));
+        let serve = match env.var(config::ENV_LISTEN) {
+            Some(_) if listen_off => false,
             Some(_) => true,
             None => publish.is_none(),
         };
-        if serve {
+        if !listen_off {
             cfg.apply_env(env)?;
         } else {
             let rest = EnvWithout {
@@ -119,7 +122,8 @@ impl Settings {
             cfg.apply_env(&rest)?;
         }
         cfg.validate()?;
-        let validation = match env.var(ENV_VALIDATE).as_deref() {
+        let lower = |k: &str| env.var(k).map(|v| v.trim().to_ascii_lowercase());
+        let validation = match lower(ENV_VALIDATE).as_deref() {
             None | Some("record") => Validation::Record,
             Some("enforce") => Validation::Enforce,
             Some("off") => Validation::Off,
@@ -150,11 +154,19 @@ impl Settings {
                 _ => return Err(invalid(ENV_MAX_GROUPS, format!("`{v}` is not a number from 1 to 256"))),
             },
         };
-        let capture = match env.var(ENV_CAPTURE).as_deref() {
+        let capture = match lower(ENV_CAPTURE).as_deref() {
             None | Some("off") | Some("0") | Some("false") => false,
             Some("on") | Some("1") | Some("true") => true,
             Some(v) => return Err(invalid(ENV_CAPTURE, format!("`{v}` is neither on nor off"))),
         };
+        if let Some(e) = &expect {
+            if e.len() > max_groups {
+                return Err(invalid(
+                    ENV_MAX_GROUPS,
+                    format!("{max_groups} is fewer than the {} groups {ENV_EXPECT} names", e.len()),
+                ));
+            }
+        }
         Ok(Settings {
             config: cfg,
             serve,
@@ -214,18 +226,19 @@ fn usual_mem_type(kind: &Kind) -> MemType {
 }
 
 fn parse_expect(v: &str) -> Result<Vec<Expected>, ConfigError> {
-    if v.trim() == "none" {
+    if v.trim().eq_ignore_ascii_case("none") {
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, mem) = match item.split_once(':') {
-            Some((n, m)) => match mem_type_word(m) {
+            Some((n, m)) => match mem_type_word(m.trim()) {
                 Some(t) => (n, Some(t)),
                 None => return Err(invalid(ENV_EXPECT, format!("`{item}`: `{m}` is neither DRAM nor VRAM"))),
             },
             None => (item, None),
         };
+        let name = name.trim();
         let kind = kind_of_word(name).unwrap_or_else(|| Kind::Custom(BUFFER_KIND.into()));
         config::validate_group_words(name, kind.as_str(), &["UCX".into()], &|_| ENV_EXPECT.to_string())?;
         let mem_type = mem.unwrap_or_else(|| usual_mem_type(&kind));

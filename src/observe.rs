@@ -219,8 +219,12 @@ impl Observer {
 
     /// The caller failed to create its NIXL agent (no plugins, no library):
     /// NIXL is unavailable to it.
+    /// Once an agent of the caller's worked, NIXL is available: a later
+    /// agent that fails to start says nothing about it.
     pub fn nixl_unavailable(&self, failure: &Failure) {
-        self.seen_nixl.store(false, Ordering::Release);
+        if self.seen_nixl.load(Ordering::Acquire) {
+            return;
+        }
         self.rec.emit(&Event::NixlUnavailable(failure));
     }
 
@@ -539,5 +543,58 @@ impl Observer {
         let labels = g.labels.clone();
         groups.insert(name.into_owned(), g);
         (labels, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_agent_failing_to_start_does_not_make_nixl_unavailable() {
+        let o = Observer::new(ObserveSettings::default());
+        o.saw_agent(|| ("a".into(), vec!["UCX".into()]));
+        assert!(o.status().nixl.available);
+        o.nixl_unavailable(&Failure::new(crate::model::Reason::NixlUnavailable, "no plugins"));
+        assert!(o.status().nixl.available, "agent a still works");
+        let fresh = Observer::new(ObserveSettings::default());
+        fresh.nixl_unavailable(&Failure::new(crate::model::Reason::NixlUnavailable, "no plugins"));
+        assert!(!fresh.status().nixl.available);
+    }
+
+    #[test]
+    fn a_failed_call_leaves_an_observed_group_failed_in_status_and_metrics_alike() {
+        let o = Observer::new(ObserveSettings {
+            expect: vec![Expected::new("kv", Kind::Kv, MemType::Dram)],
+            ..Default::default()
+        });
+        o.saw_agent(|| ("a".into(), vec![]));
+        let regions = [Region::new(0x1000, 64, 0)];
+        let call = Call {
+            group: "kv",
+            kind: &Kind::Kv,
+            mem_type: MemType::Dram,
+            device: 0,
+            regions: &regions,
+        };
+        let p = o.begin(&call);
+        o.end(p, &call, None, Outcome::Registered);
+        assert!(o.status().ready);
+        let p = o.begin(&call);
+        o.end(
+            p,
+            &call,
+            None,
+            Outcome::Failed(Failure::new(crate::model::Reason::NixlBackendError, "x")),
+        );
+        let st = o.status();
+        assert!(!st.ready);
+        let text = o.metrics().encode(crate::telemetry::exposition::Format::Text);
+        let registered = text
+            .lines()
+            .find(|l| l.starts_with("nixl_agent_group_registered{"))
+            .unwrap();
+        assert!(registered.ends_with(" 0"), "{registered}");
+        assert_eq!(st.groups[0].descriptors, 1, "the first call's region is still held");
     }
 }

@@ -61,6 +61,11 @@ class group:
     def __init__(self, name, kind=None):
         from . import _native
 
+        for what, v in (("name", name), ("kind", kind)):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"nixl_agent_instrument.group: {what} must be a str, not {type(v).__name__}")
+            if v is not None:
+                v.encode("utf-8")  # lone surrogates: UnicodeEncodeError here, not in NIXL's call
         if kind is None:
             _, kind = _native.name_call("", name, name, None)
         self._chosen = (name, kind)

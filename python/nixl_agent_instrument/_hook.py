@@ -171,7 +171,18 @@ class _Loader:
         _patch(module)
 
     def __getattr__(self, name):
+        # Only called for what this class lacks; never for _loader itself
+        # (copy and pickle build instances without __init__).
+        if name == "_loader" or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
         return getattr(self._loader, name)
+
+    def __reduce__(self):
+        return (_unwrap, (self._loader,))
+
+
+def _unwrap(loader):
+    return loader
 
 
 class _Finder:

@@ -108,6 +108,24 @@ fn settings_name_the_variable_that_is_wrong() {
 }
 
 #[test]
+fn words_are_case_insensitive_and_trimmed_and_the_cap_fits_expect() {
+    let s = Settings::from_env(&env(&[
+        (ENV_VALIDATE, "Enforce"),
+        (ENV_CAPTURE, "ON"),
+        (config::ENV_LISTEN, "OFF"),
+        (ENV_EXPECT, "kv :VRAM, aux"),
+    ]))
+    .unwrap();
+    assert_eq!(s.validation, Validation::Enforce);
+    assert!(s.capture && !s.serve);
+    assert_eq!(s.expect.unwrap()[0].group, "kv");
+    let err = Settings::from_env(&env(&[(ENV_EXPECT, "kv,aux,state"), (ENV_MAX_GROUPS, "2")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(ENV_MAX_GROUPS), "{err}");
+}
+
+#[test]
 fn expect_and_listen_off_parse() {
     let s = Settings::from_env(&env(&[
         (ENV_EXPECT, "kv:DRAM, aux,meta"),

@@ -312,7 +312,10 @@ impl Metrics {
                 if let Err(f) = a.outcome {
                     self.failure(a.labels, f.reason, unix_now());
                 }
-                let registered = a.outcome.is_ok() || a.holding.descriptors > 0;
+                // As the status board says: a group is as good as its last
+                // attempt (a planned group's failed attempt rolled back; an
+                // observed group's failed call leaves it incomplete).
+                let registered = a.outcome.is_ok();
                 self.registered(a.labels, a.holding.descriptors, a.holding.bytes, registered);
                 self.observed_state(
                     a.labels,

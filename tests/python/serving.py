@@ -10,7 +10,7 @@ is deterministic so that both runs can be compared byte for byte.
     python serving.py spin           (registers, then spins in pure Python)
     python serving.py explicit
     python serving.py badcalls [--hold]
-    python serving.py evil [--hold]  (a caller whose module name cannot be read)
+    python serving.py evil [--hold]  (nixl-agent's own lookup fails)
     python serving.py fork [--hold]  (registers, forks, the child registers)
 """
 
@@ -252,20 +252,21 @@ def badcalls(argv):
         hold()
 
 
-class Unprintable:
-    def __str__(self):
-        raise RuntimeError("this module name cannot be printed")
-
-
 def evil(argv):
-    """A caller nixl-agent cannot name (its module's __name__ fails str()):
-    the wrapping fails, the call must go ahead untouched."""
+    """A failure inside nixl-agent's wrapping (its call-site lookup made to
+    raise, as a bug there would): the call must go ahead untouched."""
+    from nixl_agent_instrument import _site
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the call-site lookup cannot be printed")
+
+    _site.group_of = broken
     agent = nixl_agent("evil", nixl_agent_config(backends=["UCX"]))
     buf = np.zeros(AUX_BYTES, dtype=np.uint8)
-    scope = {"__name__": Unprintable(), "agent": agent, "buf": buf}
     for _ in range(3):
-        exec("d = agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, '')], 'DRAM')\nagent.deregister_memory(d)", scope)
-    out("evil caller registered", scope["d"].descCount())
+        d = agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+        agent.deregister_memory(d)
+    out("evil caller registered", d.descCount())
     if "--hold" in argv:
         hold()
 
