@@ -9,6 +9,7 @@ locals: nothing of the caller is kept alive.
 """
 
 import contextvars
+import dis  # loaded with NIXL's module (see _hook._load), not on the first call
 
 from . import _native
 
@@ -28,8 +29,6 @@ def _argument(code, lasti):
     """The name of the variable the call at ``lasti`` passes first, if any."""
     ins = _instructions.get(code)
     if ins is None:
-        import dis
-
         ins = list(dis.get_instructions(code))
         if len(_instructions) < _MAX_SITES:
             _instructions[code] = ins
