@@ -156,21 +156,7 @@ fn a_pod_of_three_ranks_is_one_target_and_one_readiness() {
     }
     // A scrape of the merged pod passes promtool's lint.
     let body = support::get(pod.addr, "/metrics").unwrap().body;
-    let mut lint = Command::new(support::promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = lint.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}");
+    support::assert_promtool_clean(&body);
 
     let prom = prom::Prometheus::start(&[pod.addr], Some(&prom::rules_with_short_for()));
     prom.wait_scraped(&[pod.addr], 3, Duration::from_secs(30));

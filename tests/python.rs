@@ -240,21 +240,7 @@ fn sglang_shaped_process_shows_its_groups_and_is_ready() {
     assert!(series <= 120, "{series} series for kv, aux, state");
     // A live scrape passes promtool's lint.
     let body = support::get(h.addr, "/metrics").unwrap().body;
-    let mut lint = Command::new(support::promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = lint.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success() && said.trim().is_empty(), "promtool: {said}");
+    support::assert_promtool_clean(&body);
     h.finish();
 }
 

@@ -119,6 +119,28 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
+/// `promtool check metrics` on an exposition prints nothing and passes.
+pub fn assert_promtool_clean(body: &str) {
+    let mut lint = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = lint.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {said}"
+    );
+}
+
 /// Scrapes /metrics as text 0.0.4.
 pub fn scrape(addr: SocketAddr) -> Scrape {
     let r = get(addr, "/metrics").expect("scrape /metrics");
