@@ -8,7 +8,8 @@
 #   d. .deps/venv: a Python 3.11 virtualenv (the NIXL wheel is cp311) with
 #      NIXL's Python API (nixl-cu12 + nixl, --no-deps: no torch), numpy,
 #      maturin (builds the nixl_agent_instrument wheel, scripts/python.sh)
-#      and prometheus-client (the peer of the Python benchmark)
+#      prometheus-client (the peer of the Python benchmark) and
+#      kubernetes-validate (tests of deploy/)
 set -euo pipefail
 
 NIXL_WHEEL_VERSION=1.5.1
@@ -21,6 +22,7 @@ APT_PACKAGES=(libclang-dev unzip pkg-config)
 NUMPY_VERSION=2.4.6
 MATURIN_VERSION=1.16.0
 PROMETHEUS_CLIENT_VERSION=0.21.1
+KUBERNETES_VALIDATE_VERSION=1.37.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
@@ -167,7 +169,7 @@ fi
 
 # --- d. the project's Python virtualenv ---------------------------------------
 VENV="$DEPS/venv"
-VENV_STAMP="$VENV/.nixl-agent-venv-${NIXL_WHEEL_VERSION}-${NUMPY_VERSION}-${MATURIN_VERSION}-${PROMETHEUS_CLIENT_VERSION}"
+VENV_STAMP="$VENV/.nixl-agent-venv-${NIXL_WHEEL_VERSION}-${NUMPY_VERSION}-${MATURIN_VERSION}-${PROMETHEUS_CLIENT_VERSION}-${KUBERNETES_VALIDATE_VERSION}"
 find_python311() {
     local c
     for c in python3.11 python3; do
@@ -194,8 +196,9 @@ else
         "$py" -m venv "$VENV"
     fi
     pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
-    log "pip install numpy maturin prometheus-client into .deps/venv"
-    "${pip[@]}" "numpy==$NUMPY_VERSION" "maturin==$MATURIN_VERSION" "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
+    log "pip install numpy maturin prometheus-client kubernetes-validate into .deps/venv"
+    "${pip[@]}" "numpy==$NUMPY_VERSION" "maturin==$MATURIN_VERSION" "prometheus-client==$PROMETHEUS_CLIENT_VERSION" \
+        "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
     nixl_py="$(ls "$WHEEL_DIR"/nixl-"${NIXL_WHEEL_VERSION}"-py3-none-any.whl 2>/dev/null | head -n1 || true)"
     if [ -z "$nixl_py" ]; then
         "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \

@@ -371,7 +371,10 @@ fn every_metric_in_dashboards_and_alerts_is_exported_and_declared() {
         "time_to_ready is absent before readiness"
     );
     for (name, whence) in &used {
-        if name == "up" || name == "nixl_agent_time_to_ready_seconds" {
+        if name == "up"
+            || name == "nixl_agent_time_to_ready_seconds"
+            || nixl_agent::telemetry::names::POD_ONLY.contains(&name.as_str())
+        {
             continue; // Prometheus's own; absent until ready
         }
         let fam = family_of(name);
@@ -409,6 +412,7 @@ fn substitute(expr: &str, instances: &[String], rate_interval: &str) -> String {
         .replace("$job", prom::JOB)
         .replace("$instance", &format!("({})", escaped.join("|")))
         .replace("$group", ".*")
+        .replace("$rank", ".+")
 }
 
 #[test]
@@ -426,9 +430,35 @@ fn every_dashboard_query_returns_data_from_a_live_prometheus() {
             .sum()
             >= 1.0
     });
-    let targets = [healthy.addr, failing.addr];
-    let (h, f) = (healthy.addr.to_string(), failing.addr.to_string());
-    let instances = vec![h.clone(), f.clone()];
+    // A pod of one rank: a library Observer publishes, `nixl-agent pod` serves.
+    let pod_dir = tempfile::tempdir().unwrap();
+    let observer = nixl_agent::Observer::new(nixl_agent::ObserveSettings::default());
+    let _publisher = nixl_agent::pod::publish::Publisher::start(
+        pod_dir.path(),
+        0,
+        observer.metrics().clone(),
+        observer.status_source(),
+    )
+    .unwrap();
+    let pod_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut pod = support::binary()
+        .args(["pod", "--ranks", "1", "--listen", &pod_addr.to_string(), "--dir"])
+        .arg(pod_dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    support::wait_for(Duration::from_secs(10), "the pod agent", || {
+        support::get(pod_addr, "/metrics")
+            .ok()
+            .filter(|r| r.body.contains("nixl_agent_rank_up{"))
+    });
+    let targets = [healthy.addr, failing.addr, pod_addr];
+    let (h, f, p) = (healthy.addr.to_string(), failing.addr.to_string(), pod_addr.to_string());
+    let instances = vec![h.clone(), f.clone(), p.clone()];
     let prom = Prometheus::start(&targets, None);
     prom.wait_scraped(&targets, 6, Duration::from_secs(30));
     let d = dashboard();
@@ -492,6 +522,14 @@ fn every_dashboard_query_returns_data_from_a_live_prometheus() {
             .map(|r| r["value"][1].as_str().unwrap().parse::<f64>().unwrap())
             .collect()
     };
+    assert_eq!(
+        value("Ready per rank", &[("instance", &p), ("rank", "0")]).len(),
+        2,
+        "ready and up"
+    );
+    assert!(values("rank").contains("0"), "rank variable");
+    let _ = pod.kill();
+    let _ = pod.wait();
     assert_eq!(value("Ready", &[("instance", &h)]), [1.0]);
     assert_eq!(value("Ready", &[("instance", &f)]), [0.0]);
     assert_eq!(

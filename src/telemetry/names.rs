@@ -209,6 +209,9 @@ pub const ON_FIRST_USE: &[&str] = &[
     INSTRUMENTATION_ERRORS_TOTAL,
 ];
 
+/// Families only `nixl-agent pod` exports (the pod's own series).
+pub const POD_ONLY: &[&str] = &[RANK_UP, RANKS_EXPECTED];
+
 /// Metric type, as written on the `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Type {
