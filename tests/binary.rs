@@ -115,24 +115,7 @@ fn promtool_check_metrics_is_clean_on_a_live_scrape() {
         if accept.is_some() {
             continue; // promtool check metrics reads the text format
         }
-        let mut child = std::process::Command::new(support::promtool())
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(child.stdin.as_mut().unwrap(), r.body.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let printed = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success() && printed.trim().is_empty(),
-            "promtool check metrics:\n{printed}"
-        );
+        support::assert_promtool_clean(&r.body);
     }
 }
 
