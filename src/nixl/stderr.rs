@@ -204,13 +204,20 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
-        let line = String::from_utf8_lossy(&buf);
-        if let Some(seq) = line.strip_prefix(MARKER).and_then(|r| r.trim().parse::<u64>().ok()) {
+        // The marker may follow a line the program left unfinished (a
+        // progress bar's `\r`): what precedes it is the program's, byte for
+        // byte, and goes through as it is.
+        let (content, seq) = split_marker(&buf);
+        if let Some(seq) = seq {
+            if !content.is_empty() {
+                let _ = out.write_all(content);
+            }
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.closed[stream] = st.closed[stream].max(seq);
             shared.cv.notify_all();
             continue;
         }
+        let line = String::from_utf8_lossy(&buf);
         let _ = out.write_all(&buf);
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.open && st.lines.len() < diagnose::MAX_LINES {
@@ -219,6 +226,22 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
                 st.lines.push(l);
             }
         }
+    }
+}
+
+/// Splits a line read from the pipe into the program's bytes before an
+/// in-band end marker and the marker's sequence number, if it holds one.
+fn split_marker(buf: &[u8]) -> (&[u8], Option<u64>) {
+    let m = MARKER.as_bytes();
+    let Some(at) = buf.windows(m.len()).position(|w| w == m) else {
+        return (buf, None);
+    };
+    let seq = std::str::from_utf8(&buf[at + m.len()..])
+        .ok()
+        .and_then(|r| r.trim().parse::<u64>().ok());
+    match seq {
+        Some(seq) => (&buf[..at], Some(seq)),
+        None => (buf, None),
     }
 }
 
@@ -256,6 +279,21 @@ mod tests {
         // Safety: `bytes` is valid for its length; fd is open in this test.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         assert_eq!(n, bytes.len() as isize);
+    }
+
+    #[test]
+    fn an_end_marker_after_an_unfinished_line_leaves_the_line_as_it_was() {
+        let marker = format!("{MARKER}7\n");
+        assert_eq!(split_marker(marker.as_bytes()), (&b""[..], Some(7)));
+        let after_progress = format!("progress 50%\r{MARKER}8\n");
+        assert_eq!(
+            split_marker(after_progress.as_bytes()),
+            (&b"progress 50%\r"[..], Some(8))
+        );
+        assert_eq!(split_marker(b"an ordinary line\n"), (&b"an ordinary line\n"[..], None));
+        // A look-alike without a sequence number is the program's.
+        let fake = format!("{MARKER}x\n");
+        assert_eq!(split_marker(fake.as_bytes()).1, None);
     }
 
     #[test]
