@@ -77,13 +77,8 @@ pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
 /// `nixl-agent pod`: serves the pod directory until SIGTERM/SIGINT; the
 /// exit code (0, 1 when the port cannot be bound).
 pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    // The binary's own log (format, NIXL_AGENT_LOG filter); no spans to export.
+    let _traces = crate::telemetry::logs::init(config, None);
     let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -585,8 +585,13 @@ pub(crate) fn validate_group_words(
     if backends.is_empty() {
         return Err(invalid(key("backends"), "needs at least one backend, e.g. [\"UCX\"]"));
     }
+    validate_backends(backends, &key("backends"))
+}
+
+/// Backend names (`UCX`, `GDS`), as the `backend` label takes them.
+pub(crate) fn validate_backends(backends: &[String], key: &str) -> Result<(), ConfigError> {
     for b in backends {
-        check_word(&key("backends"), b, 32, |c| c.is_ascii_alphanumeric() || c == '_')?;
+        check_word(key, b, 32, |c| c.is_ascii_alphanumeric() || c == '_')?;
     }
     Ok(())
 }

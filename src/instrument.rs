@@ -138,7 +138,10 @@ impl Settings {
             None => vec![config::DEFAULT_BACKEND.to_string()],
             Some(v) => v.split('+').map(str::to_string).collect(),
         };
-        config::validate_group_words("g", "k", &backends, &|_| ENV_BACKEND.to_string())?;
+        if backends.is_empty() || backends.iter().any(String::is_empty) {
+            return Err(invalid(ENV_BACKEND, "names at least one backend, e.g. UCX"));
+        }
+        config::validate_backends(&backends, ENV_BACKEND)?;
         let expect = match env.var(ENV_EXPECT) {
             None => None,
             Some(v) => Some(parse_expect(&v)?),
@@ -209,7 +212,9 @@ impl Env for EnvWithout<'_> {
     }
 }
 
-fn mem_type_word(word: &str) -> Option<MemType> {
+/// The memory type a word of NIXL's Python API names (`DRAM`/`cpu`,
+/// `VRAM`/`cuda`), if any.
+pub fn mem_type_word(word: &str) -> Option<MemType> {
     match word {
         "DRAM" | "dram" | "cpu" => Some(MemType::Dram),
         "VRAM" | "vram" | "cuda" => Some(MemType::Vram),
@@ -280,9 +285,8 @@ pub struct CallSite<'a> {
     pub module: &'a str,
     /// The caller's function (qualified name where the language has one).
     pub function: &'a str,
-    /// The caller's local variable holding what was passed, when one does.
+    /// The variable the call passes first, when it passes one.
     pub argument: Option<&'a str>,
-    pub mem_type: MemType,
 }
 
 /// The well-known kind a word names (`kv_addrs` → kv), if any.

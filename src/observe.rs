@@ -232,7 +232,7 @@ impl Observer {
     /// The name becomes the `backend` label when it follows the label rules,
     /// else it is not recorded.
     pub fn backend(&self, name: &str, result: Result<Duration, Failure>) {
-        if config::validate_group_words("g", "k", &[name.to_string()], &|f| f.to_string()).is_err() {
+        if config::validate_backends(&[name.to_string()], "backend").is_err() {
             return;
         }
         match &result {

@@ -13,18 +13,9 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn venv_bin(name: &str) -> PathBuf {
-    let python = std::env::var_os("NIXL_AGENT_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".deps/venv/bin/python"));
-    let p = python.with_file_name(name);
-    assert!(p.exists(), "{}: run `bash scripts/setup.sh`", p.display());
-    p
-}
-
 /// Every document of a YAML file, as JSON (PyYAML from the venv).
 fn documents(rel: &str) -> Vec<Value> {
-    let out = Command::new(venv_bin("python"))
+    let out = Command::new(support::venv_bin("python"))
         .args([
             "-c",
             "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))",
@@ -69,7 +60,7 @@ fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 #[test]
 fn core_objects_validate_against_the_kubernetes_schemas() {
     for file in ["deploy/serving.yaml", "deploy/canary.yaml"] {
-        let out = Command::new(venv_bin("kubernetes-validate"))
+        let out = Command::new(support::venv_bin("kubernetes-validate"))
             .arg("--strict")
             .arg(repo().join(file))
             .output()

@@ -117,39 +117,33 @@ fn readme_embedding_code_comes_from_the_example() {
     assert!(checked > 10, "README Embedding shows too little code ({checked} lines)");
 }
 
+/// The block of README between `<!-- FILE -->` and `<!-- end FILE -->`
+/// equals the committed FILE, the output of `command`.
+fn assert_readme_block_is(file: &str, command: &str) {
+    let readme = read("README.md");
+    let block = readme
+        .split(&format!("<!-- {file} -->\n"))
+        .nth(1)
+        .and_then(|s| s.split(&format!("\n<!-- end {file} -->")).next())
+        .unwrap_or_else(|| panic!("README has no block of {file}"));
+    assert_eq!(
+        block.trim(),
+        read(file).trim(),
+        "README differs from {file}: rerun `{command}` and copy it"
+    );
+}
+
 /// The benchmark figures in README are the committed output of `make bench`.
 #[test]
 fn readme_benchmark_block_is_the_committed_bench_output() {
-    let readme = read("README.md");
-    let latest = read("bench/results/latest.md");
-    let block = readme
-        .split("<!-- bench/results/latest.md -->\n")
-        .nth(1)
-        .and_then(|s| s.split("\n<!-- end bench/results/latest.md -->").next())
-        .expect("README Performance has the bench block");
-    assert_eq!(
-        block.trim(),
-        latest.trim(),
-        "README differs from bench/results/latest.md: rerun `make bench` and copy it"
-    );
+    assert_readme_block_is("bench/results/latest.md", "make bench");
 }
 
 /// The Python benchmark figures in README are the committed output of
 /// `make bench-python`.
 #[test]
 fn readme_python_benchmark_block_is_the_committed_output() {
-    let readme = read("README.md");
-    let committed = read("bench/results/python.md");
-    let block = readme
-        .split("<!-- bench/results/python.md -->\n")
-        .nth(1)
-        .and_then(|s| s.split("\n<!-- end bench/results/python.md -->").next())
-        .expect("README Python serving processes has the bench block");
-    assert_eq!(
-        block.trim(),
-        committed.trim(),
-        "README differs from bench/results/python.md: rerun `make bench-python` and copy it"
-    );
+    assert_readme_block_is("bench/results/python.md", "make bench-python");
 }
 
 /// README's Python settings table names exactly the variables the

@@ -9,23 +9,13 @@ mod prom;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn python() -> PathBuf {
-    std::env::var_os("NIXL_AGENT_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".deps/venv/bin/python"))
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
 /// One rank: the SGLang-shaped program, held after registering.
@@ -35,8 +25,8 @@ struct RankProcess {
 
 impl RankProcess {
     fn start(dir: &Path, rank: u32) -> RankProcess {
-        let mut c = Command::new(python().with_file_name("nixl-agent-instrument"));
-        c.arg(python())
+        let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
+        c.arg(support::python())
             .arg(repo().join("tests/python/serving.py"))
             .args(["sglang", "--hold"]);
         for (k, _) in std::env::vars() {
@@ -85,7 +75,7 @@ struct PodAgent {
 
 impl PodAgent {
     fn start(dir: &Path, ranks: u32) -> PodAgent {
-        let addr = free_port();
+        let addr = support::free_port();
         let child = support::binary()
             .args([
                 "pod",

@@ -7,7 +7,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,47 +17,19 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The project's virtualenv python, with the wheel installed (make test).
-fn python() -> PathBuf {
-    let p = std::env::var_os("NIXL_AGENT_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".deps/venv/bin/python"));
-    assert!(
-        p.exists(),
-        "{}: no virtualenv python; run `make python` (make test does)",
-        p.display()
-    );
-    p
-}
-
-fn launcher() -> PathBuf {
-    let p = python().with_file_name("nixl-agent-instrument");
-    assert!(
-        p.exists(),
-        "{}: the wheel is not installed; run `make python`",
-        p.display()
-    );
-    p
-}
-
 fn program() -> String {
     repo().join("tests/python/serving.py").display().to_string()
-}
-
-fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 /// The command for `serving.py args`, bare or under the launcher, with a
 /// clean NIXL_AGENT_* environment.
 fn command(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = if instrumented {
-        let mut c = Command::new(launcher());
-        c.arg(python());
+        let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
+        c.arg(support::python());
         c
     } else {
-        Command::new(python())
+        Command::new(support::python())
     };
     c.arg(program()).args(args);
     for (k, _) in std::env::vars() {
@@ -84,7 +56,7 @@ struct Held {
 
 impl Held {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Held {
-        let addr = free_port();
+        let addr = support::free_port();
         let listen = addr.to_string();
         let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str())];
         all.extend_from_slice(env);
@@ -417,7 +389,7 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
 
 #[test]
 fn two_instrumented_agents_complete_a_real_transfer() {
-    let addr = free_port().to_string();
+    let addr = support::free_port().to_string();
     let (out, _) = run(true, &["transfer"], &[("NIXL_AGENT_LISTEN", &addr)]);
     assert!(out.contains("transfer DONE bytes match"), "{out}");
 }
@@ -491,7 +463,7 @@ fn stdout_and_stderr_are_byte_identical_when_capture_is_off() {
             .map(|&instrumented| {
                 let dir = tempfile::tempdir().unwrap();
                 let (o, e) = (dir.path().join("out"), dir.path().join("err"));
-                let addr = free_port().to_string();
+                let addr = support::free_port().to_string();
                 let status = command(instrumented, args, &[("NIXL_AGENT_LISTEN", &addr)])
                     .stdin(Stdio::null())
                     .stdout(std::fs::File::create(&o).unwrap())
@@ -541,7 +513,7 @@ fn stdout_and_stderr_are_byte_identical_when_capture_is_off() {
 
 #[test]
 fn explicit_api_names_the_group_without_the_launcher() {
-    let addr = free_port().to_string();
+    let addr = support::free_port().to_string();
     let (out, _) = run(false, &["explicit"], &[("NIXL_AGENT_LISTEN", &addr)]);
     assert!(
         out.contains(
@@ -556,7 +528,7 @@ fn explicit_api_names_the_group_without_the_launcher() {
 fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off() {
     // NIXL_AGENT_INSTRUMENT=1 alone: the wheel's .pth file boots the hook.
     let mut c = command(false, &["vllm", "--hold"], &[]);
-    let addr = free_port();
+    let addr = support::free_port();
     c.env("NIXL_AGENT_INSTRUMENT", "1")
         .env("NIXL_AGENT_LISTEN", addr.to_string());
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
@@ -572,7 +544,7 @@ fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off
     assert!(child.wait().unwrap().success());
 
     // The launcher with NIXL_AGENT_INSTRUMENT=off: nothing is served.
-    let addr = free_port();
+    let addr = support::free_port();
     let mut c = command(true, &["vllm", "--hold"], &[("NIXL_AGENT_INSTRUMENT", "off")]);
     c.env("NIXL_AGENT_LISTEN", addr.to_string());
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
@@ -602,8 +574,8 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
         extra[0]
     );
 
-    let out = Command::new(launcher())
-        .arg(python())
+    let out = Command::new(support::venv_bin("nixl-agent-instrument"))
+        .arg(support::python())
         .args([
             "-c",
             "import sys; print('nixl' in sys.modules, 'nixl_cu12' in sys.modules)",
@@ -612,10 +584,15 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "False False");
     // No command: usage and exit 2; an unknown command: 127.
-    let out = Command::new(launcher()).output().unwrap();
+    let out = Command::new(support::venv_bin("nixl-agent-instrument"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("usage: nixl-agent-instrument"));
-    let out = Command::new(launcher()).arg("no-such-command-here").output().unwrap();
+    let out = Command::new(support::venv_bin("nixl-agent-instrument"))
+        .arg("no-such-command-here")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found: no-such-command-here"));
 }
@@ -647,7 +624,7 @@ fn bad_calls_raise_the_same_errors_and_count_as_invalid_argument() {
 fn each_observed_call_is_its_own_trace() {
     let rx = support::otlp::Receiver::start();
     let endpoint = rx.endpoint();
-    let addr = free_port().to_string();
+    let addr = support::free_port().to_string();
     run(
         true,
         &["sglang", "--null-aux"],

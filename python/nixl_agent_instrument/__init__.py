@@ -67,7 +67,7 @@ class group:
             if v is not None:
                 v.encode("utf-8")  # lone surrogates: UnicodeEncodeError here, not in NIXL's call
         if kind is None:
-            _, kind = _native.name_call("", name, name, None)
+            _, kind = _native.name_call("", name, name)
         self._chosen = (name, kind)
         self._tokens = []
 

@@ -63,14 +63,12 @@ def group_of(frame, args, kwargs):
     hit = _sites.get(key)
     if hit is not None:
         return hit
-    mem_type = args[1] if len(args) > 1 else kwargs.get("mem_type")
     module = frame.f_globals.get("__name__", "")
     function = getattr(code, "co_qualname", code.co_name)
     hit = _native.name_call(
         module if isinstance(module, str) else "",
         function,
         _argument(code, frame.f_lasti),
-        mem_type if isinstance(mem_type, str) else None,
     )
     if len(_sites) < _MAX_SITES:
         _sites[key] = hit

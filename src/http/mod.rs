@@ -97,8 +97,13 @@ async fn livez(State(s): State<AppState>) -> Response {
     }
 }
 
+/// Whether a /readyz query asks for the checks (`?verbose`).
+pub(crate) fn wants_verbose(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")))
+}
+
 async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {
-    let verbose = query.is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose=")));
+    let verbose = wants_verbose(query.as_deref());
     let (ready, body) = {
         let st = s.status.borrow();
         let ready = st.ready;
@@ -127,11 +132,11 @@ async fn status(State(s): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn dashboard() -> Response {
+pub(crate) async fn dashboard() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], DASHBOARD_JSON).into_response()
 }
 
-async fn alert_rules() -> Response {
+pub(crate) async fn alert_rules() -> Response {
     ([(header::CONTENT_TYPE, "application/yaml")], ALERT_RULES_YAML).into_response()
 }
 

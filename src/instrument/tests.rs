@@ -5,12 +5,11 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
-fn site<'a>(module: &'a str, function: &'a str, argument: Option<&'a str>, mem_type: MemType) -> CallSite<'a> {
+fn site<'a>(module: &'a str, function: &'a str, argument: Option<&'a str>) -> CallSite<'a> {
     CallSite {
         module,
         function,
         argument,
-        mem_type,
     }
 }
 
@@ -25,7 +24,7 @@ fn sglang_buffers_are_named_by_what_they_hold() {
         ("staging_addrs", "staging", Kind::Custom("staging".into())),
     ] {
         assert_eq!(
-            name_call(&site(m, f, Some(arg), MemType::Dram), &[]),
+            name_call(&site(m, f, Some(arg)), &[]),
             (group.to_string(), kind),
             "{arg}"
         );
@@ -38,22 +37,16 @@ fn vllm_dynamo_and_unknown_callers_get_stable_names() {
         "vllm.distributed.kv_transfer.kv_connector.v1.nixl_connector",
         "NixlConnectorWorker.register_kv_caches",
         Some("descs"),
-        MemType::Vram,
     );
     assert_eq!(name_call(&vllm, &[]), ("kv".into(), Kind::Kv));
-    let dynamo = site(
-        "dynamo.nixl_connect",
-        "Connector._register",
-        Some("descs"),
-        MemType::Vram,
-    );
+    let dynamo = site("dynamo.nixl_connect", "Connector._register", Some("descs"));
     assert_eq!(name_call(&dynamo, &[]).0, "nixl_connect");
-    let other = site("__main__", "Server.Setup-Buffers", Some("regions"), MemType::Dram);
+    let other = site("__main__", "Server.Setup-Buffers", Some("regions"));
     assert_eq!(
         name_call(&other, &[]),
         ("setup_buffers".into(), Kind::Custom("buffer".into()))
     );
-    let lambda = site("__main__", "<lambda>", None, MemType::Dram);
+    let lambda = site("__main__", "<lambda>", None);
     assert_eq!(name_call(&lambda, &[]).0, "lambda");
 }
 
@@ -61,13 +54,10 @@ fn vllm_dynamo_and_unknown_callers_get_stable_names() {
 fn overrides_match_the_call_site_or_the_derived_name() {
     let o = parse_groups("__main__:setup=kvcache:kv, setup_buffers=meta").unwrap();
     assert_eq!(
-        name_call(&site("__main__", "setup", None, MemType::Vram), &o),
+        name_call(&site("__main__", "setup", None), &o),
         ("kvcache".into(), Kind::Kv)
     );
-    assert_eq!(
-        name_call(&site("__main__", "Setup.setup_buffers", None, MemType::Dram), &o).0,
-        "meta"
-    );
+    assert_eq!(name_call(&site("__main__", "Setup.setup_buffers", None), &o).0, "meta");
     let err = parse_groups("setup=bad group").unwrap_err().to_string();
     assert!(err.contains(ENV_GROUPS) && err.contains("bad group"), "{err}");
     assert!(parse_groups("no-equals-sign").is_err());

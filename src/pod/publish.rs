@@ -12,7 +12,7 @@ use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;
 use std::fs::{self, File};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -23,7 +23,6 @@ pub const VERSION: u32 = 1;
 /// The publishing thread; stops when dropped.
 pub struct Publisher {
     stop: Arc<AtomicBool>,
-    path: PathBuf,
 }
 
 impl Publisher {
@@ -42,7 +41,7 @@ impl Publisher {
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.
         let mut last = write(&path, &tmp, rank, &metrics, &status())?;
-        let (stop2, path2) = (stop.clone(), path.clone());
+        let stop2 = stop.clone();
         std::thread::Builder::new()
             .name("nixl-agent-publish".into())
             .spawn(move || {
@@ -52,25 +51,20 @@ impl Publisher {
                     let st = status();
                     let changed = metrics.generation() != last.generation || st.ready != last.ready;
                     if changed || touched.elapsed() >= super::HEARTBEAT * 4 {
-                        if let Ok(w) = write(&path2, &tmp, rank, &metrics, &st) {
+                        if let Ok(w) = write(&path, &tmp, rank, &metrics, &st) {
                             last = w;
                         }
                         touched = Instant::now();
                     } else if touched.elapsed() >= super::HEARTBEAT {
                         let _ = File::options()
                             .write(true)
-                            .open(&path2)
+                            .open(&path)
                             .and_then(|f| f.set_modified(SystemTime::now()));
                         touched = Instant::now();
                     }
                 }
             })?;
-        Ok(Publisher { stop, path })
-    }
-
-    /// The rank's file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Publisher { stop })
     }
 }
 

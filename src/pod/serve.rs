@@ -7,7 +7,7 @@
 
 use super::merge::{self, Check, Rank};
 use crate::config::HttpConfig;
-use crate::http::{ALERT_RULES_PATH, ALERT_RULES_YAML, DASHBOARD_JSON, DASHBOARD_PATH};
+use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
 use crate::telemetry::exposition::{self, Format};
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::names::{self, Family};
@@ -143,14 +143,8 @@ pub fn router(view: PodState) -> Router {
         .route("/livez", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/v1/status", get(status))
-        .route(
-            DASHBOARD_PATH,
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], DASHBOARD_JSON) }),
-        )
-        .route(
-            ALERT_RULES_PATH,
-            get(|| async { ([(header::CONTENT_TYPE, "application/yaml")], ALERT_RULES_YAML) }),
-        )
+        .route(DASHBOARD_PATH, get(http::dashboard))
+        .route(ALERT_RULES_PATH, get(http::alert_rules))
         .with_state(view)
 }
 
@@ -162,7 +156,7 @@ async fn metrics(State(v): State<PodState>) -> Response {
 async fn readyz(State(v): State<PodState>, RawQuery(q): RawQuery) -> Response {
     let view = v.borrow().clone();
     let mut body = String::new();
-    if q.is_some_and(|q| q.split('&').any(|kv| kv == "verbose" || kv.starts_with("verbose="))) {
+    if http::wants_verbose(q.as_deref()) {
         for c in &view.checks {
             match c.failure {
                 None => body.push_str(&format!("[+]rank:{} ok\n", c.rank)),
@@ -195,11 +189,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     dir: PathBuf,
     expected: u32,
-    http: HttpConfig,
+    limits: HttpConfig,
     stop: watch::Receiver<bool>,
 ) {
     let (tx, rx) = watch::channel(Arc::new(PodView::default()));
     let watcher = tokio::spawn(watch_dir(dir, expected, tx));
-    crate::http::server::serve(listener, router(rx), http, stop).await;
+    http::server::serve(listener, router(rx), limits, stop).await;
     watcher.abort();
 }

@@ -40,6 +40,27 @@ pub fn promtool() -> PathBuf {
     required_path("PROMTOOL", ".deps/prometheus/usr/bin/promtool")
 }
 
+/// The project's virtualenv python (scripts/setup.sh), with the
+/// nixl_agent_instrument wheel installed by `make python` / `make test`.
+pub fn python() -> PathBuf {
+    required_path("NIXL_AGENT_PYTHON", ".deps/venv/bin/python")
+}
+
+/// A program of that virtualenv (`nixl-agent-instrument`, `kubernetes-validate`).
+pub fn venv_bin(name: &str) -> PathBuf {
+    let p = python().with_file_name(name);
+    assert!(p.exists(), "{}: run `make python` (make test does)", p.display());
+    p
+}
+
+/// A loopback address nothing listens on (bound, then released).
+pub fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 /// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let end = Instant::now() + timeout;

@@ -237,7 +237,7 @@ fn agent_created(name: String, plugins: Vec<String>) {
 /// `nixl_agent.__init__` raised.
 #[pyfunction]
 fn agent_failed(py: Python<'_>, error: &Bound<'_, PyAny>) {
-    let failure = failure_of(py, error, Reason::NixlUnavailable);
+    let failure = failure_of(error, Reason::NixlUnavailable);
     guarded(Hooked::Init, || {
         running()?.observer.nixl_unavailable(&failure);
         Some(())
@@ -250,7 +250,7 @@ fn agent_failed(py: Python<'_>, error: &Bound<'_, PyAny>) {
 fn backend(py: Python<'_>, name: &str, seconds: f64, error: Option<&Bound<'_, PyAny>>) {
     let result = match error {
         None => Ok(Duration::from_secs_f64(seconds.max(0.0))),
-        Some(e) => Err(failure_of(py, e, Reason::BackendInitFailed)),
+        Some(e) => Err(failure_of(e, Reason::BackendInitFailed)),
     };
     guarded(Hooked::CreateBackend, || {
         running()?.observer.backend(name, result);
@@ -268,42 +268,33 @@ fn hook_failed(operation: &str, message: &str) {
 
 /// The group and kind of a call site (see `nixl_agent::instrument::name_call`).
 #[pyfunction]
-#[pyo3(signature = (module, function, argument=None, mem_type=None))]
-fn name_call(module: &str, function: &str, argument: Option<&str>, mem_type: Option<&str>) -> (String, String) {
+#[pyo3(signature = (module, function, argument=None))]
+fn name_call(module: &str, function: &str, argument: Option<&str>) -> (String, String) {
     let overrides = match settings() {
         Ok(s) => s.groups.as_slice(),
         Err(_) => &[],
     };
-    let mem_type = mem_type.and_then(mem_type_word).unwrap_or(MemType::Dram);
     let (group, kind) = instrument::name_call(
         &CallSite {
             module,
             function,
             argument,
-            mem_type,
         },
         overrides,
     );
     (group, kind.as_str().to_string())
 }
 
-fn mem_type_word(w: &str) -> Option<MemType> {
-    match w {
-        "DRAM" | "cpu" => Some(MemType::Dram),
-        "VRAM" | "cuda" => Some(MemType::Vram),
-        _ => None,
-    }
-}
+use instrument::mem_type_word;
 
 /// `Failure` from a Python exception: its class names the reason.
-fn failure_of(py: Python<'_>, error: &Bound<'_, PyAny>, fallback: Reason) -> Failure {
+fn failure_of(error: &Bound<'_, PyAny>, fallback: Reason) -> Failure {
     let class = error
         .get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "Exception".into());
     let text = error.str().map(|s| s.to_string()).unwrap_or_default();
-    let _ = py;
     let reason = match instrument::reason_of_exception(&class) {
         Reason::Unknown => fallback,
         r => r,
@@ -541,7 +532,7 @@ fn register<'py>(
     let result = call_through(func, self_, args, kwargs);
     let outcome = match &result {
         Ok(_) => Outcome::Registered,
-        Err(e) => Outcome::Failed(failure_of(py, e.value(py).as_any(), Reason::Unknown)),
+        Err(e) => Outcome::Failed(failure_of(e.value(py).as_any(), Reason::Unknown)),
     };
     guarded(Hooked::RegisterMemory, || {
         r.observer.end(pending, &call, finding, outcome);
@@ -573,7 +564,7 @@ fn deregister<'py>(
         let failure = result
             .as_ref()
             .err()
-            .map(|e| failure_of(py, e.value(py).as_any(), Reason::Unknown));
+            .map(|e| failure_of(e.value(py).as_any(), Reason::Unknown));
         guarded(Hooked::DeregisterMemory, || {
             r.observer.deregistered(first, count, elapsed, failure);
             Some(())
