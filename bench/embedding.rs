@@ -11,7 +11,7 @@
 //! process (nixl-agent's own memory; there is no second UCX context).
 
 use crate::common::{load_nixl, median, ms, proc_status_kib, Arena};
-use nixl_agent::{Descriptor, Kind, MemType, ObserveSettings, Observer, Region};
+use nixl_agent::{Descriptor, Kind, MemType, ObserveSettings, ObservedAgent, Observer, Region};
 use nixl_sys::{Agent, AgentConfig, OptArgs, RegistrationHandle};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
@@ -53,7 +53,7 @@ impl Report {
 struct Bench {
     agent: Agent,
     opts: OptArgs,
-    observer: Observer,
+    observed: ObservedAgent,
 }
 
 impl Bench {
@@ -64,7 +64,7 @@ impl Bench {
         for d in &descs {
             let h = match contender {
                 "direct" => self.agent.register_memory(d, Some(&self.opts)),
-                _ => self.observer.register(&self.agent, "kv", Kind::Kv, d, Some(&self.opts)),
+                _ => self.observed.register("kv", Kind::Kv, d, Some(&self.opts)),
             };
             handles.push(h.map_err(|e| format!("{contender} register: {e}"))?);
         }
@@ -78,7 +78,7 @@ impl Bench {
             let d = Descriptor::new(*r, MemType::Dram);
             match contender {
                 "direct" => h.deregister(),
-                _ => self.observer.deregister("kv", Kind::Kv, &d, &mut h),
+                _ => self.observed.deregister(&d, &mut h),
             }
             .map_err(|e| format!("{contender} deregister: {e}"))?;
         }
@@ -102,7 +102,8 @@ pub fn worker_main(first: &str, sizes: &[usize], reps: usize) -> Result<(), Stri
     let max = sizes.iter().copied().max().unwrap_or(1);
     let arena = Arena::new(max * REGION);
     let observer = Observer::new(ObserveSettings::default());
-    let b = Bench { agent, opts, observer };
+    let observed = observer.agent(&agent);
+    let b = Bench { agent, opts, observed };
 
     let regions = arena.regions(max, REGION);
     let (cold, handles) = b.register(first, &regions)?;

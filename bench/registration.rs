@@ -386,7 +386,7 @@ impl AgentPath {
         let report = driver.run();
         let end = Instant::now();
         let m = marks.get();
-        let snapshot = rec.board().snapshot();
+        let snapshot = rec.ledger().snapshot();
         if report.deregistered != n || report.failed != 0 {
             let g = snapshot.groups.first();
             return Err(format!(

@@ -18,7 +18,8 @@
 
 use axum::routing::get;
 use nixl_agent::{
-    Config, Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, Observer, Plan, Region,
+    Config, Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, ObservedAgent, Observer, Plan,
+    Region,
 };
 use nixl_sys::{Agent, OptArgs, XferDescList, XferOp, XferStatus};
 use std::time::{Duration, Instant};
@@ -125,8 +126,8 @@ async fn main() -> Result<(), Error> {
         }
         Drain::Observed(observer, mut handles) => {
             let mut n = 0;
-            for (group, kind, desc, handle) in &mut handles {
-                observer.deregister(group, kind.clone(), desc, handle)?;
+            for (desc, handle) in &mut handles {
+                observer.deregister(desc, handle)?;
                 n += 1;
             }
             (n, 0)
@@ -155,11 +156,8 @@ async fn main() -> Result<(), Error> {
 
 /// What must be drained before the buffers go.
 enum Drain {
-    Lifecycle(nixl_agent::LifecycleHandle),
-    Observed(
-        Observer,
-        Vec<(&'static str, Kind, Descriptor, nixl_sys::RegistrationHandle)>,
-    ),
+    Lifecycle(Box<nixl_agent::LifecycleHandle>),
+    Observed(ObservedAgent, Vec<(Descriptor, nixl_sys::RegistrationHandle)>),
 }
 
 /// Lifecycle mode: nixl-agent registers the plan on the process's agent.
@@ -197,21 +195,21 @@ async fn lifecycle(
     if !running.wait_ready(Duration::from_secs(30)).await {
         return Err(format!("not ready: {:?}", running.status().groups).into());
     }
-    Ok((running.router(), Drain::Lifecycle(running)))
+    Ok((running.router(), Drain::Lifecycle(Box::new(running))))
 }
 
 /// Observe mode: the process registers through its own agent; nixl-agent
 /// records each call and hands back what nixl-sys returned.
 fn observed(agent: &Agent, kv: &[u8], aux: &[u8]) -> Result<(axum::Router, Drain), Error> {
     let observer = Observer::new(ObserveSettings {
-        expect: vec![
-            Expected::new("kv", Kind::Kv, MemType::Dram),
-            Expected::new("aux", Kind::Aux, MemType::Dram),
-        ],
+        expect: vec![Expected::new("kv", Kind::Kv), Expected::new("aux", Kind::Aux)],
         ..ObserveSettings::default()
     });
     let mut opts = OptArgs::new()?;
     opts.add_backend(&agent.get_backend("UCX").ok_or("no UCX backend")?)?;
+    // The agent is an identity of the recording: deregistration finds the
+    // registration made on it, and dropping `on_agent` releases its holdings.
+    let on_agent = observer.agent(agent);
     let mut handles = Vec::new();
     let buffers = kv
         .chunks(BLOCK)
@@ -219,11 +217,11 @@ fn observed(agent: &Agent, kv: &[u8], aux: &[u8]) -> Result<(axum::Router, Drain
         .chain([("aux", Kind::Aux, aux)]);
     for (group, kind, buf) in buffers {
         let desc = Descriptor::host(buf);
-        let handle = observer.register(agent, group, kind.clone(), &desc, Some(&opts))?;
-        handles.push((group, kind, desc, handle));
+        let handle = on_agent.register(group, kind, &desc, Some(&opts))?;
+        handles.push((desc, handle));
     }
     if !observer.status().ready {
         return Err(format!("not ready: {:?}", observer.status().groups).into());
     }
-    Ok((observer.router(), Drain::Observed(observer, handles)))
+    Ok((observer.router(), Drain::Observed(on_agent, handles)))
 }

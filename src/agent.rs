@@ -29,7 +29,7 @@ use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
 use crate::lifecycle::watchdog::{Heartbeat, Watchdog};
 use crate::nixl::{self, Discovery, NixlRegistrar, NotFound, StderrTap};
-use crate::observe::{ObserveSettings, Observer};
+use crate::observe::{GroupConflict, ObserveSettings, Observer};
 use crate::plan::Plan;
 use crate::record::Recorder;
 use crate::status::Status;
@@ -207,7 +207,7 @@ impl Prepared {
         let rec = Recorder::new(&build, nixl::status_of(&loaded, searched), started);
         let app = http::router(AppState {
             metrics: rec.metrics().clone(),
-            status: rec.board().subscribe(),
+            ledger: rec.ledger().clone(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let server = listener.map(|(l, local)| {
@@ -222,7 +222,7 @@ impl Prepared {
         let watchdog = Watchdog::new(
             beat.clone(),
             config.nixl_call_timeout,
-            plan.groups.iter().map(|g| g.labels()).collect(),
+            plan.groups.iter().map(|g| g.name.clone()).collect(),
         );
         let make = move || match agent {
             Some(a) => NixlRegistrar::on_agent(a, loaded).with_tap(tap),
@@ -311,9 +311,9 @@ impl LifecycleHandle {
         self.router.clone()
     }
 
-    /// A copy of the recorded status.
-    pub fn status(&self) -> Status {
-        self.rec.board().snapshot()
+    /// The recorded state now (the snapshot /v1/status serves).
+    pub fn status(&self) -> Arc<Status> {
+        self.rec.ledger().snapshot()
     }
 
     /// The metrics registry (encode it into the caller's own endpoint with
@@ -324,8 +324,11 @@ impl LifecycleHandle {
 
     /// Observe mode on the same recording: calls the caller makes itself
     /// show up beside the plan's groups, in the same metrics and status.
-    pub fn observer(&self, settings: ObserveSettings) -> Observer {
-        Observer::with_recorder(self.rec.clone(), settings)
+    /// Refused when an expected group has the name of a planned one (a
+    /// name has one owner); a call naming a planned group is recorded
+    /// under `other`.
+    pub fn observer(&self, settings: ObserveSettings) -> Result<Observer, GroupConflict> {
+        Observer::with_recorder(self.rec.clone(), settings, Box::new(nixl::SystemProbe))
     }
 
     /// Deregisters and registers again one group, or every group with
@@ -346,10 +349,7 @@ impl LifecycleHandle {
 
     /// Waits until the lifecycle is ready or `timeout` passes; returns readiness.
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
-        let mut rx = self.rec.board().subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|s| s.ready))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        self.rec.ledger().wait_for(timeout, |s| s.ready).await
     }
 
     /// Not ready at once, deregisters everything within the grace period,
@@ -386,9 +386,9 @@ impl LifecycleHandle {
     fn still_registered(&self) -> Vec<(String, usize)> {
         self.status()
             .groups
-            .into_iter()
+            .iter()
             .filter(|g| g.descriptors > 0)
-            .map(|g| (g.name, g.descriptors))
+            .map(|g| (g.name.clone(), g.descriptors))
             .collect()
     }
 }
@@ -417,5 +417,24 @@ impl Drop for LifecycleHandle {
         }
         // The server and the watchdog stop only now: the drain stays watched.
         let _ = self.stop.send(true);
+    }
+}
+
+impl Observer {
+    /// /metrics, /livez, /readyz, /v1/status, the dashboard and the rules
+    /// of this observer's recording, for the caller's own axum server. (A
+    /// front-end builds the router; observe mode knows nothing of HTTP.)
+    pub fn router(&self) -> axum::Router {
+        let rec = self.recorder();
+        http::router(AppState {
+            metrics: rec.metrics().clone(),
+            ledger: rec.ledger().clone(),
+        })
+    }
+
+    /// [`Observer::status`] for another thread (a pod publisher).
+    pub fn status_source(&self) -> impl Fn() -> Arc<Status> + Send + 'static {
+        let ledger = self.recorder().ledger().clone();
+        move || ledger.snapshot()
     }
 }

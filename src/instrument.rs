@@ -34,7 +34,7 @@ pub const ENV_BACKEND: &str = "NIXL_AGENT_BACKEND";
 /// readable through the explicit API).
 pub const LISTEN_OFF: &str = "off";
 /// The log target of what the instrumentation says about itself.
-pub const LOG_TARGET: &str = "nixl_agent::instrument";
+pub const LOG_TARGET: &str = crate::telemetry::names::INSTRUMENT_LOG_TARGET;
 /// The log filter when `NIXL_AGENT_LOG` is unset. Inside someone else's
 /// process nothing about its registrations reaches its stderr (they are on
 /// /metrics and /v1/status, and the program sees its own exceptions); only
@@ -222,14 +222,6 @@ pub fn mem_type_word(word: &str) -> Option<MemType> {
     }
 }
 
-/// The usual memory of a group of this kind.
-fn usual_mem_type(kind: &Kind) -> MemType {
-    match kind {
-        Kind::Kv | Kind::State => MemType::Vram,
-        _ => MemType::Dram,
-    }
-}
-
 fn parse_expect(v: &str) -> Result<Vec<Expected>, ConfigError> {
     if v.trim().eq_ignore_ascii_case("none") {
         return Ok(Vec::new());
@@ -246,8 +238,10 @@ fn parse_expect(v: &str) -> Result<Vec<Expected>, ConfigError> {
         let name = name.trim();
         let kind = kind_of_word(name).unwrap_or_else(|| Kind::Custom(BUFFER_KIND.into()));
         config::validate_group_words(name, kind.as_str(), &["UCX".into()], &|_| ENV_EXPECT.to_string())?;
-        let mem_type = mem.unwrap_or_else(|| usual_mem_type(&kind));
-        out.push(Expected::new(name, kind, mem_type));
+        // `group:MEMTYPE` is still accepted; the labels come from the
+        // group's first call, whatever the expectation said.
+        let _ = mem;
+        out.push(Expected::new(name, kind));
     }
     Ok(out)
 }
@@ -373,12 +367,9 @@ fn derive(site: &CallSite<'_>) -> (String, Kind) {
 /// agent exists and nothing expected is missing).
 pub fn default_expect(frameworks: &[&str]) -> Vec<Expected> {
     if frameworks.contains(&"sglang") {
-        vec![
-            Expected::new(KIND_KV, Kind::Kv, MemType::Vram),
-            Expected::new(KIND_AUX, Kind::Aux, MemType::Dram),
-        ]
+        vec![Expected::new(KIND_KV, Kind::Kv), Expected::new(KIND_AUX, Kind::Aux)]
     } else if frameworks.contains(&"vllm") {
-        vec![Expected::new(KIND_KV, Kind::Kv, MemType::Vram)]
+        vec![Expected::new(KIND_KV, Kind::Kv)]
     } else {
         Vec::new()
     }

@@ -13,7 +13,9 @@
 
 // ---- The embedding API -------------------------------------------------
 pub mod config;
+mod event;
 pub mod instrument;
+mod ledger;
 pub mod model;
 pub mod observe;
 pub mod plan;
@@ -25,9 +27,9 @@ pub mod telemetry;
 pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError};
 pub use config::Config;
 pub use lifecycle::driver::DrainReport;
-pub use model::{Hooked, Kind, MemType, Reason, Region};
-pub use nixl::{load_nixl, Descriptor, LoadError, Loaded};
-pub use observe::{Call, Expected, ObserveSettings, Observer, Outcome, Pending};
+pub use model::{AgentId, Hooked, Kind, MemType, Reason, Region};
+pub use nixl::{load_nixl, Descriptor, LoadError, Loaded, ObservedAgent};
+pub use observe::{Call, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
 pub use plan::{GroupSpec, Plan, RegionSource};
 pub use record::Capture;
 pub use validate::Rejection;

@@ -421,3 +421,23 @@ pub struct RuntimeFacts {
     pub library: Option<String>,
     pub version: Option<String>,
 }
+
+/// Which NIXL agent a fact is about: an identity the recording gives each
+/// agent it sees (nixl-agent's own, each `nixl_sys::Agent` an embedder hands
+/// to observe mode, each Python `nixl_agent` instance). Never a label: agent
+/// names are UUIDs in SGLang and vLLM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct AgentId(pub u64);
+
+impl AgentId {
+    /// The NIXL agent the lifecycle registers on (its own, or the one the
+    /// embedder handed it).
+    pub const LIFECYCLE: AgentId = AgentId(0);
+
+    /// A process-wide fresh identity (never 0).
+    pub fn fresh() -> AgentId {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        AgentId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}

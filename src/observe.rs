@@ -1,32 +1,32 @@
 //! Observe mode: the serving process keeps making its own registration
-//! calls on its own NIXL agent (Dynamo's block manager does), and nixl-agent
-//! records each one — attempt, descriptors, bytes, duration, reason — on the
-//! same recording path as the lifecycle. The calls themselves are made by
+//! calls on its own NIXL agents (Dynamo's block manager does; so does every
+//! Python framework through `nixl_agent_instrument`), and nixl-agent records
+//! each one — attempt, descriptors, bytes, duration, reason — on the same
+//! recording path as the lifecycle. The calls themselves are made by
 //! `crate::nixl::observe` (the FFI room); this module holds what is pure:
-//! groups that appear on first use, their cap and label rules, what each
-//! group holds, readiness on expected groups.
+//! groups that appear on first use, their cap and label rules, which agent
+//! a call is on. What each group and agent holds is the ledger's.
 //!
 //! Architecture Invariant: an observed call returns exactly what NIXL
 //! returned. Nothing nixl-agent does around it (validation, a refused group
 //! name, a full group table) changes the call or its result.
 
 use crate::config::{self, DEFAULT_BACKEND};
-use crate::http::{self, AppState};
-use crate::model::{Failure, GroupFailure, GroupLabels, Hooked, Kind, MemType, Phase, Region, RuntimeFacts};
-use crate::nixl::SystemProbe;
-use crate::record::{self, Capture, Event, GroupDecl, Holding, NoCapture, Recorder};
+use crate::event::{Event, GroupDecl, Leaves, Source};
+use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Hooked, Kind, MemType, Phase, Region, RuntimeFacts};
+use crate::record::{self, Capture, NoCapture, Recorder};
 use crate::status::{NixlStatus, Status};
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::Metrics;
-use crate::validate::{self, Rejection};
-use std::borrow::Cow;
-use std::collections::HashMap;
+use crate::validate::{self, MemoryProbe, Rejection};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Calls on a group beyond the cap, or with a name that breaks the label
-/// rules, are recorded under this group.
+/// rules or belongs to a group of the lifecycle's plan, are recorded under
+/// this group.
 pub const OVERFLOW_GROUP: &str = "other";
 /// Default cap on the number of observed groups.
 pub const DEFAULT_MAX_GROUPS: usize = 16;
@@ -45,12 +45,12 @@ pub struct ObserveSettings {
     /// message naming the region and the reason. Implies `validate`. Only
     /// front-ends that can raise their own error honour it (Python's
     /// `enforce` mode, through [`Observer::check`] / [`Observer::enforcing`]);
-    /// [`Observer::register`] records the finding and never refuses.
+    /// `ObservedAgent::register` records the finding and never refuses.
     pub enforce: bool,
     /// Most groups recorded by name; further names go to [`OVERFLOW_GROUP`].
     pub max_groups: usize,
-    /// The `backend` label of observed groups: the backends the caller's
-    /// options select (nixl-sys does not let them be read back).
+    /// The `backend` label of a call that does not say which backends it
+    /// uses, on an agent whose backends were not reported.
     pub backends: Vec<String>,
 }
 
@@ -66,79 +66,62 @@ impl Default for ObserveSettings {
     }
 }
 
-/// A group readiness waits for, declared before its first call.
+/// A group readiness waits for, declared before its first call. Its
+/// memory type, device and backend labels come from that call.
 #[derive(Debug, Clone)]
 pub struct Expected {
     pub group: String,
     pub kind: Kind,
-    pub mem_type: MemType,
-    pub device: u32,
 }
 
 impl Expected {
-    pub fn new(group: &str, kind: Kind, mem_type: MemType) -> Expected {
+    pub fn new(group: &str, kind: Kind) -> Expected {
         Expected {
             group: group.to_string(),
             kind,
-            mem_type,
-            device: 0,
         }
     }
 }
 
-struct Group {
+/// A group name in use, with the labels of its last call (reused while the
+/// next call carries the same).
+struct Named {
     labels: Arc<GroupLabels>,
-    /// What each successful call registered and is not deregistered yet,
-    /// by its first region and descriptor count: the bytes of each. A call's
-    /// regions are deregistered together (NIXL's Python API hands back the
-    /// list it registered), so nothing is tracked per region.
-    live: HashMap<(Region, usize), Vec<u64>>,
-    descriptors: usize,
-    bytes: u64,
+    device: u32,
     attempts: u32,
 }
 
-impl Group {
-    fn new(labels: Arc<GroupLabels>) -> Group {
-        Group {
-            labels,
-            live: HashMap::new(),
-            descriptors: 0,
-            bytes: 0,
-            attempts: 0,
-        }
-    }
-
-    fn holding(&self) -> Holding {
-        Holding {
-            descriptors: self.descriptors,
-            bytes: self.bytes,
-        }
-    }
-}
-
-/// Records registration calls the caller makes itself. `Send + Sync`: one
-/// observer serves every thread of the process.
-pub struct Observer {
+struct Inner {
     rec: Recorder,
     settings: ObserveSettings,
-    groups: Mutex<HashMap<String, Group>>,
+    names: Mutex<HashMap<String, Named>>,
     overflow_logged: AtomicBool,
     seen_nixl: AtomicBool,
-    probe: SystemProbe,
-    router: axum::Router,
+    probe: Box<dyn MemoryProbe + Send + Sync>,
     capture: Option<Box<dyn Capture + Send + Sync>>,
-    hook_failures: Mutex<std::collections::HashSet<Hooked>>,
+    hook_failures: Mutex<HashSet<Hooked>>,
+    /// The backends each agent was seen creating (its calls' `backend`
+    /// label when a call does not name them).
+    agent_backends: Mutex<HashMap<AgentId, Vec<String>>>,
 }
+
+/// Records registration calls the caller makes itself. Cheap to clone and
+/// `Send + Sync`: one observer serves every thread and agent of the process.
+#[derive(Clone)]
+pub struct Observer(Arc<Inner>);
 
 /// One registration call of the caller's, described for recording.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
+    /// The NIXL agent the call is made on.
+    pub agent: AgentId,
     pub group: &'a str,
     pub kind: &'a Kind,
     pub mem_type: MemType,
     /// The device of the call's regions (the CUDA ordinal; 0 for DRAM).
     pub device: u32,
+    /// The backends the call names, if it names them.
+    pub backends: Option<&'a [String]>,
     pub regions: &'a [Region],
 }
 
@@ -161,10 +144,19 @@ pub struct Pending {
     attempt: record::Attempted,
 }
 
+/// A group name an observer cannot take: a group of the lifecycle's plan
+/// already has it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "observed group `{group}` would share its name with the lifecycle's planned group `{group}`; rename one of them"
+)]
+pub struct GroupConflict {
+    pub group: String,
+}
+
 impl Observer {
-    /// An observer with a recording of its own; serve it with
-    /// [`Observer::router`] or encode [`Observer::metrics`].
-    pub fn new(settings: ObserveSettings) -> Observer {
+    /// An observer with a recording of its own, validating with `probe`.
+    pub(crate) fn with_probe(settings: ObserveSettings, probe: Box<dyn MemoryProbe + Send + Sync>) -> Observer {
         let rec = Recorder::new(
             &BuildInfo::current(None).with_role(crate::telemetry::names::ROLE_OBSERVER),
             NixlStatus::default(),
@@ -174,47 +166,54 @@ impl Observer {
             phase: Phase::Running,
             groups: &[],
         });
-        Observer::with_recorder(rec, settings)
+        Observer::with_recorder(rec, settings, probe).expect("a fresh recording has no planned group")
     }
 
     /// An observer recording into an existing recording (a lifecycle's).
-    pub(crate) fn with_recorder(rec: Recorder, settings: ObserveSettings) -> Observer {
-        let seen_nixl = rec.board().snapshot().nixl.available;
-        let router = http::router(AppState {
-            metrics: rec.metrics().clone(),
-            status: rec.board().subscribe(),
-        });
-        let o = Observer {
-            rec,
-            settings,
-            groups: Mutex::new(HashMap::new()),
-            overflow_logged: AtomicBool::new(false),
-            seen_nixl: AtomicBool::new(seen_nixl),
-            probe: SystemProbe,
-            router,
-            capture: None,
-            hook_failures: Mutex::new(Default::default()),
-        };
-        {
-            let mut groups = o.groups.lock().unwrap_or_else(|e| e.into_inner());
-            for e in &o.settings.expect {
-                let name = o.group_name(&groups, &e.group, &e.kind);
-                if groups.contains_key(name.as_ref()) {
-                    continue;
-                }
-                let labels = o.declare(&name, &e.kind, e.mem_type, e.device, true);
-                groups.insert(name.into_owned(), Group::new(labels));
+    /// Refused when an expected group has the name of a planned one.
+    pub(crate) fn with_recorder(
+        rec: Recorder,
+        settings: ObserveSettings,
+        probe: Box<dyn MemoryProbe + Send + Sync>,
+    ) -> Result<Observer, GroupConflict> {
+        for e in &settings.expect {
+            if rec.ledger().source_of(&e.group) == Some(Source::Planned) {
+                return Err(GroupConflict { group: e.group.clone() });
             }
         }
-        o
+        let seen_nixl = rec.ledger().read(|st| st.status.nixl.available);
+        let o = Observer(Arc::new(Inner {
+            rec,
+            settings,
+            names: Mutex::new(HashMap::new()),
+            overflow_logged: AtomicBool::new(false),
+            seen_nixl: AtomicBool::new(seen_nixl),
+            probe,
+            capture: None,
+            hook_failures: Mutex::new(HashSet::new()),
+            agent_backends: Mutex::new(HashMap::new()),
+        }));
+        for e in &o.0.settings.expect {
+            o.declare(&e.group, &e.kind, None, true);
+        }
+        Ok(o)
     }
 
     /// Attributes what NIXL/UCX print during each call to it (e.g. a
     /// `StderrTap`): the failure's reason is refined by those words and they
-    /// are kept with it in /v1/status.
-    pub fn with_capture(mut self, capture: Box<dyn Capture + Send + Sync>) -> Observer {
-        self.capture = Some(capture);
-        self
+    /// are kept with it in /v1/status. Only before the observer is shared.
+    pub fn with_capture(self, capture: Box<dyn Capture + Send + Sync>) -> Observer {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.capture = Some(capture);
+                Observer(Arc::new(inner))
+            }
+            Err(shared) => Observer(shared),
+        }
+    }
+
+    pub(crate) fn recorder(&self) -> &Recorder {
+        &self.0.rec
     }
 
     /// The caller failed to create its NIXL agent (no plugins, no library):
@@ -222,113 +221,193 @@ impl Observer {
     /// Once an agent of the caller's worked, NIXL is available: a later
     /// agent that fails to start says nothing about it.
     pub fn nixl_unavailable(&self, failure: &Failure) {
-        if self.seen_nixl.load(Ordering::Acquire) {
+        if self.0.seen_nixl.load(Ordering::Acquire) {
             return;
         }
-        self.rec.emit(&Event::NixlUnavailable(failure));
+        self.0.rec.emit(&Event::NixlUnavailable(failure));
     }
 
-    /// A NIXL backend the caller created (or failed to create) on its agent.
-    /// The name becomes the `backend` label when it follows the label rules,
-    /// else it is not recorded.
-    pub fn backend(&self, name: &str, result: Result<Duration, Failure>) {
+    /// A NIXL backend the caller created (or failed to create) on `agent`.
+    /// The name becomes the `backend` label of that agent's calls when it
+    /// follows the label rules, else it is not recorded.
+    pub fn backend(&self, agent: AgentId, name: &str, result: Result<Duration, Failure>) {
         if config::validate_backends(&[name.to_string()], "backend").is_err() {
             return;
         }
         match &result {
-            Ok(elapsed) => self.rec.emit(&Event::BackendCreated {
-                backend: name,
-                elapsed: *elapsed,
-            }),
-            Err(failure) => self.rec.emit(&Event::BackendFailed { backend: name, failure }),
-        }
+            Ok(elapsed) => {
+                let mut map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
+                let list = map.entry(agent).or_default();
+                if !list.iter().any(|b| b == name) {
+                    list.push(name.to_string());
+                }
+                drop(map);
+                self.0.rec.emit(&Event::BackendCreated {
+                    backend: name,
+                    elapsed: *elapsed,
+                })
+            }
+            Err(failure) => self.0.rec.emit(&Event::BackendFailed { backend: name, failure }),
+        };
     }
 
     /// A failure inside a front-end's own wrapping of a call (never the
     /// call's): counted every time, logged the first time per operation.
     pub fn hook_failed(&self, operation: Hooked, message: &str) {
         let first = self
+            .0
             .hook_failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(operation);
-        self.rec.emit(&Event::InstrumentationFailed {
+        self.0.rec.emit(&Event::InstrumentationFailed {
             operation,
             message,
             first,
         });
     }
 
-    /// /metrics, /livez, /readyz, /v1/status for the caller's own server.
-    pub fn router(&self) -> axum::Router {
-        self.router.clone()
-    }
-
     pub fn metrics(&self) -> &Metrics {
-        self.rec.metrics()
+        self.0.rec.metrics()
     }
 
-    pub fn status(&self) -> Status {
-        self.rec.board().snapshot()
+    /// The recorded state now (the snapshot /v1/status serves).
+    pub fn status(&self) -> Arc<Status> {
+        self.0.rec.ledger().snapshot()
     }
 
-    /// [`Observer::status`] for another thread (a `pod::publish::Publisher`).
-    pub fn status_source(&self) -> impl Fn() -> Status + Send + 'static {
-        let rec = self.rec.clone();
-        move || rec.board().snapshot()
-    }
-
-    /// The first call on a NIXL agent tells that NIXL is up.
-    /// `facts` (agent name, plugins) is only asked for the first time.
-    pub fn saw_agent(&self, facts: impl FnOnce() -> (String, Vec<String>)) {
-        if self.seen_nixl.load(Ordering::Acquire) || self.seen_nixl.swap(true, Ordering::AcqRel) {
+    /// A NIXL agent of the caller's, now followed: the first one also tells
+    /// that NIXL is up (`facts`: its name and plugins, asked for once).
+    pub fn saw_agent(&self, agent: AgentId, name: &str, facts: impl FnOnce() -> Vec<String>) {
+        self.0.rec.emit(&Event::AgentSeen {
+            agent,
+            name,
+            owned: false,
+        });
+        if self.0.seen_nixl.load(Ordering::Acquire) || self.0.seen_nixl.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (agent, plugins) = facts();
-        self.rec.nixl_loaded(&RuntimeFacts {
-            plugins,
-            agent,
+        self.0.rec.nixl_loaded(&RuntimeFacts {
+            plugins: facts(),
+            agent: name.to_string(),
             owned: false,
             library: None,
             version: None,
         });
     }
 
-    fn declare(&self, name: &str, kind: &Kind, mem_type: MemType, device: u32, required: bool) -> Arc<GroupLabels> {
-        let labels = Arc::new(GroupLabels::new(name, kind, mem_type, &self.settings.backends, device));
-        self.rec.emit(&Event::GroupDeclared(&GroupDecl {
-            labels: (*labels).clone(),
-            backends: self.settings.backends.clone(),
-            device,
-            required,
-            validate: self.settings.validate || self.settings.enforce,
-            planned: (0, 0),
-            observed: true,
-        }));
-        labels
+    /// That agent is gone: NIXL released what it held, and so does the
+    /// recording (readiness follows).
+    pub fn agent_released(&self, agent: AgentId) {
+        self.0
+            .agent_backends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&agent);
+        self.0.rec.emit(&Event::AgentReleased { agent });
     }
 
-    /// The group a call is recorded under: its own name when the name
-    /// follows the label rules and the cap is not reached, else
-    /// [`OVERFLOW_GROUP`].
-    fn group_name<'n>(&self, groups: &HashMap<String, Group>, name: &'n str, kind: &Kind) -> Cow<'n, str> {
-        if groups.contains_key(name) {
-            // Checked against the label rules when it was first seen.
-            return Cow::Borrowed(name);
-        }
-        let valid =
-            config::validate_group_words(name, kind.as_str(), &self.settings.backends, &|f| f.to_string()).is_ok();
-        if valid && groups.len() < self.settings.max_groups {
-            return Cow::Borrowed(name);
-        }
-        if !self.overflow_logged.swap(true, Ordering::Relaxed) {
+    /// Declares a group; `false` when the ledger refused the name (a planned
+    /// group has it).
+    fn declare(&self, name: &str, kind: &Kind, labels: Option<GroupLabels>, required: bool) -> bool {
+        let applied = self.0.rec.emit(&Event::GroupDeclared(&GroupDecl {
+            group: name.to_string(),
+            kind: kind.as_str().to_string(),
+            labels,
+            backends: self.0.settings.backends.clone(),
+            required,
+            validate: self.0.settings.validate || self.0.settings.enforce,
+            planned: (0, 0),
+            source: Source::Observed,
+        }));
+        !applied.refused
+    }
+
+    /// Whether `name` may be recorded as its own group: it follows the label
+    /// rules and the cap is not reached.
+    fn admissible(&self, names: &HashMap<String, Named>, name: &str, kind: &Kind) -> bool {
+        config::validate_group_words(name, kind.as_str(), &self.0.settings.backends, &|f| f.to_string()).is_ok()
+            && names.len() < self.0.settings.max_groups
+    }
+
+    fn overflow_warning(&self) {
+        if !self.0.overflow_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 group = OVERFLOW_GROUP,
-                max_groups = self.settings.max_groups,
+                max_groups = self.0.settings.max_groups,
                 "an observed group name is not a valid label or the group cap is reached; recording under `other`"
             );
         }
-        Cow::Borrowed(OVERFLOW_GROUP)
+    }
+
+    /// The backends a call's `backend` label says.
+    fn backends_of(&self, call: &Call<'_>) -> Vec<String> {
+        if let Some(b) = call
+            .backends
+            .filter(|b| !b.is_empty() && config::validate_backends(b, "backends").is_ok())
+        {
+            return b.to_vec();
+        }
+        let map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get(&call.agent) {
+            Some(list) if !list.is_empty() => list.clone(),
+            _ => self.0.settings.backends.clone(),
+        }
+    }
+
+    /// The group's labels for this call (declared on first use) and the
+    /// attempt number.
+    fn begin_group(&self, call: &Call<'_>) -> (Arc<GroupLabels>, u32) {
+        let mut names = self.0.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut name = call.group;
+        if !names.contains_key(name) {
+            let known = self.0.rec.ledger().source_of(name);
+            if known == Some(Source::Planned) {
+                tracing::error!(
+                    group = name,
+                    recorded_as = OVERFLOW_GROUP,
+                    "an observed call names a group of the lifecycle's plan; recorded under `other` so the planned group's series stay the lifecycle's"
+                );
+                name = OVERFLOW_GROUP;
+            } else if known.is_none() && !self.admissible(&names, name, call.kind) {
+                self.overflow_warning();
+                name = OVERFLOW_GROUP;
+            }
+        }
+        let backends = self.backends_of(call);
+        if let Some(n) = names.get_mut(name) {
+            n.attempts = n.attempts.saturating_add(1);
+            let l = &n.labels;
+            if l.mem_type != call.mem_type.as_str() || n.device != call.device || l.backend != backends.join("+") {
+                n.labels = Arc::new(GroupLabels::new(
+                    name,
+                    &Kind::parse(&l.kind),
+                    call.mem_type,
+                    &backends,
+                    call.device,
+                ));
+                n.device = call.device;
+            }
+            return (n.labels.clone(), n.attempts);
+        }
+        let kind = if name == OVERFLOW_GROUP {
+            Kind::Custom(OVERFLOW_GROUP.into())
+        } else {
+            call.kind.clone()
+        };
+        let labels = Arc::new(GroupLabels::new(name, &kind, call.mem_type, &backends, call.device));
+        // An expected group is declared already (without labels); its
+        // first call fixes them.
+        self.declare(name, &kind, Some((*labels).clone()), false);
+        names.insert(
+            name.to_string(),
+            Named {
+                labels: labels.clone(),
+                device: call.device,
+                attempts: 1,
+            },
+        );
+        (labels, 1)
     }
 
     /// Starts recording one registration call: declares its group on first
@@ -336,8 +415,8 @@ impl Observer {
     /// Follow with [`Observer::check`] (optional), the call itself, then
     /// [`Observer::end`] on the same thread.
     pub fn begin(&self, call: &Call<'_>) -> Pending {
-        let (labels, attempt) = self.begin_group(call.group, call.kind, call.mem_type, call.device);
-        let bytes = call.regions.iter().map(|r| r.len as u64).sum();
+        let (labels, attempt) = self.begin_group(call);
+        let bytes = call.regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
         let mut a = record::attempt(&labels, attempt, call.regions.len(), bytes, self.capture());
         // Timed like a lifecycle attempt: validation plus NIXL.
         a.start_clock();
@@ -349,16 +428,16 @@ impl Observer {
     /// the call's regions, so a front-end may run it without its
     /// interpreter lock.
     pub fn check(&self, call: &Call<'_>) -> Option<Rejection> {
-        if !self.settings.validate && !self.settings.enforce {
+        if !self.0.settings.validate && !self.0.settings.enforce {
             return None;
         }
-        validate::validate_regions(call.mem_type, call.device, call.regions, &self.probe, 0).err()
+        validate::validate_regions(call.mem_type, call.device, call.regions, self.0.probe.as_ref(), 0).err()
     }
 
     /// Whether a call that [`Observer::check`] rejects is to be refused
     /// before NIXL sees it ([`ObserveSettings::enforce`]).
     pub fn enforcing(&self) -> bool {
-        self.settings.enforce
+        self.0.settings.enforce
     }
 
     /// Records how the call begun with [`Observer::begin`] ended. `finding`
@@ -397,27 +476,16 @@ impl Observer {
             }
         };
         if let (Ok(()), Some(r)) = (&outcome, &finding) {
-            self.rec.emit(&Event::AcceptedInvalid {
+            self.0.rec.emit(&Event::AcceptedInvalid {
                 labels: &labels,
                 reason: r.reason,
                 message: &r.message,
             });
         }
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let holding = match groups.get_mut(&labels.group) {
-            Some(g) => {
-                if let (Ok(()), Some(first)) = (&outcome, call.regions.first()) {
-                    let bytes = call.regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
-                    g.live.entry((*first, call.regions.len())).or_default().push(bytes);
-                    g.bytes = g.bytes.saturating_add(bytes);
-                    g.descriptors += call.regions.len();
-                }
-                g.holding()
-            }
-            None => Holding::default(),
+        let leaves = Leaves::Call {
+            first: call.regions.first().copied(),
         };
-        drop(groups);
-        let _ = attempt.finish(&self.rec, &labels, self.capture(), outcome, holding, |i| {
+        let _ = attempt.finish(&self.0.rec, call.agent, &labels, self.capture(), outcome, leaves, |i| {
             call.regions.get(i).copied()
         });
     }
@@ -428,173 +496,49 @@ impl Observer {
     /// of their own.
     pub(crate) fn record_register<T, E>(
         &self,
-        group: &str,
-        kind: &Kind,
-        mem_type: MemType,
-        region: Region,
+        c: &Call<'_>,
         call: impl FnOnce() -> Result<T, E>,
         classify: impl FnOnce(&E) -> Failure,
     ) -> Result<T, E> {
-        let regions = [region];
-        let c = Call {
-            group,
-            kind,
-            mem_type,
-            device: region.device,
-            regions: &regions,
-        };
-        let pending = self.begin(&c);
-        let finding = self.check(&c);
+        let pending = self.begin(c);
+        let finding = self.check(c);
         let result = call();
         let outcome = match &result {
             Ok(_) => Outcome::Registered,
             Err(e) => Outcome::Failed(classify(e)),
         };
-        self.end(pending, &c, finding, outcome);
+        self.end(pending, c, finding, outcome);
         result
     }
 
-    /// Records a deregistration call of what one registration call
-    /// registered (`descriptors` regions from `first`), whichever group holds
-    /// it. A list nobody recorded registering is left alone. `failure` is
-    /// what the call raised, `elapsed` how long it took.
-    pub fn deregistered(&self, first: Region, descriptors: usize, elapsed: Duration, failure: Option<Failure>) {
-        let key = (first, descriptors);
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(g) = groups.values_mut().find(|g| g.live.contains_key(&key)) else {
-            return;
-        };
-        Self::apply_deregister(&self.rec, g, key, elapsed, failure.as_ref());
-    }
-
-    /// Records one deregistration call around `call`.
-    pub(crate) fn record_deregister<T, E>(
+    /// Records a deregistration call of what one registration call on
+    /// `agent` registered (`descriptors` regions from `first`). A list
+    /// nobody recorded registering on that agent is left alone. `failure`
+    /// is what the call raised, `elapsed` how long it took.
+    pub fn deregistered(
         &self,
-        group: &str,
-        kind: &Kind,
-        region: Region,
-        call: impl FnOnce() -> Result<T, E>,
-        classify: impl FnOnce(&E) -> Failure,
-    ) -> Result<T, E> {
-        let t0 = Instant::now();
-        let result = call();
-        let elapsed = t0.elapsed();
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let name = self.group_name(&groups, group, kind);
-        let Some(g) = groups.get_mut(name.as_ref()) else {
-            // Never seen registering: nothing of ours to update.
-            return result;
-        };
-        let failure = result.as_ref().err().map(classify);
-        Self::apply_deregister(&self.rec, g, (region, 1), elapsed, failure.as_ref());
-        result
-    }
-
-    fn apply_deregister(
-        rec: &Recorder,
-        g: &mut Group,
-        key: (Region, usize),
+        agent: AgentId,
+        first: Region,
+        descriptors: usize,
         elapsed: Duration,
-        failure: Option<&Failure>,
+        failure: Option<Failure>,
     ) {
-        let descriptors = key.1;
-        if failure.is_none() {
-            if let Some(calls) = g.live.get_mut(&key) {
-                let bytes = calls.pop().unwrap_or(0);
-                if calls.is_empty() {
-                    g.live.remove(&key);
-                }
-                g.descriptors = g.descriptors.saturating_sub(descriptors);
-                g.bytes = g.bytes.saturating_sub(bytes);
-            }
-        }
-        rec.emit(&Event::Deregistered {
-            labels: &g.labels,
+        self.0.rec.emit(&Event::CallDeregistered {
+            agent,
+            first,
             descriptors,
-            failed: if failure.is_some() { descriptors } else { 0 },
-            failure,
+            failure: failure.as_ref(),
             elapsed,
-            holding: g.holding(),
         });
     }
 
     fn capture(&self) -> &dyn Capture {
-        match &self.capture {
+        match &self.0.capture {
             Some(c) => c.as_ref(),
             None => &NoCapture,
         }
     }
-
-    /// The group's labels (declared on first use) and the attempt number.
-    fn begin_group(&self, group: &str, kind: &Kind, mem_type: MemType, device: u32) -> (Arc<GroupLabels>, u32) {
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let name = self.group_name(&groups, group, kind);
-        if let Some(g) = groups.get_mut(name.as_ref()) {
-            g.attempts = g.attempts.saturating_add(1);
-            return (g.labels.clone(), g.attempts);
-        }
-        let kind = if name == OVERFLOW_GROUP {
-            Kind::Custom(OVERFLOW_GROUP.into())
-        } else {
-            kind.clone()
-        };
-        let mut g = Group::new(self.declare(&name, &kind, mem_type, device, false));
-        g.attempts = 1;
-        let labels = g.labels.clone();
-        groups.insert(name.into_owned(), g);
-        (labels, 1)
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_later_agent_failing_to_start_does_not_make_nixl_unavailable() {
-        let o = Observer::new(ObserveSettings::default());
-        o.saw_agent(|| ("a".into(), vec!["UCX".into()]));
-        assert!(o.status().nixl.available);
-        o.nixl_unavailable(&Failure::new(crate::model::Reason::NixlUnavailable, "no plugins"));
-        assert!(o.status().nixl.available, "agent a still works");
-        let fresh = Observer::new(ObserveSettings::default());
-        fresh.nixl_unavailable(&Failure::new(crate::model::Reason::NixlUnavailable, "no plugins"));
-        assert!(!fresh.status().nixl.available);
-    }
-
-    #[test]
-    fn a_failed_call_leaves_an_observed_group_failed_in_status_and_metrics_alike() {
-        let o = Observer::new(ObserveSettings {
-            expect: vec![Expected::new("kv", Kind::Kv, MemType::Dram)],
-            ..Default::default()
-        });
-        o.saw_agent(|| ("a".into(), vec![]));
-        let regions = [Region::new(0x1000, 64, 0)];
-        let call = Call {
-            group: "kv",
-            kind: &Kind::Kv,
-            mem_type: MemType::Dram,
-            device: 0,
-            regions: &regions,
-        };
-        let p = o.begin(&call);
-        o.end(p, &call, None, Outcome::Registered);
-        assert!(o.status().ready);
-        let p = o.begin(&call);
-        o.end(
-            p,
-            &call,
-            None,
-            Outcome::Failed(Failure::new(crate::model::Reason::NixlBackendError, "x")),
-        );
-        let st = o.status();
-        assert!(!st.ready);
-        let text = o.metrics().encode(crate::telemetry::exposition::Format::Text);
-        let registered = text
-            .lines()
-            .find(|l| l.starts_with("nixl_agent_group_registered{"))
-            .unwrap();
-        assert!(registered.ends_with(" 0"), "{registered}");
-        assert_eq!(st.groups[0].descriptors, 1, "the first call's region is still held");
-    }
-}
+mod tests;

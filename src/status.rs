@@ -1,16 +1,31 @@
-//! The recorded state that HTTP handlers read: a snapshot published through a
-//! `tokio::sync::watch` channel, never computed on request. The board is a
-//! subscriber of the recorder: every change comes from an event.
+//! The snapshot's shape: what the ledger (`crate::ledger`) publishes and
+//! every projection reads — /v1/status as it is, /readyz and /livez through
+//! [`Status::checks`] and [`Status::liveness_failure`], the metric gauges,
+//! rank files. Pure data and the derivations over it, written once:
+//! readiness ([`Status::derive_ready`]) and a group's state
+//! ([`observed_state`]).
 
-use crate::model::Reason;
-use crate::model::{GroupState, Phase};
-use crate::record::{Event, GroupDecl};
-use crate::telemetry::names;
+use crate::event::Source;
+use crate::model::{AgentId, GroupState, Phase, Reason};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
-use tokio::sync::watch;
+
+/// Names of the checks /readyz?verbose lists.
+pub const CHECK_NIXL: &str = "nixl";
+pub const CHECK_GROUP_PREFIX: &str = "group:";
+pub const CHECK_DRAINING: &str = "shutdown";
+pub const CHECK_LIFECYCLE: &str = "lifecycle";
+
+/// An observed group is as good as its last registration call, and holds
+/// what its successful calls registered on agents still alive: the one rule
+/// for its state, which every projection shows.
+pub fn observed_state(last_ok: Option<bool>, live_calls: usize) -> GroupState {
+    match last_ok {
+        None => GroupState::Pending,
+        Some(false) => GroupState::Failed,
+        Some(true) if live_calls > 0 => GroupState::Registered,
+        Some(true) => GroupState::Deregistered,
+    }
+}
 
 /// What the agent knows about the NIXL runtime.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -47,18 +62,41 @@ pub struct BackendStatus {
     pub error: Option<String>,
 }
 
+/// One NIXL agent the recording follows.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentStatus {
+    /// The recording's identity for it (not NIXL's name).
+    pub id: AgentId,
+    pub name: String,
+    /// `nixl-agent` when it created the agent, `caller` when it is the
+    /// serving process's own.
+    pub owner: &'static str,
+    /// What the ledger holds registered on it now (observed calls).
+    pub descriptors: usize,
+    pub bytes: u64,
+    /// The agent went away (collected, dropped): what it held is released.
+    pub released: bool,
+}
+
 /// One group.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupStatus {
     pub name: String,
     pub kind: String,
-    pub mem_type: &'static str,
-    pub device: u32,
+    /// The labels, from what the group's first call carried (a planned
+    /// group's from its spec): `None` until that call.
+    pub mem_type: Option<&'static str>,
+    pub device: Option<String>,
+    pub backend: Option<String>,
     pub backends: Vec<String>,
     pub required: bool,
     pub validate: bool,
-    /// Observed (the caller registers; nixl-agent records) or planned.
-    pub observed: bool,
+    /// Who owns the name: the lifecycle's plan or observed calls.
+    pub source: Source,
+    /// Calls whose memory type, device or backend differed from the labels
+    /// the first call fixed (recorded under those labels, not relabelled).
+    pub differing_calls: u64,
+    pub last_differing_call: Option<String>,
     pub state: GroupState,
     /// Descriptors and bytes registered now.
     pub descriptors: usize,
@@ -93,6 +131,9 @@ pub struct Stuck {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub version: &'static str,
+    /// The ledger's generation this snapshot was taken at: it grows with
+    /// every event applied.
+    pub generation: u64,
     pub phase: Phase,
     pub ready: bool,
     pub time_to_ready_seconds: Option<f64>,
@@ -104,6 +145,8 @@ pub struct Status {
     pub lifecycle_dead: bool,
     pub backends: Vec<BackendStatus>,
     pub groups: Vec<GroupStatus>,
+    /// The NIXL agents seen: the live ones and the last few released.
+    pub agents: Vec<AgentStatus>,
 }
 
 /// One line of /readyz?verbose.
@@ -119,6 +162,7 @@ impl Status {
     pub fn empty() -> Status {
         Status {
             version: env!("CARGO_PKG_VERSION"),
+            generation: 0,
             phase: Phase::Starting,
             ready: false,
             time_to_ready_seconds: None,
@@ -128,63 +172,18 @@ impl Status {
             lifecycle_dead: false,
             backends: Vec::new(),
             groups: Vec::new(),
+            agents: Vec::new(),
         }
     }
 
-    fn declare(&mut self, d: &GroupDecl) {
-        for b in &d.backends {
-            if !self.backends.iter().any(|s| &s.name == b) {
-                self.backends.push(BackendStatus {
-                    name: b.clone(),
-                    up: false,
-                    reason: None,
-                    error: None,
-                });
-            }
-        }
-        if self.groups.iter().any(|g| g.name == d.labels.group) {
-            return;
-        }
-        self.groups.push(GroupStatus {
-            name: d.labels.group.clone(),
-            kind: d.labels.kind.clone(),
-            mem_type: d.labels.mem_type,
-            device: d.device,
-            backends: d.backends.clone(),
-            required: d.required,
-            validate: d.validate,
-            observed: d.observed,
-            state: GroupState::Pending,
-            descriptors: 0,
-            bytes: 0,
-            planned_descriptors: d.planned.0,
-            planned_bytes: d.planned.1,
-            attempts: 0,
-            consecutive_failures: 0,
-            last_reason: None,
-            last_error: None,
-            last_diagnostics: Vec::new(),
-            failed_region: None,
-            last_accepted_invalid: None,
-            next_retry_seconds: None,
-        });
-    }
-
-    fn group(&mut self, name: &str) -> Option<&mut GroupStatus> {
-        self.groups.iter_mut().find(|g| g.name == name)
-    }
-
-    fn backend(&mut self, name: &str, up: bool, failure: Option<&crate::model::Failure>) {
-        if let Some(b) = self.backends.iter_mut().find(|b| b.name == name) {
-            b.up = up;
-            b.reason = failure.map(|f| f.reason);
-            b.error = failure.map(|f| f.message.clone());
-        }
+    /// The group named `name`, if declared.
+    pub fn group(&self, name: &str) -> Option<&GroupStatus> {
+        self.groups.iter().find(|g| g.name == name)
     }
 
     /// Ready: NIXL is up, the lifecycle runs, and every required group is
     /// registered. Derived from the snapshot, never stored apart from it.
-    fn derive_ready(&self) -> bool {
+    pub fn derive_ready(&self) -> bool {
         self.nixl.available
             && self.stuck.is_none()
             && !self.lifecycle_dead
@@ -194,114 +193,6 @@ impl Status {
                 .iter()
                 .filter(|g| g.required)
                 .all(|g| g.state == GroupState::Registered)
-    }
-
-    /// Applies one event (the status board's part of the recording path).
-    fn apply(&mut self, e: &Event<'_>) {
-        match e {
-            Event::GroupDeclared(d) => self.declare(d),
-            Event::MemlockObserved { soft_limit, .. } => self.memlock_limit_bytes = *soft_limit,
-            Event::NixlLoaded(f) => {
-                self.nixl.available = true;
-                self.nixl.reason = None;
-                self.nixl.error = None;
-                self.nixl.plugins = f.plugins.clone();
-                self.nixl.agent = Some(f.agent.clone());
-                self.nixl.agent_owner = Some(if f.owned { "nixl-agent" } else { "caller" });
-            }
-            Event::NixlUnavailable(f) => {
-                self.nixl.available = false;
-                self.nixl.reason = Some(f.reason);
-                self.nixl.error = Some(f.message.clone());
-            }
-            Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
-            Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
-            Event::Attempted(a) => {
-                let Some(g) = self.group(&a.labels.group) else { return };
-                g.descriptors = a.holding.descriptors;
-                g.bytes = a.holding.bytes;
-                match a.outcome {
-                    Ok(()) => g.failed_region = None,
-                    Err(f) => {
-                        g.last_reason = Some(f.reason);
-                        g.last_error = Some(f.message.clone());
-                        g.last_diagnostics = f.diagnostics.clone();
-                        g.failed_region = f.region;
-                    }
-                }
-                if g.observed {
-                    // An observed group is as good as its last call.
-                    g.attempts = g.attempts.saturating_add(1);
-                    if a.outcome.is_ok() {
-                        g.state = GroupState::Registered;
-                        g.consecutive_failures = 0;
-                    } else {
-                        g.state = GroupState::Failed;
-                        g.consecutive_failures = g.consecutive_failures.saturating_add(1);
-                    }
-                }
-            }
-            Event::RetryScheduled { labels, after, .. } => {
-                if let Some(g) = self.group(&labels.group) {
-                    g.next_retry_seconds = Some(after.as_secs_f64());
-                }
-            }
-            Event::Deregistered { labels, holding, .. } => {
-                let Some(g) = self.group(&labels.group) else { return };
-                g.descriptors = holding.descriptors;
-                g.bytes = holding.bytes;
-                if g.observed && holding.descriptors == 0 {
-                    g.state = GroupState::Deregistered;
-                }
-            }
-            Event::Progress { phase, groups } => {
-                if !matches!(self.phase, Phase::Draining | Phase::Stopped) || *phase == Phase::Stopped {
-                    self.phase = *phase;
-                }
-                for p in groups.iter() {
-                    let Some(g) = self.group(p.group) else { continue };
-                    g.state = p.state;
-                    g.attempts = p.attempts;
-                    g.consecutive_failures = p.consecutive_failures;
-                    if g.state != GroupState::Failed {
-                        g.next_retry_seconds = None;
-                    }
-                }
-            }
-            Event::ReadinessChanged { .. } => {}
-            Event::DrainStarted => {
-                if self.phase != Phase::Stopped {
-                    self.phase = Phase::Draining;
-                }
-            }
-            Event::Stuck {
-                operation,
-                labels,
-                elapsed,
-            } => {
-                self.stuck = Some(Stuck {
-                    operation: operation.to_string(),
-                    group: labels.map(|l| l.group.clone()),
-                    seconds: elapsed.as_secs_f64(),
-                });
-                if let Some(g) = labels.and_then(|l| self.group(&l.group)) {
-                    g.last_reason = Some(Reason::Timeout);
-                    g.last_error = Some(format!("NIXL {operation} call past its deadline after {elapsed:?}"));
-                }
-            }
-            Event::Unstuck { .. } => self.stuck = None,
-            Event::LifecycleDied => self.lifecycle_dead = true,
-            Event::AcceptedInvalid {
-                labels,
-                reason,
-                message,
-            } => {
-                if let Some(g) = self.group(&labels.group) {
-                    g.last_accepted_invalid = Some(format!("{reason}: {message}"));
-                }
-            }
-            Event::DrainFinished { .. } | Event::InstrumentationFailed { .. } => {}
-        }
     }
 
     /// Why /livez fails, if it does.
@@ -318,7 +209,7 @@ impl Status {
     /// The checks /readyz reports, in order.
     pub fn checks(&self) -> Vec<Check> {
         let mut out = vec![Check {
-            name: names::CHECK_NIXL.to_string(),
+            name: CHECK_NIXL.to_string(),
             failure: match (&self.nixl.available, self.nixl.reason) {
                 (true, _) => None,
                 (false, Some(r)) => Some(r.as_str().to_string()),
@@ -339,13 +230,13 @@ impl Status {
                 ),
             };
             out.push(Check {
-                name: format!("{}{}", names::CHECK_GROUP_PREFIX, g.name),
+                name: format!("{}{}", CHECK_GROUP_PREFIX, g.name),
                 failure,
             });
         }
         if self.stuck.is_some() || self.lifecycle_dead {
             out.push(Check {
-                name: names::CHECK_LIFECYCLE.to_string(),
+                name: CHECK_LIFECYCLE.to_string(),
                 failure: Some(
                     if self.lifecycle_dead {
                         "dead"
@@ -358,177 +249,10 @@ impl Status {
         }
         if matches!(self.phase, Phase::Draining | Phase::Stopped) {
             out.push(Check {
-                name: names::CHECK_DRAINING.to_string(),
+                name: CHECK_DRAINING.to_string(),
                 failure: Some("draining".to_string()),
             });
         }
         out
-    }
-}
-
-/// Publisher side of the snapshot. Cheap to clone.
-///
-/// Holds the drain latch: once shutdown begins, `ready` is false for good,
-/// whatever the lifecycle thread publishes afterwards.
-#[derive(Clone)]
-pub struct StatusBoard {
-    tx: watch::Sender<Status>,
-    draining: Arc<AtomicBool>,
-    started: Instant,
-}
-
-/// Readiness changed with an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadyChange {
-    pub ready: bool,
-    /// Since the board was created, the first time it became ready.
-    pub time_to_ready: Option<std::time::Duration>,
-}
-
-impl StatusBoard {
-    /// `started` is what `time_to_ready_seconds` counts from.
-    pub fn new(initial: Status, started: Instant) -> StatusBoard {
-        StatusBoard {
-            tx: watch::Sender::new(initial),
-            draining: Arc::new(AtomicBool::new(false)),
-            started,
-        }
-    }
-
-    /// Latches not-ready at once; called the moment shutdown is requested.
-    /// `on_change` runs inside the same write when readiness drops, so a
-    /// gauge set there cannot be overtaken by a concurrent event.
-    pub fn begin_drain(&self, on_change: impl FnOnce(&ReadyChange)) {
-        self.draining.store(true, Ordering::SeqCst);
-        self.tx.send_modify(|s| {
-            if s.ready {
-                on_change(&ReadyChange {
-                    ready: false,
-                    time_to_ready: None,
-                });
-            }
-            s.ready = false;
-            if !matches!(s.phase, Phase::Stopped) {
-                s.phase = Phase::Draining;
-            }
-        });
-    }
-
-    /// The status subscriber: applies the event and derives readiness in
-    /// the same write, with the drain latch read inside it, so no event can
-    /// make the snapshot ready once shutdown began.
-    /// `on_change` runs inside that write when readiness flips.
-    pub(crate) fn on(&self, e: &Event<'_>, on_change: impl FnOnce(&ReadyChange)) -> Option<ReadyChange> {
-        let mut change = None;
-        self.tx.send_modify(|s| {
-            s.apply(e);
-            let ready = !self.draining.load(Ordering::SeqCst) && s.derive_ready();
-            if ready != s.ready {
-                let first = ready && s.time_to_ready_seconds.is_none();
-                let c = ReadyChange {
-                    ready,
-                    time_to_ready: first.then(|| self.started.elapsed()),
-                };
-                if let Some(t) = c.time_to_ready {
-                    s.time_to_ready_seconds = Some(t.as_secs_f64());
-                }
-                s.ready = ready;
-                on_change(&c);
-                change = Some(c);
-            }
-        });
-        change
-    }
-
-    pub fn subscribe(&self) -> watch::Receiver<Status> {
-        self.tx.subscribe()
-    }
-
-    /// A copy of the current snapshot.
-    pub fn snapshot(&self) -> Status {
-        self.tx.borrow().clone()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{GroupLabels, Kind, MemType, RuntimeFacts};
-    use crate::record::GroupProgress;
-
-    fn board_with_kv() -> StatusBoard {
-        let board = StatusBoard::new(Status::empty(), Instant::now());
-        let labels = GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".to_string()], 0);
-        let decl = GroupDecl {
-            labels,
-            backends: vec!["UCX".into()],
-            device: 0,
-            required: true,
-            validate: true,
-            planned: (1, 4096),
-            observed: false,
-        };
-        board.on(&Event::GroupDeclared(&decl), |_| {});
-        board.on(&Event::NixlLoaded(&RuntimeFacts::default()), |_| {});
-        board
-    }
-
-    fn registered() -> [GroupProgress<'static>; 1] {
-        [GroupProgress {
-            group: "kv",
-            state: GroupState::Registered,
-            attempts: 1,
-            consecutive_failures: 0,
-        }]
-    }
-
-    #[test]
-    fn readiness_is_derived_in_the_write_and_reports_its_flip_once() {
-        let board = board_with_kv();
-        let groups = registered();
-        let mut flips = Vec::new();
-        let change = board.on(
-            &Event::Progress {
-                phase: Phase::Running,
-                groups: &groups,
-            },
-            |c| flips.push(c.ready),
-        );
-        assert_eq!(flips, [true]);
-        assert!(change.is_some_and(|c| c.ready && c.time_to_ready.is_some()));
-        assert!(board.snapshot().ready);
-        let again = board.on(
-            &Event::Progress {
-                phase: Phase::Running,
-                groups: &groups,
-            },
-            |_| panic!("no flip"),
-        );
-        assert_eq!(again, None);
-    }
-
-    /// The lifecycle thread may publish "every group registered" after
-    /// shutdown began (it read the machine before the drain latch): the
-    /// snapshot must stay not ready, and no ready gauge update may follow.
-    #[test]
-    fn nothing_published_after_the_drain_latch_makes_the_snapshot_ready() {
-        let board = board_with_kv();
-        board.begin_drain(|c| assert!(!c.ready));
-        let groups = registered();
-        let change = board.on(
-            &Event::Progress {
-                phase: Phase::Running,
-                groups: &groups,
-            },
-            |c| panic!("readiness flipped to {} after the drain latch", c.ready),
-        );
-        assert_eq!(change, None);
-        let s = board.snapshot();
-        assert!(!s.ready);
-        assert_eq!(
-            s.phase,
-            Phase::Draining,
-            "a late Progress does not undo the drain phase"
-        );
     }
 }

@@ -157,25 +157,23 @@ fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned(
     let peer = pattern(LEN, 42);
     let _peer_reg = b.register_memory(&Descriptor::host(&peer), Some(&opts_b)).unwrap();
     let observer = Observer::new(ObserveSettings {
-        expect: vec![
-            Expected::new("kv", Kind::Kv, MemType::Dram),
-            Expected::new("aux", Kind::Aux, MemType::Dram),
-        ],
+        expect: vec![Expected::new("kv", Kind::Kv), Expected::new("aux", Kind::Aux)],
         validate: true,
         ..ObserveSettings::default()
     });
     let scrape = || Scrape::parse(&encode(observer.metrics().registry(), Format::Text));
     assert!(!observer.status().ready, "expected groups not registered yet");
+    let on_a = observer.agent(&a);
 
     // The caller's own registration calls, through the observer.
     let kv_desc = Descriptor::host(&kv);
     let aux_desc = Descriptor::host(&aux);
-    let mut kv_reg = observer
-        .register(&a, "kv", Kind::Kv, &kv_desc, Some(&opts_a))
+    let mut kv_reg = on_a
+        .register("kv", Kind::Kv, &kv_desc, Some(&opts_a))
         .expect("kv registers");
     assert!(!observer.status().ready, "aux still missing");
-    let mut aux_reg = observer
-        .register(&a, "aux", Kind::Aux, &aux_desc, Some(&opts_a))
+    let mut aux_reg = on_a
+        .register("aux", Kind::Aux, &aux_desc, Some(&opts_a))
         .expect("aux registers");
     let status = observer.status();
     assert!(status.ready, "{status:#?}");
@@ -197,8 +195,8 @@ fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned(
     // gives without the observer, and the failure is recorded by reason.
     let null = Descriptor::new(Region::new(0, AUX, 0), MemType::Dram);
     let direct = a.register_memory(&null, Some(&opts_a)).map(|_| ()).unwrap_err();
-    let observed = observer
-        .register(&a, "aux", Kind::Aux, &null, Some(&opts_a))
+    let observed = on_a
+        .register("aux", Kind::Aux, &null, Some(&opts_a))
         .map(|_| ())
         .unwrap_err();
     assert_eq!(format!("{observed:?}"), format!("{direct:?}"));
@@ -208,7 +206,8 @@ fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned(
         .label("group", "aux")
         .label("reason", "invalid_address");
     assert_eq!(failures.value(), 1.0, "validation names the null pointer");
-    let aux_status = observer.status().groups.into_iter().find(|g| g.name == "aux").unwrap();
+    let status = observer.status();
+    let aux_status = status.group("aux").unwrap();
     assert_eq!(aux_status.last_reason, Some(nixl_agent::Reason::InvalidAddress));
     assert_eq!(aux_status.descriptors, 1, "the earlier aux registration still holds");
 
@@ -220,8 +219,8 @@ fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned(
     assert_eq!(aux, kv[..AUX]);
 
     // Deregistration through the observer: gauges drop, NIXL refuses.
-    observer.deregister("kv", Kind::Kv, &kv_desc, &mut kv_reg).unwrap();
-    observer.deregister("aux", Kind::Aux, &aux_desc, &mut aux_reg).unwrap();
+    on_a.deregister(&kv_desc, &mut kv_reg).unwrap();
+    on_a.deregister(&aux_desc, &mut aux_reg).unwrap();
     let s = scrape();
     for group in ["kv", "aux"] {
         assert_eq!(
@@ -256,14 +255,11 @@ fn observed_groups_are_capped_and_names_follow_the_label_rules() {
         ..ObserveSettings::default()
     });
     let bufs: Vec<Vec<u8>> = (0..5).map(|i| pattern(4096, i)).collect();
+    let on_a = observer.agent(&a);
     let names = ["layer0", "layer1", "layer2", "bad name\"}", "layer0"];
     let mut regs = Vec::new();
     for (buf, name) in bufs.iter().zip(names) {
-        regs.push(
-            observer
-                .register(&a, name, Kind::Kv, &Descriptor::host(buf), Some(&o))
-                .unwrap(),
-        );
+        regs.push(on_a.register(name, Kind::Kv, &Descriptor::host(buf), Some(&o)).unwrap());
     }
     let s = scrape_groups(&observer);
     assert_eq!(s, ["layer0", "layer1", "other"], "two by name, the rest under `other`");
@@ -283,7 +279,7 @@ fn observed_groups_are_capped_and_names_follow_the_label_rules() {
 }
 
 fn scrape_groups(o: &Observer) -> Vec<String> {
-    let mut g: Vec<String> = o.status().groups.into_iter().map(|g| g.name).collect();
+    let mut g: Vec<String> = o.status().groups.iter().map(|g| g.name.clone()).collect();
     g.sort();
     g
 }

@@ -67,7 +67,16 @@ def wrap_class(cls):
                 _hook_failed("init", inner)
             raise
         try:
-            _native.agent_created(str(getattr(self, "name", "")), [str(p) for p in getattr(self, "plugin_list", [])])
+            token = _native.agent_created(
+                self, str(getattr(self, "name", "")), [str(p) for p in getattr(self, "plugin_list", [])]
+            )
+            if token is not None:
+                # The agent is an identity of the recording: when the
+                # instance is collected, NIXL releases its memory and the
+                # recording releases what it held. Nothing runs at exit.
+                import weakref
+
+                weakref.finalize(self, _native.agent_released, token).atexit = False
         except BaseException as e:
             _hook_failed("init", e)
 
@@ -78,12 +87,12 @@ def wrap_class(cls):
             result = create_backend(self, *args, **kwargs)
         except BaseException as e:
             try:
-                _native.backend(_backend_name(args, kwargs), time.perf_counter() - t0, e)
+                _native.backend(self, _backend_name(args, kwargs), time.perf_counter() - t0, e)
             except BaseException as inner:
                 _hook_failed("create_backend", inner)
             raise
         try:
-            _native.backend(_backend_name(args, kwargs), time.perf_counter() - t0)
+            _native.backend(self, _backend_name(args, kwargs), time.perf_counter() - t0)
         except BaseException as e:
             _hook_failed("create_backend", e)
         return result

@@ -7,7 +7,7 @@
 
 pub mod server;
 
-use crate::status::Status;
+use crate::ledger::Ledger;
 use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;
 use axum::extract::{RawQuery, State};
@@ -15,13 +15,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use tokio::sync::watch;
 
 /// What handlers can see.
 #[derive(Clone)]
 pub struct AppState {
-    pub metrics: Metrics,
-    pub status: watch::Receiver<Status>,
+    pub(crate) metrics: Metrics,
+    /// The recorded state: every handler reads one snapshot of it.
+    pub(crate) ledger: Ledger,
 }
 
 /// Every endpoint, with its one-line description (rendered on `/`).
@@ -90,7 +90,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
 /// deadline or the lifecycle thread died, so that a kubelet restarts a
 /// process wedged in a driver call.
 async fn livez(State(s): State<AppState>) -> Response {
-    let failure = s.status.borrow().liveness_failure();
+    let failure = s.ledger.snapshot().liveness_failure();
     match failure {
         None => "ok\n".into_response(),
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
@@ -105,7 +105,7 @@ pub(crate) fn wants_verbose(query: Option<&str>) -> bool {
 async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Response {
     let verbose = wants_verbose(query.as_deref());
     let (ready, body) = {
-        let st = s.status.borrow();
+        let st = s.ledger.snapshot();
         let ready = st.ready;
         let mut body = String::new();
         if verbose {
@@ -128,7 +128,7 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
 }
 
 async fn status(State(s): State<AppState>) -> Response {
-    let body = serde_json::to_string_pretty(&*s.status.borrow()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let body = serde_json::to_string_pretty(&*s.ledger.snapshot()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

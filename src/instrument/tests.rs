@@ -125,8 +125,8 @@ fn expect_and_listen_off_parse() {
     .unwrap();
     assert!(!s.serve);
     let e = s.expect.unwrap();
-    assert_eq!((e[0].group.as_str(), e[0].mem_type), ("kv", MemType::Dram));
-    assert_eq!((e[1].group.as_str(), e[1].mem_type), ("aux", MemType::Dram));
+    assert_eq!(e[0].group.as_str(), "kv");
+    assert_eq!(e[1].group.as_str(), "aux");
     assert_eq!(e[2].kind, Kind::Custom(BUFFER_KIND.into()));
     assert!(Settings::from_env(&env(&[(ENV_EXPECT, "none")]))
         .unwrap()

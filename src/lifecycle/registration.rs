@@ -4,9 +4,10 @@
 
 use super::group::release_all;
 use super::Registrar;
-use crate::model::{Failure, GroupFailure, GroupLabels, Region};
+use crate::event::{Event, GroupDecl, Holding, Leaves, Source};
+use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Region};
 use crate::plan::{GroupSpec, RegionSource};
-use crate::record::{self, Event, GroupDecl, Holding, Recorder};
+use crate::record::{self, Recorder};
 use crate::validate;
 use std::collections::HashSet;
 use std::time::Instant;
@@ -14,14 +15,16 @@ use tracing::field::Empty;
 
 /// How a group of a plan is declared to the recorder.
 pub fn declaration(spec: &GroupSpec) -> GroupDecl {
+    let labels = spec.labels();
     GroupDecl {
-        labels: spec.labels(),
+        group: labels.group.clone(),
+        kind: labels.kind.clone(),
+        labels: Some(labels),
         backends: spec.backends.clone(),
-        device: spec.device,
         required: spec.required,
         validate: spec.validate,
         planned: spec.totals(),
-        observed: false,
+        source: Source::Planned,
     }
 }
 
@@ -87,9 +90,16 @@ impl<R: Registrar> Registration<R> {
                 self.register(r, spec, pinned)
             });
         let regions = self.regions.as_deref().unwrap_or_default();
-        a.finish(rec, &self.labels, r.capture(), result, self.holding(), |i| {
-            regions.get(i).copied()
-        })
+        let leaves = Leaves::Group(self.holding());
+        a.finish(
+            rec,
+            AgentId::LIFECYCLE,
+            &self.labels,
+            r.capture(),
+            result,
+            leaves,
+            |i| regions.get(i).copied(),
+        )
     }
 
     /// Allocates the group's memory once (the binary's groups), or takes

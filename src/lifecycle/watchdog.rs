@@ -1,35 +1,17 @@
 //! A deadline on every NIXL call of the lifecycle. The lifecycle thread
 //! marks each call in a [`Heartbeat`]; a [`Watchdog`], looked at from the
 //! async runtime, records a call that outlives `nixl_call_timeout` as
-//! [`Event::Stuck`] (a `timeout` failure of its group, not ready, /livez
-//! failing) and its end as [`Event::Unstuck`]. A lifecycle thread that
+//! [`Event::Stuck`] (not ready, /livez failing, `last_reason` timeout while
+//! it runs; the attempt itself is counted once, when it returns) and its
+//! end as [`Event::Unstuck`]. A lifecycle thread that
 //! died is [`Event::LifecycleDied`]. NIXL calls cannot be cancelled, so the
 //! deadline reports; a restart is what frees a wedged process.
 
-use crate::model::GroupLabels;
-use crate::record::{Event, Recorder};
+pub use crate::event::CallKind as Operation;
+use crate::event::Event;
+use crate::record::Recorder;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// What the lifecycle thread is doing inside NIXL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    Preflight,
-    Register,
-    Deregister,
-    Drain,
-}
-
-impl Operation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Preflight => "preflight",
-            Operation::Register => "register",
-            Operation::Deregister => "deregister",
-            Operation::Drain => "drain",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Busy {
@@ -82,19 +64,19 @@ impl Heartbeat {
 pub struct Watchdog {
     beat: Arc<Heartbeat>,
     timeout: Duration,
-    labels: Vec<GroupLabels>,
+    groups: Vec<String>,
     /// The busy episode reported stuck, until it ends.
     flagged: Option<(u64, Operation, Instant)>,
     died_reported: bool,
 }
 
 impl Watchdog {
-    /// `labels[i]` are group `i`'s, for the `timeout` failure it records.
-    pub fn new(beat: Arc<Heartbeat>, timeout: Duration, labels: Vec<GroupLabels>) -> Watchdog {
+    /// `groups[i]` is group `i`'s name, for the stuck call it records.
+    pub fn new(beat: Arc<Heartbeat>, timeout: Duration, groups: Vec<String>) -> Watchdog {
         Watchdog {
             beat,
             timeout,
-            labels,
+            groups,
             flagged: None,
             died_reported: false,
         }
@@ -117,7 +99,7 @@ impl Watchdog {
             if busy.is_none_or(|b| b.episode != episode) {
                 self.flagged = None;
                 rec.emit(&Event::Unstuck {
-                    operation: operation.as_str(),
+                    operation,
                     elapsed: now.saturating_duration_since(since),
                 });
             }
@@ -127,8 +109,8 @@ impl Watchdog {
         if elapsed > self.timeout && self.flagged.is_none_or(|(e, _, _)| e != b.episode) {
             self.flagged = Some((b.episode, b.operation, b.since));
             rec.emit(&Event::Stuck {
-                operation: b.operation.as_str(),
-                labels: b.group.and_then(|g| self.labels.get(g)),
+                operation: b.operation,
+                group: b.group.and_then(|g| self.groups.get(g)).map(String::as_str),
                 elapsed,
             });
         }
@@ -138,7 +120,6 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Kind, MemType};
     use crate::status::NixlStatus;
     use crate::telemetry::metrics::BuildInfo;
 
@@ -149,15 +130,14 @@ mod tests {
     #[test]
     fn a_call_past_its_deadline_is_reported_once_and_its_end_too() {
         let beat = Arc::new(Heartbeat::default());
-        let labels = vec![GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".into()], 0)];
         let rec = recorder();
-        let mut w = Watchdog::new(beat.clone(), Duration::from_millis(100), labels);
+        let mut w = Watchdog::new(beat.clone(), Duration::from_millis(100), vec!["kv".into()]);
         let t0 = Instant::now();
         beat.begin(Operation::Register, Some(0));
         w.check(t0 + Duration::from_millis(50), &rec);
-        assert!(rec.board().snapshot().stuck.is_none(), "within the deadline");
+        assert!(rec.ledger().snapshot().stuck.is_none(), "within the deadline");
         w.check(t0 + Duration::from_millis(150), &rec);
-        let stuck = rec.board().snapshot().stuck.expect("past the deadline");
+        let stuck = rec.ledger().snapshot().stuck.clone().expect("past the deadline");
         assert_eq!(
             (stuck.operation.as_str(), stuck.group.as_deref()),
             ("register", Some("kv"))
@@ -165,11 +145,11 @@ mod tests {
         w.check(t0 + Duration::from_millis(300), &rec);
         beat.end();
         w.check(t0 + Duration::from_millis(400), &rec);
-        assert!(rec.board().snapshot().stuck.is_none(), "the call returned");
+        assert!(rec.ledger().snapshot().stuck.is_none(), "the call returned");
         // A new call is a new episode with a deadline of its own.
         beat.begin(Operation::Deregister, Some(0));
         w.check(Instant::now(), &rec);
-        assert!(rec.board().snapshot().stuck.is_none());
+        assert!(rec.ledger().snapshot().stuck.is_none());
     }
 
     #[test]
@@ -179,6 +159,6 @@ mod tests {
         let mut w = Watchdog::new(beat.clone(), Duration::from_secs(1), vec![]);
         beat.died();
         w.check(Instant::now(), &rec);
-        assert!(rec.board().snapshot().lifecycle_dead);
+        assert!(rec.ledger().snapshot().lifecycle_dead);
     }
 }

@@ -24,6 +24,7 @@ pub use descriptor::Descriptor;
 pub use discover::{discover, Discovery, FoundBy, NotFound};
 pub use loader::{load, status_of, LoadError, Loaded, PLUGIN_DIR_ENV};
 pub use memory::Backing;
+pub use observe::ObservedAgent;
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;
 pub use stderr::StderrTap;

@@ -1,11 +1,12 @@
-//! Observe mode's NIXL calls: the caller's own `nixl_sys::Agent`, its own
-//! descriptor and options, passed through untouched; what nixl-sys returns
-//! is handed back as it is. The recording around each call is
-//! [`crate::Observer`]'s.
+//! Observe mode's NIXL side: the observer's system probe, and the caller's
+//! own `nixl_sys::Agent` with its own descriptors and options, passed
+//! through untouched; what nixl-sys returns is handed back as it is. The
+//! recording around each call is [`crate::observe::Observer`]'s.
 
 use super::registrar::reason_of;
-use crate::model::{Failure, Kind, MemType, Region};
-use crate::Observer;
+use super::SystemProbe;
+use crate::model::{AgentId, Failure, Kind, MemType, Region};
+use crate::observe::{Call, ObserveSettings, Observer};
 use nixl_sys::{Agent, NixlDescriptor, NixlError, OptArgs, RegistrationHandle};
 
 fn region_of(desc: &impl NixlDescriptor) -> (Option<MemType>, Region) {
@@ -27,12 +28,47 @@ fn failure(e: &NixlError) -> Failure {
 }
 
 impl Observer {
+    /// An observer with a recording of its own; serve it with
+    /// `nixl_agent::serve` or encode [`Observer::metrics`].
+    pub fn new(settings: ObserveSettings) -> Observer {
+        Observer::with_probe(settings, Box::new(SystemProbe))
+    }
+
+    /// Follows the caller's NIXL agent `agent` as an identity of its own:
+    /// record its calls through the returned handle. Dropping the handle
+    /// says the agent is gone (drop it with the agent): what the recording
+    /// holds for it is released and readiness follows.
+    pub fn agent(&self, agent: &Agent) -> ObservedAgent {
+        let id = AgentId::fresh();
+        self.saw_agent(id, &agent.name(), || plugins(agent));
+        ObservedAgent {
+            observer: self.clone(),
+            agent: agent.clone(),
+            id,
+        }
+    }
+}
+
+/// One NIXL agent of the caller's, followed by an [`Observer`]: its
+/// registration calls are recorded on it, and a deregistration finds the
+/// registration made on the same agent.
+pub struct ObservedAgent {
+    observer: Observer,
+    agent: Agent,
+    id: AgentId,
+}
+
+impl ObservedAgent {
+    /// The agent's identity in the recording (`/v1/status` `agents`).
+    pub fn id(&self) -> AgentId {
+        self.id
+    }
+
     /// `agent.register_memory(desc, opts)`, recorded under `group`. Returns
     /// exactly what nixl-sys returned. Memory types other than DRAM and
     /// VRAM (files, blocks, objects) pass through unrecorded.
     pub fn register(
         &self,
-        agent: &Agent,
         group: &str,
         kind: Kind,
         desc: &impl NixlDescriptor,
@@ -40,33 +76,41 @@ impl Observer {
     ) -> Result<RegistrationHandle, NixlError> {
         let (mem_type, region) = region_of(desc);
         let Some(mem_type) = mem_type else {
-            return agent.register_memory(desc, opts);
+            return self.agent.register_memory(desc, opts);
         };
-        self.saw_agent(|| (agent.name(), plugins(agent)));
-        self.record_register(
+        let regions = [region];
+        let call = Call {
+            agent: self.id,
             group,
-            &kind,
+            kind: &kind,
             mem_type,
-            region,
-            || agent.register_memory(desc, opts),
-            failure,
-        )
+            device: region.device,
+            backends: None,
+            regions: &regions,
+        };
+        self.observer
+            .record_register(&call, || self.agent.register_memory(desc, opts), failure)
     }
 
     /// `handle.deregister()` for a region registered through
-    /// [`Observer::register`] with the same `group`, `kind` and `desc`.
-    pub fn deregister(
-        &self,
-        group: &str,
-        kind: Kind,
-        desc: &impl NixlDescriptor,
-        handle: &mut RegistrationHandle,
-    ) -> Result<(), NixlError> {
+    /// [`ObservedAgent::register`] with the same `desc`.
+    pub fn deregister(&self, desc: &impl NixlDescriptor, handle: &mut RegistrationHandle) -> Result<(), NixlError> {
         let (mem_type, region) = region_of(desc);
         if mem_type.is_none() {
             return handle.deregister();
         }
-        self.record_deregister(group, &kind, region, || handle.deregister(), failure)
+        let t0 = std::time::Instant::now();
+        let result = handle.deregister();
+        let elapsed = t0.elapsed();
+        self.observer
+            .deregistered(self.id, region, 1, elapsed, result.as_ref().err().map(failure));
+        result
+    }
+}
+
+impl Drop for ObservedAgent {
+    fn drop(&mut self) {
+        self.observer.agent_released(self.id);
     }
 }
 

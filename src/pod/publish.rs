@@ -32,7 +32,7 @@ impl Publisher {
         dir: &Path,
         rank: u32,
         metrics: Metrics,
-        status: impl Fn() -> Status + Send + 'static,
+        status: impl Fn() -> Arc<Status> + Send + 'static,
     ) -> std::io::Result<Publisher> {
         fs::create_dir_all(dir)?;
         let path = dir.join(super::file_name(rank));

@@ -4,9 +4,10 @@
 //! capture window for what NIXL/UCX print, the clock, the refinement of the
 //! reason by those printed words, and the [`Event::Attempted`] it emits.
 
-use super::{Attempt, Event, Holding, Recorder};
+use super::Recorder;
 use crate::diagnose;
-use crate::model::{GroupFailure, GroupLabels, Region};
+use crate::event::{Attempt, Event, Leaves};
+use crate::model::{AgentId, GroupFailure, GroupLabels, Region};
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
 use tracing::span::EnteredSpan;
@@ -83,15 +84,17 @@ impl Attempted {
 
     /// Closes the capture window, refines a failure's reason by what NIXL
     /// printed, records the attempt and returns the (refined) result.
-    /// `holding` is what the group holds afterwards; `region(i)` looks up a
-    /// blamed region for the span event.
+    /// `leaves` is what the attempt leaves registered on `agent`;
+    /// `region(i)` looks up a blamed region for the span event.
+    #[allow(clippy::too_many_arguments)]
     pub fn finish<T>(
         self,
         rec: &Recorder,
+        agent: AgentId,
         labels: &GroupLabels,
         capture: &dyn Capture,
         result: Result<T, GroupFailure>,
-        holding: Holding,
+        leaves: Leaves,
         region: impl Fn(usize) -> Option<Region>,
     ) -> Result<T, GroupFailure> {
         let elapsed = self.elapsed();
@@ -114,13 +117,14 @@ impl Attempted {
             _ => None,
         };
         rec.emit(&Event::Attempted(&Attempt {
+            agent,
             labels,
             attempt: self.attempt,
             descriptors: self.descriptors,
             bytes: self.bytes,
             elapsed,
             outcome: result.as_ref().map(|_| ()),
-            holding,
+            leaves,
             blamed,
         }));
         drop(span);

@@ -3,21 +3,60 @@
 //! is emitted, so a line about an attempt is also an event of its span.
 //! Error text goes here (and to /v1/status), never into a label.
 
+use crate::event::{Event, GroupDecl, Source};
+use crate::ledger::Applied;
 use crate::model::Reason;
-use crate::record::{Event, GroupDecl};
 
-/// Writes the log line of one event.
-pub(crate) fn on(e: &Event<'_>) {
+/// The log line of a readiness flip, if the write made one.
+pub(crate) fn readiness(a: &Applied) {
+    match (a.ready, a.time_to_ready) {
+        (Some(true), Some(t)) => tracing::info!(time_to_ready_ms = t.as_millis() as u64, "ready"),
+        (Some(ready), _) => tracing::info!(ready, "readiness changed"),
+        (None, _) => {}
+    }
+}
+
+/// Writes the log line of one event (and of the readiness flip it caused).
+pub(crate) fn on(e: &Event<'_>, applied: &Applied) {
+    line(e, applied);
+    readiness(applied);
+}
+
+fn line(e: &Event<'_>, applied: &Applied) {
     match e {
-        Event::GroupDeclared(GroupDecl {
-            labels, observed: true, ..
-        }) => tracing::info!(
-            group = %labels.group,
-            kind = %labels.kind,
-            mem_type = labels.mem_type,
-            "observing a new group"
+        Event::GroupDeclared(GroupDecl { group, source, .. }) if applied.refused => tracing::error!(
+            group = %group,
+            source = ?source,
+            "a group of this name belongs to another source (the lifecycle's plan or observed calls); not declared again"
         ),
+        Event::GroupDeclared(GroupDecl {
+            group,
+            kind,
+            source: Source::Observed,
+            ..
+        }) => tracing::info!(group = %group, kind = %kind, "observing a new group"),
         Event::GroupDeclared(_) => {}
+        Event::AgentSeen { agent, name, owned } => {
+            tracing::debug!(agent = agent.0, name = *name, owned = *owned, "NIXL agent seen")
+        }
+        Event::AgentReleased { agent } => tracing::info!(
+            agent = agent.0,
+            "NIXL agent released: what it held is no longer counted as registered"
+        ),
+        Event::CallDeregistered {
+            agent,
+            descriptors,
+            failure,
+            elapsed,
+            ..
+        } => tracing::debug!(
+            agent = agent.0,
+            descriptors = *descriptors,
+            reason = failure.map(|f| f.reason).map(Reason::as_str),
+            unmatched = applied.unmatched,
+            elapsed_us = elapsed.as_micros() as u64,
+            "observed deregistration"
+        ),
         Event::MemlockObserved { soft_limit, exempt } => {
             tracing::debug!(soft_limit = soft_limit, cap_ipc_lock = exempt, "memlock limit")
         }
@@ -57,7 +96,6 @@ pub(crate) fn on(e: &Event<'_>) {
                     attempt = a.attempt,
                     descriptors = a.descriptors,
                     bytes = a.bytes,
-                    registered_descriptors = a.holding.descriptors,
                     elapsed_us,
                     "group registered"
                 ),
@@ -83,7 +121,6 @@ pub(crate) fn on(e: &Event<'_>) {
                         reason = f.reason.as_str(),
                         region = f.region.map(|r| r as i64).unwrap_or(-1),
                         rolled_back = f.rolled_back,
-                        registered_descriptors = a.holding.descriptors,
                         error = %f.message,
                         diagnostics = %f.diagnostics.join("\n"),
                         elapsed_us,
@@ -115,23 +152,19 @@ pub(crate) fn on(e: &Event<'_>) {
             "group deregistered"
         ),
         Event::Progress { .. } => {}
-        Event::ReadinessChanged {
-            time_to_ready: Some(t), ..
-        } => tracing::info!(time_to_ready_ms = t.as_millis() as u64, "ready"),
-        Event::ReadinessChanged { ready, .. } => tracing::info!(ready = *ready, "readiness changed"),
         Event::Stuck {
             operation,
-            labels,
+            group,
             elapsed,
         } => tracing::error!(
-            operation = *operation,
-            group = labels.map(|l| l.group.as_str()),
+            operation = operation.as_str(),
+            group = *group,
             elapsed_ms = elapsed.as_millis() as u64,
             reason = Reason::Timeout.as_str(),
             "a NIXL call is past its deadline: not ready, /livez failing until it returns"
         ),
         Event::Unstuck { operation, elapsed } => tracing::warn!(
-            operation = *operation,
+            operation = operation.as_str(),
             elapsed_ms = elapsed.as_millis() as u64,
             "the NIXL call past its deadline returned"
         ),
@@ -156,7 +189,7 @@ pub(crate) fn on(e: &Event<'_>) {
         } => {
             if *first {
                 tracing::warn!(
-                    target: crate::instrument::LOG_TARGET,
+                    target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
                     operation = operation.as_str(),
                     error = *message,
                     "nixl-agent's wrapping of this NIXL call failed; the call went ahead untouched (counted in nixl_agent_instrumentation_errors_total, logged once)"

@@ -1,12 +1,16 @@
-//! The metric registry. Families are created from [`names::FAMILIES`] and every
-//! series known in advance (per group, per reason, per backend) is created at
-//! start so that it is 0 from the first scrape, not absent.
+//! The metric registry, a projection of the ledger. Families are created
+//! from [`names::FAMILIES`]; a group's series are created when the group is
+//! declared, so they are 0 from the first scrape, not absent.
 //!
-//! Only [`super::events`] writes to it; the HTTP layer only encodes it.
+//! Gauges are copied from the ledger's state — never derived from an event
+//! — inside the ledger's write ([`Metrics::on`] runs there), so a gauge and
+//! /v1/status always say the same; counters and histograms count the
+//! event in that same write. The HTTP layer only encodes the registry.
 
-use super::names::{self, Family, Reason};
+use super::names::{self, Family};
+use crate::event::Event;
+use crate::ledger::{Applied, Ledger, State};
 use crate::model::{GroupLabels, GroupState};
-use crate::record::Event;
 use prometheus::{Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -129,27 +133,32 @@ impl GroupSeries for GroupLabels {
     }
 }
 
-/// One group's series of the per-attempt families, resolved once: an
-/// observed call then costs one map lookup, not a label hash per family.
+/// One group's series, resolved once under the labels the ledger holds for
+/// it: an observed call then costs an index, not a label hash per family.
 struct Series {
-    attempts: prometheus::IntCounter,
-    descriptors: prometheus::Histogram,
-    duration: prometheus::Histogram,
+    labels: Arc<GroupLabels>,
+    /// The per-attempt families exist once the labels are fixed (a group
+    /// expected before its first call has only its gauges until then).
+    counted: Option<Counted>,
     registered_descriptors: IntGauge,
     registered_bytes: IntGauge,
     group_registered: IntGauge,
-    deregistrations: prometheus::IntCounter,
     /// One gauge per `GroupState`, in `GroupState::ALL` order.
     state: Vec<IntGauge>,
-    /// Observed groups have no lifecycle progress: their state follows
-    /// their calls.
-    observed: bool,
+}
+
+struct Counted {
+    attempts: prometheus::IntCounter,
+    descriptors: prometheus::Histogram,
+    duration: prometheus::Histogram,
+    deregistrations: prometheus::IntCounter,
 }
 
 /// Every metric the agent owns, plus the process collector.
 #[derive(Clone)]
 pub struct Metrics {
-    series: Arc<std::sync::RwLock<HashMap<String, Series>>>,
+    /// By the ledger's group index.
+    series: Arc<Mutex<Vec<Option<Series>>>>,
     registry: Registry,
     attempts: IntCounterVec,
     failures: IntCounterVec,
@@ -295,129 +304,175 @@ impl Metrics {
         m
     }
 
-    /// The metrics subscriber: what each event changes in the registry.
-    pub(crate) fn on(&self, e: &Event<'_>) {
+    /// The metrics projection, run inside the ledger's write: counts what
+    /// the event counts, then copies the gauges the event touched from the
+    /// state.
+    pub(crate) fn on(&self, e: &Event<'_>, st: &State, a: &Applied) {
+        self.touch();
+        let mut all_groups = false;
         match e {
-            Event::GroupDeclared(d) => self.declare(&d.labels, &d.backends, d.observed),
-            Event::MemlockObserved { soft_limit, exempt } => {
-                self.set_memlock_limit(*soft_limit);
-                self.memlock_exempt.set(i64::from(*exempt));
-            }
-            Event::NixlLoaded(_) => self.set_nixl_available(true),
-            Event::NixlUnavailable(_) => self.set_nixl_available(false),
-            Event::BackendCreated { backend, .. } => self.set_backend_up(backend, true),
-            Event::BackendFailed { backend, .. } => self.set_backend_up(backend, false),
-            Event::Attempted(a) => {
-                self.attempt(a.labels, a.descriptors, a.elapsed.map(|d| d.as_secs_f64()));
-                if let Err(f) = a.outcome {
-                    self.failure(a.labels, f.reason, unix_now());
-                }
-                // As the status board says: a group is as good as its last
-                // attempt (a planned group's failed attempt rolled back; an
-                // observed group's failed call leaves it incomplete).
-                let registered = a.outcome.is_ok();
-                self.registered(a.labels, a.holding.descriptors, a.holding.bytes, registered);
-                self.observed_state(
-                    a.labels,
-                    if registered {
-                        GroupState::Registered
-                    } else {
-                        GroupState::Failed
-                    },
-                );
-            }
-            Event::Deregistered {
-                labels,
-                failure,
-                holding,
-                ..
-            } => {
-                self.deregistered(labels, failure.map(|f| f.reason));
-                let registered = holding.descriptors > 0;
-                self.registered(labels, holding.descriptors, holding.bytes, registered);
-                if !registered {
-                    self.observed_state(labels, GroupState::Deregistered);
+            Event::GroupDeclared(d) => {
+                for b in &d.backends {
+                    self.backend_up.with_label_values(&[b]);
                 }
             }
-            Event::ReadinessChanged { ready, time_to_ready } => {
-                self.set_ready(*ready);
-                if let Some(t) = time_to_ready {
-                    self.set_time_to_ready(t.as_secs_f64());
+            Event::MemlockObserved { exempt, .. } => self.memlock_exempt.set(i64::from(*exempt)),
+            Event::Attempted(at) => {
+                let Some(i) = a.group else { return };
+                let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+                let s = self.series_of(&mut series, st, i, a.labeled);
+                if let Some(c) = &s.counted {
+                    c.attempts.inc();
+                    c.descriptors.observe(at.descriptors as f64);
+                    // An attempt that never reached NIXL has no duration to observe.
+                    if let Some(d) = at.elapsed {
+                        c.duration.observe(d.as_secs_f64());
+                        self.exemplar(&s.labels, d.as_secs_f64());
+                    }
+                }
+                if let Err(f) = at.outcome {
+                    let l = s.labels.with(f.reason.as_str());
+                    self.failures.with_label_values(&l).inc();
+                    self.last_failure.with_label_values(&l).set(unix_now());
                 }
             }
-            Event::DrainStarted => self.set_ready(false),
-            Event::Stuck { labels, .. } => {
-                self.touch();
-                self.lifecycle_stuck.set(1);
-                if let Some(l) = labels {
-                    self.failure(l, Reason::Timeout, unix_now());
+            Event::Deregistered { failure, .. } | Event::CallDeregistered { failure, .. } => {
+                let Some(i) = a.group else { return };
+                let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+                let s = self.series_of(&mut series, st, i, false);
+                if let Some(c) = &s.counted {
+                    c.deregistrations.inc();
+                }
+                if let Some(f) = failure {
+                    self.deregistration_failures
+                        .with_label_values(&s.labels.with(f.reason.as_str()))
+                        .inc();
                 }
             }
-            Event::Unstuck { .. } => {
-                self.touch();
-                self.lifecycle_stuck.set(0);
-            }
-            Event::LifecycleDied => {
-                self.touch();
-                self.lifecycle_stuck.set(1);
-            }
-            Event::AcceptedInvalid { labels, reason, .. } => {
-                self.touch();
-                self.accepted_invalid
-                    .with_label_values(&labels.with(reason.as_str()))
-                    .inc();
+            Event::AcceptedInvalid { reason, .. } => {
+                if let Some(i) = a.group {
+                    self.accepted_invalid
+                        .with_label_values(&st.labels(i).with(reason.as_str()))
+                        .inc();
+                }
             }
             Event::InstrumentationFailed { operation, .. } => {
-                self.touch();
                 self.instrumentation_errors
                     .with_label_values(&[operation.as_str()])
                     .inc();
             }
-            Event::Progress { groups, .. } => {
-                self.touch();
-                let map = self.series.read().unwrap_or_else(|e| e.into_inner());
-                for g in groups.iter() {
-                    if let Some(s) = map.get(g.group) {
-                        set_state(s, g.state);
-                    }
-                }
-            }
-            Event::RetryScheduled { .. } | Event::DrainFinished { .. } => {}
+            Event::Progress { .. } | Event::AgentReleased { .. } | Event::DrainStarted => all_groups = true,
+            _ => {}
         }
+        if all_groups {
+            self.project_groups(st, 0..st.meta.len());
+        } else if let Some(i) = a.group {
+            self.project_groups(st, i..i + 1);
+        }
+        self.project(st, a);
     }
 
-    /// Creates a group's series at 0, so alerts and dashboards see them
-    /// before the first attempt.
-    fn declare(&self, l: &GroupLabels, backends: &[String], observed: bool) {
+    /// Copies the process-wide gauges from the state.
+    pub(crate) fn project(&self, st: &State, a: &Applied) {
         self.touch();
-        self.attempts.with_label_values(&l.group());
-        self.descriptors.with_label_values(&l.group());
-        self.duration.with_label_values(&l.group());
+        let s = &st.status;
+        self.ready.set(i64::from(s.ready));
+        self.nixl_available.set(i64::from(s.nixl.available));
+        self.lifecycle_stuck
+            .set(i64::from(s.stuck.is_some() || s.lifecycle_dead));
+        self.memlock_limit
+            .set(s.memlock_limit_bytes.map_or(f64::INFINITY, |b| b as f64));
+        if let Some(t) = s.time_to_ready_seconds {
+            self.time_to_ready.with_label_values::<&str>(&[]).set(t);
+        }
+        for b in &s.backends {
+            self.backend_up.with_label_values(&[&b.name]).set(i64::from(b.up));
+        }
+        let _ = a;
+    }
+
+    /// Every gauge from the ledger's current state (a fresh registry).
+    pub(crate) fn project_all(&self, ledger: &Ledger) {
+        ledger.read(|st| {
+            self.project_groups(st, 0..st.meta.len());
+            self.project(st, &Applied::default());
+        });
+    }
+
+    /// Group `i`'s series, created (or moved from placeholder labels to the
+    /// fixed ones) as the ledger's labels say.
+    fn series_of<'s>(&self, series: &'s mut Vec<Option<Series>>, st: &State, i: usize, relabel: bool) -> &'s Series {
+        if series.len() <= i {
+            series.resize_with(i + 1, || None);
+        }
+        let labels = st.labels(i);
+        let stale = series[i]
+            .as_ref()
+            .is_some_and(|s| relabel || !Arc::ptr_eq(&s.labels, labels));
+        if stale {
+            if let Some(old) = series[i].take() {
+                self.remove(&old);
+            }
+        }
+        if series[i].is_none() {
+            let fixed = st.meta[i].labels.is_some();
+            series[i] = Some(self.create(labels.clone(), fixed));
+        }
+        series[i].as_ref().expect("created above")
+    }
+
+    fn create(&self, l: Arc<GroupLabels>, fixed: bool) -> Series {
         // Failure series appear with the first failure (the rules count a
         // series that appears as an increase): pre-creating one per reason
         // would cost 36 series a group, most never used.
-        let series = Series {
+        let counted = fixed.then(|| Counted {
             attempts: self.attempts.with_label_values(&l.group()),
             descriptors: self.descriptors.with_label_values(&l.group()),
             duration: self.duration.with_label_values(&l.group()),
+            deregistrations: self.deregistrations.with_label_values(&l.group()),
+        });
+        Series {
+            counted,
             registered_descriptors: self.registered_descriptors.with_label_values(&l.group()),
             registered_bytes: self.registered_bytes.with_label_values(&l.group()),
             group_registered: self.group_registered.with_label_values(&l.group()),
-            deregistrations: self.deregistrations.with_label_values(&l.group()),
             state: GroupState::ALL
                 .iter()
                 .map(|st| self.group_state.with_label_values(&l.with(st.as_str())))
                 .collect(),
-            observed,
-        };
-        set_state(&series, GroupState::Pending);
-        self.series
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(l.group.clone())
-            .or_insert(series);
-        for b in backends {
-            self.backend_up.with_label_values(&[b]);
+            labels: l,
+        }
+    }
+
+    /// Removes a group's placeholder series (its labels were fixed).
+    fn remove(&self, s: &Series) {
+        let l = &s.labels;
+        let _ = self.registered_descriptors.remove_label_values(&l.group());
+        let _ = self.registered_bytes.remove_label_values(&l.group());
+        let _ = self.group_registered.remove_label_values(&l.group());
+        for st in GroupState::ALL {
+            let _ = self.group_state.remove_label_values(&l.with(st.as_str()));
+        }
+        if s.counted.is_some() {
+            let _ = self.attempts.remove_label_values(&l.group());
+            let _ = self.descriptors.remove_label_values(&l.group());
+            let _ = self.duration.remove_label_values(&l.group());
+            let _ = self.deregistrations.remove_label_values(&l.group());
+        }
+    }
+
+    /// Copies groups' gauges from the state.
+    fn project_groups(&self, st: &State, range: std::ops::Range<usize>) {
+        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        for i in range {
+            let s = self.series_of(&mut series, st, i, false);
+            let g = &st.status.groups[i];
+            s.registered_descriptors.set(g.descriptors as i64);
+            s.registered_bytes.set(g.bytes as i64);
+            s.group_registered.set(i64::from(g.state == GroupState::Registered));
+            for (gauge, state) in s.state.iter().zip(GroupState::ALL) {
+                gauge.set(i64::from(state == g.state));
+            }
         }
     }
 
@@ -463,205 +518,24 @@ impl Metrics {
         self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
-    fn attempt(&self, l: &GroupLabels, descriptors: usize, seconds: Option<f64>) {
-        self.touch();
-        let observed = self.with_series(l, |s| {
-            s.attempts.inc();
-            s.descriptors.observe(descriptors as f64);
-            // An attempt that never reached NIXL has no duration to observe.
-            if let Some(seconds) = seconds {
-                s.duration.observe(seconds);
-            }
-        });
-        let (Some(seconds), true) = (seconds, observed) else {
+    /// The trace behind a duration observation, when one is sampled.
+    fn exemplar(&self, l: &GroupLabels, seconds: f64) {
+        let Some((trace, span)) = super::traces::current_ids() else {
             return;
         };
-        if let Some((trace, span)) = super::traces::current_ids() {
-            let labels = [
-                ("group", l.group.as_str()),
-                ("kind", &l.kind),
-                ("mem_type", l.mem_type),
-                ("backend", &l.backend),
-                ("device", &l.device),
-            ];
-            let unix_seconds = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            let ex = Exemplar {
-                trace_id: trace.to_string(),
-                span_id: span.to_string(),
-                value: seconds,
-                unix_seconds,
-            };
-            self.exemplars.record(&labels, seconds, ex);
-        }
-    }
-
-    fn failure(&self, l: &GroupLabels, reason: Reason, unix_seconds: f64) {
-        self.touch();
-        self.failures.with_label_values(&l.with(reason.as_str())).inc();
-        self.last_failure
-            .with_label_values(&l.with(reason.as_str()))
-            .set(unix_seconds);
-    }
-
-    fn registered(&self, l: &GroupLabels, descriptors: usize, bytes: u64, registered: bool) {
-        self.touch();
-        self.with_series(l, |s| {
-            s.registered_descriptors.set(descriptors as i64);
-            s.registered_bytes.set(bytes as i64);
-            s.group_registered.set(i64::from(registered));
-        });
-    }
-
-    /// An observed group's state follows its calls (a planned group's
-    /// follows the lifecycle's progress).
-    fn observed_state(&self, l: &GroupLabels, state: GroupState) {
-        self.with_series(l, |s| {
-            if s.observed {
-                set_state(s, state);
-            }
-        });
-    }
-
-    /// Runs `f` on the group's resolved series; `false` (and nothing
-    /// recorded) for a group never declared, which no path produces.
-    fn with_series(&self, l: &GroupLabels, f: impl FnOnce(&Series)) -> bool {
-        let map = self.series.read().unwrap_or_else(|e| e.into_inner());
-        match map.get(&l.group) {
-            Some(s) => {
-                f(s);
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn deregistered(&self, l: &GroupLabels, failure: Option<Reason>) {
-        self.touch();
-        self.with_series(l, |s| s.deregistrations.inc());
-        if let Some(reason) = failure {
-            self.deregistration_failures
-                .with_label_values(&l.with(reason.as_str()))
-                .inc();
-        }
-    }
-
-    fn set_ready(&self, ready: bool) {
-        self.touch();
-        self.ready.set(i64::from(ready));
-    }
-
-    fn set_nixl_available(&self, up: bool) {
-        self.touch();
-        self.nixl_available.set(i64::from(up));
-    }
-
-    fn set_backend_up(&self, backend: &str, up: bool) {
-        self.touch();
-        self.backend_up.with_label_values(&[backend]).set(i64::from(up));
-    }
-
-    fn set_memlock_limit(&self, bytes: Option<u64>) {
-        self.touch();
-        self.memlock_limit.set(bytes.map_or(f64::INFINITY, |b| b as f64));
-    }
-
-    fn set_time_to_ready(&self, seconds: f64) {
-        self.touch();
-        self.time_to_ready.with_label_values::<&str>(&[]).set(seconds);
-    }
-}
-
-fn set_state(s: &Series, state: GroupState) {
-    for (g, st) in s.state.iter().zip(GroupState::ALL) {
-        g.set(i64::from(st == state));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{GroupFailure, Kind, MemType, Reason};
-    use crate::record::{Attempt, GroupDecl, Holding};
-
-    fn value(m: &Metrics, series: &str) -> Option<f64> {
-        let text = m.encode(super::super::exposition::Format::Text);
-        text.lines()
-            .find(|l| l.starts_with(series))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-    }
-
-    fn declared(observed: bool) -> (Metrics, GroupLabels) {
-        let m = Metrics::new(&BuildInfo::current(None));
-        let labels = GroupLabels::new("g", &Kind::Aux, MemType::Dram, &["UCX".to_string()], 0);
-        m.on(&Event::GroupDeclared(&GroupDecl {
-            labels: labels.clone(),
-            backends: vec!["UCX".into()],
-            device: 0,
-            required: true,
-            validate: false,
-            planned: (0, 0),
-            observed,
-        }));
-        (m, labels)
-    }
-
-    fn attempted(m: &Metrics, labels: &GroupLabels, outcome: Result<(), &GroupFailure>, held: usize) {
-        m.on(&Event::Attempted(&Attempt {
-            labels,
-            attempt: 1,
-            descriptors: held,
-            bytes: held as u64,
-            elapsed: None,
-            outcome,
-            holding: Holding {
-                descriptors: held,
-                bytes: held as u64,
-            },
-            blamed: None,
-        }));
-    }
-
-    const REGISTERED: &str =
-        r#"nixl_agent_group_registered{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM"}"#;
-
-    #[test]
-    fn a_group_of_no_regions_is_registered_after_its_successful_attempt() {
-        let (m, l) = declared(true);
-        assert_eq!(value(&m, REGISTERED), Some(0.0));
-        attempted(&m, &l, Ok(()), 0);
-        assert_eq!(value(&m, REGISTERED), Some(1.0));
-        let state = |s: &str| {
-            value(
-                &m,
-                &format!(
-                    r#"nixl_agent_group_state{{backend="UCX",device="0",group="g",kind="aux",mem_type="DRAM",state="{s}"}}"#
-                ),
-            )
+        let labels = [
+            ("group", l.group.as_str()),
+            ("kind", &l.kind),
+            ("mem_type", l.mem_type),
+            ("backend", &l.backend),
+            ("device", &l.device),
+        ];
+        let ex = Exemplar {
+            trace_id: trace.to_string(),
+            span_id: span.to_string(),
+            value: seconds,
+            unix_seconds: unix_now(),
         };
-        assert_eq!((state("registered"), state("pending")), (Some(1.0), Some(0.0)));
-        let f = GroupFailure::whole(crate::model::Failure::new(Reason::ZeroLength, "x"));
-        attempted(&m, &l, Err(&f), 0);
-        assert_eq!(value(&m, REGISTERED), Some(0.0));
-        assert_eq!((state("failed"), state("registered")), (Some(1.0), Some(0.0)));
-    }
-
-    #[test]
-    fn time_to_ready_is_absent_until_ready_and_unlimited_memlock_is_inf() {
-        let (m, _) = declared(false);
-        assert_eq!(value(&m, "nixl_agent_time_to_ready_seconds"), None);
-        m.on(&Event::ReadinessChanged {
-            ready: true,
-            time_to_ready: Some(std::time::Duration::from_millis(1500)),
-        });
-        assert_eq!(value(&m, "nixl_agent_time_to_ready_seconds"), Some(1.5));
-        m.on(&Event::MemlockObserved {
-            soft_limit: None,
-            exempt: true,
-        });
-        assert_eq!(value(&m, "nixl_agent_memlock_limit_bytes"), Some(f64::INFINITY));
-        assert_eq!(value(&m, "nixl_agent_memlock_exempt"), Some(1.0));
+        self.exemplars.record(&labels, seconds, ex);
     }
 }

@@ -271,11 +271,9 @@ pub const ROLE_OBSERVER: &str = "observer";
 /// `nixl-agent pod`: serves the ranks of a pod.
 pub const ROLE_POD: &str = "pod";
 
-/// Checks performed by `/readyz`, as written in its verbose output.
-pub const CHECK_NIXL: &str = "nixl";
-pub const CHECK_GROUP_PREFIX: &str = "group:";
-pub const CHECK_DRAINING: &str = "shutdown";
-pub const CHECK_LIFECYCLE: &str = "lifecycle";
+/// The log target of the Python instrumentation's own lines (what
+/// `NIXL_AGENT_LOG` filters on).
+pub const INSTRUMENT_LOG_TARGET: &str = "nixl_agent::instrument";
 
 #[cfg(test)]
 mod tests {

@@ -21,11 +21,12 @@
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::instrument::{self, CallSite, Settings};
 use nixl_agent::model::Failure;
-use nixl_agent::{Call, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
+use nixl_agent::{AgentId, Call, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -50,6 +51,9 @@ fn settings() -> &'static Result<Settings, String> {
 /// The instrumentation of this process, started with its first NIXL agent.
 struct Running {
     observer: Observer,
+    /// Each live `nixl_agent` instance (by its address) and its identity in
+    /// the recording; removed when the instance is collected.
+    agents: Mutex<HashMap<usize, AgentId>>,
     addr: Option<SocketAddr>,
     pid: u32,
     /// The HTTP threads; never dropped (they end with the process).
@@ -159,6 +163,7 @@ fn start_running(frameworks: &[String]) -> Option<Option<String>> {
     });
     *slot = Some(Arc::new(Running {
         observer,
+        agents: Mutex::new(HashMap::new()),
         addr,
         pid: std::process::id(),
         _http: http,
@@ -222,21 +227,53 @@ fn metrics_text(py: Python<'_>) -> Option<String> {
 #[pyfunction]
 fn status_json() -> Option<String> {
     let r = running()?;
-    serde_json::to_string(&r.observer.status()).ok()
+    serde_json::to_string(&*r.observer.status()).ok()
 }
 
-/// The agent was created: its name and the plugins NIXL found.
+impl Running {
+    /// The identity of the `nixl_agent` instance `agent` (one created
+    /// before the instrumentation started gets one on first use).
+    fn agent_id(&self, agent: &Bound<'_, PyAny>) -> AgentId {
+        let mut map = self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry(agent.as_ptr() as usize).or_insert_with(AgentId::fresh)
+    }
+}
+
+/// The agent `agent` was created: its name and the plugins NIXL found.
+/// Returns its identity, for `agent_released` when it is collected.
 #[pyfunction]
-fn agent_created(name: String, plugins: Vec<String>) {
+fn agent_created(agent: &Bound<'_, PyAny>, name: String, plugins: Vec<String>) -> Option<u64> {
     guarded(Hooked::Init, || {
-        running()?.observer.saw_agent(|| (name, plugins));
+        let r = running()?;
+        let id = AgentId::fresh();
+        r.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(agent.as_ptr() as usize, id);
+        r.observer.saw_agent(id, &name, || plugins);
+        Some(id.0)
+    })
+}
+
+/// The `nixl_agent` instance of identity `id` was collected: NIXL released
+/// what it held, and so does the recording.
+#[pyfunction]
+fn agent_released(id: u64) {
+    guarded(Hooked::Init, || {
+        let r = running()?;
+        let id = AgentId(id);
+        r.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, a| *a != id);
+        r.observer.agent_released(id);
         Some(())
     });
 }
 
 /// `nixl_agent.__init__` raised.
 #[pyfunction]
-fn agent_failed(py: Python<'_>, error: &Bound<'_, PyAny>) {
+fn agent_failed(error: &Bound<'_, PyAny>) {
     let failure = failure_of(error, Reason::NixlUnavailable);
     guarded(Hooked::Init, || {
         running()?.observer.nixl_unavailable(&failure);
@@ -244,16 +281,18 @@ fn agent_failed(py: Python<'_>, error: &Bound<'_, PyAny>) {
     });
 }
 
-/// `create_backend(name)` returned after `seconds` (`error`: what it raised).
+/// `agent.create_backend(name)` returned after `seconds` (`error`: what it
+/// raised).
 #[pyfunction]
-#[pyo3(signature = (name, seconds, error=None))]
-fn backend(py: Python<'_>, name: &str, seconds: f64, error: Option<&Bound<'_, PyAny>>) {
+#[pyo3(signature = (agent, name, seconds, error=None))]
+fn backend(agent: &Bound<'_, PyAny>, name: &str, seconds: f64, error: Option<&Bound<'_, PyAny>>) {
     let result = match error {
         None => Ok(Duration::from_secs_f64(seconds.max(0.0))),
         Some(e) => Err(failure_of(e, Reason::BackendInitFailed)),
     };
     guarded(Hooked::CreateBackend, || {
-        running()?.observer.backend(name, result);
+        let r = running()?;
+        r.observer.backend(r.agent_id(agent), name, result);
         Some(())
     });
 }
@@ -493,13 +532,19 @@ fn register<'py>(
         let reg_list = arg(args, kwargs, 0, "reg_list")?;
         let mem_type = arg(args, kwargs, 1, "mem_type");
         let (mem_type, regions) = regions_of(&reg_list, mem_type.as_ref())?;
-        Some((r, mem_type, regions))
+        // `backends=[...]` as the call names them (vLLM passes it).
+        let backends = kwargs
+            .and_then(|k| k.get_item(intern!(py, "backends")).ok().flatten())
+            .and_then(|b| b.extract::<Vec<String>>().ok());
+        Some((r, mem_type, regions, backends))
     });
-    let Some((r, mem_type, regions)) = prepared else {
+    let Some((r, mem_type, regions, backends)) = prepared else {
         return call_through(func, self_, args, kwargs);
     };
     let kind = Kind::parse(kind);
     let call = Call {
+        agent: r.agent_id(self_),
+        backends: backends.as_deref(),
         group,
         kind: &kind,
         mem_type,
@@ -566,7 +611,8 @@ fn deregister<'py>(
             .err()
             .map(|e| failure_of(e.value(py).as_any(), Reason::Unknown));
         guarded(Hooked::DeregisterMemory, || {
-            r.observer.deregistered(first, count, elapsed, failure);
+            r.observer
+                .deregistered(r.agent_id(self_), first, count, elapsed, failure);
             Some(())
         });
     }
@@ -585,6 +631,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(status_json, m)?)?;
     m.add_function(wrap_pyfunction!(agent_created, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_released, m)?)?;
     m.add_function(wrap_pyfunction!(agent_failed, m)?)?;
     m.add_function(wrap_pyfunction!(backend, m)?)?;
     m.add_function(wrap_pyfunction!(hook_failed, m)?)?;

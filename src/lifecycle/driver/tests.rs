@@ -133,13 +133,14 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
     let thread = std::thread::spawn(move || driver.run());
     let t0 = Instant::now();
     while rec
-        .board()
+        .ledger()
         .snapshot()
+        .as_ref()
         .groups
         .iter()
         .any(|g| g.attempts == 0 || g.state == GroupState::Registering)
     {
-        assert!(t0.elapsed() < Duration::from_secs(10), "{:#?}", rec.board().snapshot());
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:#?}", rec.ledger().snapshot());
         std::thread::sleep(Duration::from_millis(10));
     }
     tx.send(Control::Shutdown).unwrap();
@@ -162,4 +163,117 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
         0.0,
         "never reached NIXL"
     );
+}
+
+/// Registers after `delay`; `fail` says whether it then fails.
+struct Slow {
+    delay: Duration,
+    fail: bool,
+}
+
+impl Registrar for Slow {
+    type Handle = ();
+    type Backing = ();
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        Ok(RuntimeFacts::default())
+    }
+    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
+        Ok(None)
+    }
+    fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
+        Ok((vec![], ()))
+    }
+    fn probe(&self) -> &dyn MemoryProbe {
+        &NullProbe
+    }
+    fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
+        std::thread::sleep(self.delay);
+        if self.fail {
+            return Err(Failure::new(Reason::NixlBackendError, "failed after the deadline"));
+        }
+        Ok(())
+    }
+    fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+/// A call past its deadline is stuck while it runs and counted once, when
+/// it ends, with the reason it ends with: 0 failures when it then
+/// succeeds, 1 when it then fails.
+#[test]
+fn a_stuck_call_is_counted_once_when_it_ends() {
+    use crate::lifecycle::watchdog::{Heartbeat, Watchdog};
+    for fail in [false, true] {
+        let plan = Plan {
+            groups: vec![
+                GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![Region::new(0x1000, 64, 0)])
+                    .with_validate(false),
+            ],
+        };
+        let retry = RetryConfig {
+            initial_backoff: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(3600),
+            max_attempts: 1,
+        };
+        let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+        let beat = Arc::new(Heartbeat::default());
+        let mut watchdog = Watchdog::new(beat.clone(), Duration::from_millis(50), vec!["kv".into()]);
+        let registrar = Slow {
+            delay: Duration::from_millis(400),
+            fail,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let driver = Driver::new(registrar, plan, retry, rec.clone(), rx).with_heartbeat(beat);
+        let thread = std::thread::spawn(move || driver.run());
+        let t0 = Instant::now();
+        let mut saw_stuck = false;
+        loop {
+            watchdog.check(Instant::now(), &rec);
+            let s = rec.ledger().snapshot();
+            if s.stuck.is_some() {
+                saw_stuck = true;
+                assert!(!s.ready);
+                assert_eq!(
+                    s.groups[0].last_reason,
+                    Some(Reason::Timeout),
+                    "the reason while it runs"
+                );
+                let text = rec.metrics().encode(crate::telemetry::exposition::Format::Text);
+                assert!(text.contains("nixl_agent_lifecycle_stuck 1"), "{text}");
+                assert!(
+                    !text.contains("nixl_agent_registration_failures_total{"),
+                    "stuck is not a failure:\n{text}"
+                );
+            }
+            if s.groups[0].attempts == 1 && s.groups[0].state != GroupState::Registering && s.stuck.is_none() {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "{s:#?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(saw_stuck, "the call overran its deadline");
+        let text = rec.metrics().encode(crate::telemetry::exposition::Format::Text);
+        let failures: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("nixl_agent_registration_failures_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        let attempts: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("nixl_agent_registration_attempts_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!((attempts, failures), (1.0, if fail { 1.0 } else { 0.0 }), "{text}");
+        assert!(text.contains("nixl_agent_lifecycle_stuck 0"), "{text}");
+        if fail {
+            assert!(
+                text.contains(r#"reason="nixl_backend_error""#),
+                "the reason it ended with:\n{text}"
+            );
+            assert!(!text.contains(r#"reason="timeout""#), "{text}");
+        }
+        tx.send(Control::Shutdown).unwrap();
+        thread.join().unwrap();
+    }
 }

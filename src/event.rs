@@ -1,0 +1,204 @@
+//! What can happen, one variant per event: the vocabulary the lifecycle,
+//! observe mode and `check` describe their work in, and that the ledger
+//! applies. Plain data in domain words, a leaf beside `model`: no metric,
+//! HTTP or FFI types, and nothing of the crate but `model`.
+
+use crate::model::{
+    AgentId, Failure, GroupFailure, GroupLabels, GroupState, Hooked, Phase, Reason, Region, RuntimeFacts,
+};
+use std::time::Duration;
+
+/// Who owns a group's name and decides its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A group of the lifecycle's plan: its state is the state machine's.
+    Planned,
+    /// A group of calls the serving process makes itself: its state follows
+    /// those calls.
+    Observed,
+}
+
+/// A group nixl-agent will report on: from a plan at start, or on first use
+/// (or as an expected group) in observe mode.
+#[derive(Debug, Clone)]
+pub struct GroupDecl {
+    pub group: String,
+    pub kind: String,
+    /// The labels, when known at declaration: a planned group's come from
+    /// its spec; an observed group's from its first call (`None` until then,
+    /// for a group readiness expects before any call).
+    pub labels: Option<GroupLabels>,
+    pub backends: Vec<String>,
+    /// Whether readiness waits for this group.
+    pub required: bool,
+    pub validate: bool,
+    /// Descriptors and bytes the plan asks for (0 for observed groups).
+    pub planned: (usize, u64),
+    pub source: Source,
+}
+
+/// What a group holds registered with NIXL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Holding {
+    pub descriptors: usize,
+    pub bytes: u64,
+}
+
+/// What an attempt leaves registered.
+#[derive(Debug, Clone, Copy)]
+pub enum Leaves {
+    /// The lifecycle owns its handles and says what its group holds now.
+    Group(Holding),
+    /// One observed call: when it succeeded, the ledger holds its regions
+    /// on its agent, keyed by the first one, until they are deregistered or
+    /// the agent goes away.
+    Call { first: Option<Region> },
+}
+
+/// One registration attempt (a whole group, or one observed call).
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    pub agent: AgentId,
+    pub labels: &'a GroupLabels,
+    pub attempt: u32,
+    /// Descriptors and bytes submitted.
+    pub descriptors: usize,
+    pub bytes: u64,
+    /// Time spent in validation and NIXL; `None` when the attempt failed
+    /// before reaching NIXL (backend creation, allocation).
+    pub elapsed: Option<Duration>,
+    pub outcome: Result<(), &'a GroupFailure>,
+    pub leaves: Leaves,
+    /// The region the failure blames, when known (for the span event).
+    pub blamed: Option<Region>,
+}
+
+/// A group's state in the lifecycle machine.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupProgress<'a> {
+    pub group: &'a str,
+    pub state: GroupState,
+    pub attempts: u32,
+    pub consecutive_failures: u32,
+}
+
+/// Which NIXL call overran its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Preflight,
+    Register,
+    Deregister,
+    Drain,
+}
+
+impl CallKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Preflight => "preflight",
+            CallKind::Register => "register",
+            CallKind::Deregister => "deregister",
+            CallKind::Drain => "drain",
+        }
+    }
+}
+
+/// Everything the ledger and its projections hear about.
+#[derive(Debug)]
+pub enum Event<'a> {
+    GroupDeclared(&'a GroupDecl),
+    MemlockObserved {
+        soft_limit: Option<u64>,
+        exempt: bool,
+    },
+    /// NIXL is up on an agent (the lifecycle's own or the caller's).
+    NixlLoaded(&'a RuntimeFacts),
+    NixlUnavailable(&'a Failure),
+    /// A NIXL agent the recording follows from now on.
+    AgentSeen {
+        agent: AgentId,
+        name: &'a str,
+        owned: bool,
+    },
+    /// That agent is gone (collected, dropped): NIXL released what it held,
+    /// and so does the ledger.
+    AgentReleased {
+        agent: AgentId,
+    },
+    BackendCreated {
+        backend: &'a str,
+        elapsed: Duration,
+    },
+    BackendFailed {
+        backend: &'a str,
+        failure: &'a Failure,
+    },
+    Attempted(&'a Attempt<'a>),
+    RetryScheduled {
+        labels: &'a GroupLabels,
+        attempt: u32,
+        after: Duration,
+    },
+    /// A planned group's deregistration (the lifecycle says what is left).
+    Deregistered {
+        labels: &'a GroupLabels,
+        descriptors: usize,
+        failed: usize,
+        failure: Option<&'a Failure>,
+        elapsed: Duration,
+        holding: Holding,
+    },
+    /// An observed deregistration of what one call registered
+    /// (`descriptors` regions from `first`) on `agent`: the ledger finds
+    /// the registration on that agent; one it never saw is left alone.
+    CallDeregistered {
+        agent: AgentId,
+        first: Region,
+        descriptors: usize,
+        failure: Option<&'a Failure>,
+        elapsed: Duration,
+    },
+    /// The lifecycle machine moved: its phase and every planned group.
+    Progress {
+        phase: Phase,
+        groups: &'a [GroupProgress<'a>],
+    },
+    /// A NIXL call outlived `nixl_call_timeout`. Not a failure: the call
+    /// is counted once, when it ends, with the reason it ends with.
+    Stuck {
+        operation: CallKind,
+        /// The group whose call it is, if any.
+        group: Option<&'a str>,
+        elapsed: Duration,
+    },
+    /// That call returned at last.
+    Unstuck {
+        operation: CallKind,
+        elapsed: Duration,
+    },
+    /// NIXL accepted an observed call whose regions validation rejects
+    /// (the seed's corrupted pointers that NIXL registers silently).
+    AcceptedInvalid {
+        labels: &'a GroupLabels,
+        reason: Reason,
+        message: &'a str,
+    },
+    /// nixl-agent's own wrapping of a foreign call failed; the call itself
+    /// went ahead untouched. `first` is set for the first failure of this
+    /// operation (logged; later ones are only counted).
+    InstrumentationFailed {
+        operation: Hooked,
+        message: &'a str,
+        first: bool,
+    },
+    /// The lifecycle thread panicked: nothing registers or drains any more.
+    LifecycleDied,
+    DrainStarted,
+    DrainFinished {
+        deregistered: usize,
+        failed: usize,
+        /// Descriptors NIXL still holds for nixl-agent after the drain.
+        still_registered: usize,
+        elapsed: Duration,
+    },
+}

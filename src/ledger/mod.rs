@@ -1,0 +1,601 @@
+//! The ledger: the one owner of recorded state. Every event of the
+//! lifecycle, observe mode and `check` is applied here, under one lock, in
+//! order; what it derives (a group's state, what each NIXL agent holds,
+//! readiness) is derived once, here, and every projection — the metric
+//! gauges, /v1/status, /readyz, /livez, rank files, the pod view — reads
+//! that one derivation. tokio-console's aggregator is the model: it owns
+//! the task state and hands out updates.
+//!
+//! Architecture Invariant: the ledger imports only the event vocabulary,
+//! the snapshot's shape (`status`) and `model`. Projections that must move
+//! in step with the state (the metric registry) are handed in as a closure
+//! run inside the write that applies the event, so a gauge can never be
+//! overtaken by a concurrent event.
+//!
+//! Architecture Invariant: holdings are keyed by (NIXL agent, first region,
+//! descriptor count): a deregistration finds the registration made on the
+//! same agent, and an agent that goes away releases exactly its own.
+
+#[cfg(test)]
+mod tests;
+
+use crate::event::{Event, GroupDecl, Holding, Leaves, Source};
+use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
+use crate::status::{observed_state, AgentStatus, BackendStatus, GroupStatus, Status, Stuck};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Released agents kept in /v1/status (the live ones are all listed).
+pub const RELEASED_AGENTS_KEPT: usize = 8;
+
+/// What one registration call left on one agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct LiveKey {
+    agent: AgentId,
+    first: Region,
+    descriptors: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    group: usize,
+    bytes: u64,
+    /// The same list registered more than once and not deregistered yet.
+    times: u32,
+}
+
+/// What the ledger keeps about a group beside its status.
+#[derive(Debug, Clone)]
+pub struct GroupMeta {
+    /// The labels every series of the group carries: fixed by the group's
+    /// first call (a planned group's by its spec).
+    pub labels: Option<Arc<GroupLabels>>,
+    /// The placeholder labels (group and kind only) of a group expected
+    /// before its first call.
+    pub placeholder: Arc<GroupLabels>,
+    last_ok: Option<bool>,
+    live_calls: usize,
+}
+
+/// The state the ledger owns. Projections read it inside the write
+/// ([`Ledger::apply`]'s closure) or as a [`Status`] snapshot.
+pub struct State {
+    pub status: Status,
+    /// Parallel to `status.groups`.
+    pub meta: Vec<GroupMeta>,
+    live: HashMap<LiveKey, Live>,
+    draining: bool,
+}
+
+impl State {
+    /// The labels group `i`'s series carry now (placeholders until the
+    /// first call fixes them).
+    pub fn labels(&self, i: usize) -> &Arc<GroupLabels> {
+        let m = &self.meta[i];
+        m.labels.as_ref().unwrap_or(&m.placeholder)
+    }
+
+    pub fn group_index(&self, name: &str) -> Option<usize> {
+        self.status.groups.iter().position(|g| g.name == name)
+    }
+}
+
+/// What applying one event changed, for the projections.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// The group the event was about, once resolved.
+    pub group: Option<usize>,
+    /// The group's labels were fixed by this event (its first call).
+    pub labeled: bool,
+    /// Readiness flipped: to this value.
+    pub ready: Option<bool>,
+    /// Set the first time readiness is reached.
+    pub time_to_ready: Option<Duration>,
+    /// A declaration refused: its name belongs to a group of another source.
+    pub refused: bool,
+    /// A deregistration of something the ledger never saw registered.
+    pub unmatched: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The generation of the last write, for waiters.
+    changed: watch::Sender<u64>,
+    /// The last snapshot built, by generation.
+    cache: Mutex<Option<Arc<Status>>>,
+    started: Instant,
+}
+
+/// The owner of recorded state. Cheap to clone; every clone is the same
+/// ledger.
+#[derive(Clone)]
+pub struct Ledger(Arc<Shared>);
+
+impl Ledger {
+    /// A ledger starting from `initial`; `started` is what
+    /// `time_to_ready_seconds` counts from.
+    pub fn new(initial: Status, started: Instant) -> Ledger {
+        Ledger(Arc::new(Shared {
+            state: Mutex::new(State {
+                status: initial,
+                meta: Vec::new(),
+                live: HashMap::new(),
+                draining: false,
+            }),
+            changed: watch::Sender::new(0),
+            cache: Mutex::new(None),
+            started,
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one event, derives what it changes, and runs `project` with
+    /// the state after it — all inside one write.
+    pub fn apply(&self, e: &Event<'_>, project: impl FnOnce(&Event<'_>, &State, &Applied)) -> Applied {
+        let mut st = self.lock();
+        let mut applied = st.apply(e);
+        self.derive_ready(&mut st, &mut applied);
+        st.status.generation += 1;
+        project(e, &st, &applied);
+        self.0.changed.send_replace(st.status.generation);
+        applied
+    }
+
+    /// Shutdown began: not ready from now on, whatever is applied later.
+    pub fn begin_drain(&self, project: impl FnOnce(&State, &Applied)) -> Applied {
+        let mut st = self.lock();
+        st.draining = true;
+        if !matches!(st.status.phase, Phase::Stopped) {
+            st.status.phase = Phase::Draining;
+        }
+        let mut applied = Applied::default();
+        self.derive_ready(&mut st, &mut applied);
+        st.status.generation += 1;
+        project(&st, &applied);
+        self.0.changed.send_replace(st.status.generation);
+        applied
+    }
+
+    fn derive_ready(&self, st: &mut State, applied: &mut Applied) {
+        let ready = !st.draining && st.status.derive_ready();
+        if ready == st.status.ready {
+            return;
+        }
+        st.status.ready = ready;
+        applied.ready = Some(ready);
+        if ready && st.status.time_to_ready_seconds.is_none() {
+            let t = self.0.started.elapsed();
+            st.status.time_to_ready_seconds = Some(t.as_secs_f64());
+            applied.time_to_ready = Some(t);
+        }
+    }
+
+    /// Reads the state under the ledger's lock (short: no I/O in `f`).
+    pub fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.lock())
+    }
+
+    /// An immutable snapshot of the state: built once per generation and
+    /// shared by every reader until the next event.
+    pub fn snapshot(&self) -> Arc<Status> {
+        let st = self.lock();
+        let mut cache = self.0.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = cache.as_ref().filter(|s| s.generation == st.status.generation) {
+            return s.clone();
+        }
+        let s = Arc::new(st.status.clone());
+        *cache = Some(s.clone());
+        s
+    }
+
+    /// The generation of the last write.
+    pub fn generation(&self) -> u64 {
+        *self.0.changed.borrow()
+    }
+
+    /// Tells of every write (its generation); for waiters.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.changed.subscribe()
+    }
+
+    /// Waits until `pred` holds for a snapshot or `timeout` passes.
+    pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&Status) -> bool) -> bool {
+        let mut rx = self.subscribe();
+        let wait = async {
+            loop {
+                if pred(&self.snapshot()) {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
+    }
+
+    /// Who owns the group name `name`, if anyone.
+    pub fn source_of(&self, name: &str) -> Option<Source> {
+        let st = self.lock();
+        st.group_index(name).map(|i| st.status.groups[i].source)
+    }
+}
+
+impl State {
+    fn apply(&mut self, e: &Event<'_>) -> Applied {
+        let mut out = Applied::default();
+        let s = &mut self.status;
+        match e {
+            Event::GroupDeclared(d) => return self.declare(d),
+            Event::MemlockObserved { soft_limit, .. } => s.memlock_limit_bytes = *soft_limit,
+            Event::NixlLoaded(f) => {
+                s.nixl.available = true;
+                s.nixl.reason = None;
+                s.nixl.error = None;
+                s.nixl.plugins = f.plugins.clone();
+                s.nixl.agent = Some(f.agent.clone());
+                s.nixl.agent_owner = Some(owner(f.owned));
+            }
+            Event::NixlUnavailable(f) => {
+                s.nixl.available = false;
+                s.nixl.reason = Some(f.reason);
+                s.nixl.error = Some(f.message.clone());
+            }
+            Event::AgentSeen { agent, name, owned } => {
+                if !s.agents.iter().any(|a| a.id == *agent) {
+                    s.agents.push(AgentStatus {
+                        id: *agent,
+                        name: name.to_string(),
+                        owner: owner(*owned),
+                        descriptors: 0,
+                        bytes: 0,
+                        released: false,
+                    });
+                }
+            }
+            Event::AgentReleased { agent } => self.release_agent(*agent),
+            Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
+            Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
+            Event::Attempted(a) => {
+                let Some(i) = self.group_index(&a.labels.group) else {
+                    return out;
+                };
+                out.group = Some(i);
+                out.labeled = self.fix_labels(i, a.labels);
+                let g = &mut self.status.groups[i];
+                match a.outcome {
+                    Ok(()) => g.failed_region = None,
+                    Err(f) => {
+                        g.last_reason = Some(f.reason);
+                        g.last_error = Some(f.message.clone());
+                        g.last_diagnostics = f.diagnostics.clone();
+                        g.failed_region = f.region;
+                    }
+                }
+                match a.leaves {
+                    Leaves::Group(h) => {
+                        g.descriptors = h.descriptors;
+                        g.bytes = h.bytes;
+                    }
+                    Leaves::Call { first } => {
+                        g.attempts = g.attempts.saturating_add(1);
+                        if a.outcome.is_ok() {
+                            g.consecutive_failures = 0;
+                        } else {
+                            g.consecutive_failures = g.consecutive_failures.saturating_add(1);
+                        }
+                        self.meta[i].last_ok = Some(a.outcome.is_ok());
+                        if a.outcome.is_ok() {
+                            let key = LiveKey {
+                                agent: a.agent,
+                                first: first.unwrap_or(Region::new(0, 0, 0)),
+                                descriptors: a.descriptors,
+                            };
+                            self.hold(i, key, a.bytes);
+                        }
+                        self.derive_observed(i);
+                    }
+                }
+            }
+            Event::RetryScheduled { labels, after, .. } => {
+                if let Some(i) = self.group_index(&labels.group) {
+                    out.group = Some(i);
+                    self.status.groups[i].next_retry_seconds = Some(after.as_secs_f64());
+                }
+            }
+            Event::Deregistered { labels, holding, .. } => {
+                let Some(i) = self.group_index(&labels.group) else {
+                    return out;
+                };
+                out.group = Some(i);
+                let g = &mut self.status.groups[i];
+                g.descriptors = holding.descriptors;
+                g.bytes = holding.bytes;
+            }
+            Event::CallDeregistered {
+                agent,
+                first,
+                descriptors,
+                failure,
+                ..
+            } => {
+                let key = LiveKey {
+                    agent: *agent,
+                    first: *first,
+                    descriptors: *descriptors,
+                };
+                let Some(live) = self.live.get(&key).copied() else {
+                    out.unmatched = true;
+                    return out;
+                };
+                out.group = Some(live.group);
+                if failure.is_none() {
+                    self.unhold(key, live, true);
+                    self.derive_observed(live.group);
+                }
+            }
+            Event::Progress { phase, groups } => {
+                if !matches!(s.phase, Phase::Draining | Phase::Stopped) || *phase == Phase::Stopped {
+                    s.phase = *phase;
+                }
+                for p in groups.iter() {
+                    let Some(g) = s.groups.iter_mut().find(|g| g.name == p.group) else {
+                        continue;
+                    };
+                    if g.source != Source::Planned {
+                        continue;
+                    }
+                    g.state = p.state;
+                    g.attempts = p.attempts;
+                    g.consecutive_failures = p.consecutive_failures;
+                    if g.state != GroupState::Failed {
+                        g.next_retry_seconds = None;
+                    }
+                }
+            }
+            Event::DrainStarted => {
+                if s.phase != Phase::Stopped {
+                    s.phase = Phase::Draining;
+                }
+            }
+            Event::Stuck {
+                operation,
+                group,
+                elapsed,
+            } => {
+                s.stuck = Some(Stuck {
+                    operation: operation.as_str().to_string(),
+                    group: group.map(str::to_string),
+                    seconds: elapsed.as_secs_f64(),
+                });
+                if let Some(i) = group.and_then(|g| self.group_index(g)) {
+                    out.group = Some(i);
+                    // The reason the group is not ready while the call runs;
+                    // the attempt counts when it ends, with its own reason.
+                    if *operation == crate::event::CallKind::Register {
+                        let g = &mut self.status.groups[i];
+                        g.last_reason = Some(Reason::Timeout);
+                        g.last_error = Some(format!(
+                            "NIXL {} call past its deadline after {elapsed:?}",
+                            operation.as_str()
+                        ));
+                    }
+                }
+            }
+            Event::Unstuck { .. } => s.stuck = None,
+            Event::LifecycleDied => s.lifecycle_dead = true,
+            Event::AcceptedInvalid {
+                labels,
+                reason,
+                message,
+            } => {
+                if let Some(i) = self.group_index(&labels.group) {
+                    out.group = Some(i);
+                    self.status.groups[i].last_accepted_invalid = Some(format!("{reason}: {message}"));
+                }
+            }
+            Event::DrainFinished { .. } | Event::InstrumentationFailed { .. } => {}
+        }
+        out
+    }
+
+    fn declare(&mut self, d: &GroupDecl) -> Applied {
+        let mut out = Applied::default();
+        for b in &d.backends {
+            if !self.status.backends.iter().any(|s| &s.name == b) {
+                self.status.backends.push(BackendStatus {
+                    name: b.clone(),
+                    up: false,
+                    reason: None,
+                    error: None,
+                });
+            }
+        }
+        if let Some(i) = self.group_index(&d.group) {
+            out.group = Some(i);
+            out.refused = self.status.groups[i].source != d.source;
+            return out;
+        }
+        let labels = d.labels.clone().map(Arc::new);
+        let placeholder = Arc::new(GroupLabels {
+            group: d.group.clone(),
+            kind: d.kind.clone(),
+            mem_type: "",
+            backend: String::new(),
+            device: String::new(),
+        });
+        self.status.groups.push(GroupStatus {
+            name: d.group.clone(),
+            kind: d.kind.clone(),
+            mem_type: labels.as_ref().map(|l| l.mem_type),
+            device: labels.as_ref().map(|l| l.device.clone()),
+            backend: labels.as_ref().map(|l| l.backend.clone()),
+            backends: d.backends.clone(),
+            required: d.required,
+            validate: d.validate,
+            source: d.source,
+            differing_calls: 0,
+            last_differing_call: None,
+            state: GroupState::Pending,
+            descriptors: 0,
+            bytes: 0,
+            planned_descriptors: d.planned.0,
+            planned_bytes: d.planned.1,
+            attempts: 0,
+            consecutive_failures: 0,
+            last_reason: None,
+            last_error: None,
+            last_diagnostics: Vec::new(),
+            failed_region: None,
+            last_accepted_invalid: None,
+            next_retry_seconds: None,
+        });
+        out.labeled = labels.is_some();
+        self.meta.push(GroupMeta {
+            labels,
+            placeholder,
+            last_ok: None,
+            live_calls: 0,
+        });
+        out.group = Some(self.meta.len() - 1);
+        out
+    }
+
+    /// The first call of a group fixes its labels; a later call that
+    /// differs is recorded as such, and counted under the fixed labels.
+    /// `true` when this call fixed them.
+    fn fix_labels(&mut self, i: usize, call: &GroupLabels) -> bool {
+        let m = &mut self.meta[i];
+        let g = &mut self.status.groups[i];
+        match &m.labels {
+            None => {
+                g.mem_type = Some(call.mem_type);
+                g.device = Some(call.device.clone());
+                g.backend = Some(call.backend.clone());
+                m.labels = Some(Arc::new(call.clone()));
+                true
+            }
+            Some(l) => {
+                if l.mem_type != call.mem_type || l.device != call.device || l.backend != call.backend {
+                    g.differing_calls = g.differing_calls.saturating_add(1);
+                    g.last_differing_call = Some(format!(
+                        "mem_type {} device {} backend {} (the group's labels: mem_type {} device {} backend {})",
+                        call.mem_type, call.device, call.backend, l.mem_type, l.device, l.backend
+                    ));
+                }
+                false
+            }
+        }
+    }
+
+    fn hold(&mut self, group: usize, key: LiveKey, bytes: u64) {
+        let descriptors = key.descriptors;
+        let agent = key.agent;
+        let entry = self.live.entry(key).or_insert(Live { group, bytes, times: 0 });
+        entry.times += 1;
+        self.meta[group].live_calls += 1;
+        let g = &mut self.status.groups[group];
+        g.descriptors = g.descriptors.saturating_add(descriptors);
+        g.bytes = g.bytes.saturating_add(bytes);
+        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == agent) {
+            a.descriptors = a.descriptors.saturating_add(descriptors);
+            a.bytes = a.bytes.saturating_add(bytes);
+        }
+    }
+
+    /// Drops one registration of `key` (all of them with `all == false`:
+    /// the agent went away).
+    fn unhold(&mut self, key: LiveKey, live: Live, one: bool) {
+        let times = if one { 1 } else { live.times };
+        let descriptors = key.descriptors.saturating_mul(times as usize);
+        let bytes = live.bytes.saturating_mul(u64::from(times));
+        if one && live.times > 1 {
+            if let Some(l) = self.live.get_mut(&key) {
+                l.times -= 1;
+            }
+        } else {
+            self.live.remove(&key);
+        }
+        let m = &mut self.meta[live.group];
+        m.live_calls = m.live_calls.saturating_sub(times as usize);
+        let g = &mut self.status.groups[live.group];
+        g.descriptors = g.descriptors.saturating_sub(descriptors);
+        g.bytes = g.bytes.saturating_sub(bytes);
+        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == key.agent) {
+            a.descriptors = a.descriptors.saturating_sub(descriptors);
+            a.bytes = a.bytes.saturating_sub(bytes);
+        }
+    }
+
+    fn release_agent(&mut self, agent: AgentId) {
+        let keys: Vec<(LiveKey, Live)> = self
+            .live
+            .iter()
+            .filter(|(k, _)| k.agent == agent)
+            .map(|(k, l)| (*k, *l))
+            .collect();
+        let mut touched: Vec<usize> = Vec::new();
+        for (k, l) in keys {
+            self.unhold(k, l, false);
+            if !touched.contains(&l.group) {
+                touched.push(l.group);
+            }
+        }
+        for g in touched {
+            self.derive_observed(g);
+        }
+        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == agent) {
+            a.released = true;
+        }
+        // Keep the live agents and the last few released ones.
+        let released = self.status.agents.iter().filter(|a| a.released).count();
+        if released > RELEASED_AGENTS_KEPT {
+            let mut drop = released - RELEASED_AGENTS_KEPT;
+            self.status.agents.retain(|a| {
+                if a.released && drop > 0 {
+                    drop -= 1;
+                    return false;
+                }
+                true
+            });
+        }
+    }
+
+    fn derive_observed(&mut self, i: usize) {
+        let g = &mut self.status.groups[i];
+        if g.source == Source::Observed {
+            let m = &self.meta[i];
+            g.state = observed_state(m.last_ok, m.live_calls);
+        }
+    }
+
+    fn backend(&mut self, name: &str, up: bool, failure: Option<&Failure>) {
+        if let Some(b) = self.status.backends.iter_mut().find(|b| b.name == name) {
+            b.up = up;
+            b.reason = failure.map(|f| f.reason);
+            b.error = failure.map(|f| f.message.clone());
+        }
+    }
+
+    /// What the group holds now.
+    pub fn holding(&self, i: usize) -> Holding {
+        let g = &self.status.groups[i];
+        Holding {
+            descriptors: g.descriptors,
+            bytes: g.bytes,
+        }
+    }
+}
+
+fn owner(owned: bool) -> &'static str {
+    if owned {
+        "nixl-agent"
+    } else {
+        "caller"
+    }
+}

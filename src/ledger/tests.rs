@@ -1,0 +1,84 @@
+//! The ledger's own derivations: readiness in the write, the drain latch.
+
+use super::*;
+use crate::event::GroupProgress;
+use crate::model::{Kind, MemType, RuntimeFacts};
+
+fn ledger_with_kv() -> Ledger {
+    let ledger = Ledger::new(Status::empty(), Instant::now());
+    let labels = GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".to_string()], 0);
+    let decl = GroupDecl {
+        group: "kv".into(),
+        kind: "kv".into(),
+        labels: Some(labels),
+        backends: vec!["UCX".into()],
+        required: true,
+        validate: true,
+        planned: (1, 4096),
+        source: Source::Planned,
+    };
+    ledger.apply(&Event::GroupDeclared(&decl), |_, _, _| {});
+    ledger.apply(&Event::NixlLoaded(&RuntimeFacts::default()), |_, _, _| {});
+    ledger
+}
+
+fn registered() -> [GroupProgress<'static>; 1] {
+    [GroupProgress {
+        group: "kv",
+        state: GroupState::Registered,
+        attempts: 1,
+        consecutive_failures: 0,
+    }]
+}
+
+#[test]
+fn readiness_is_derived_in_the_write_and_reports_its_flip_once() {
+    let ledger = ledger_with_kv();
+    let groups = registered();
+    let progress = Event::Progress {
+        phase: Phase::Running,
+        groups: &groups,
+    };
+    let mut seen = None;
+    let a = ledger.apply(&progress, |_, st, a| seen = Some((st.status.ready, a.ready)));
+    assert_eq!(seen, Some((true, Some(true))), "the projection sees the derived state");
+    assert!(a.time_to_ready.is_some());
+    let g0 = ledger.snapshot().generation;
+    assert!(ledger.snapshot().ready);
+    let again = ledger.apply(&progress, |_, _, _| {});
+    assert_eq!(again.ready, None);
+    assert!(ledger.snapshot().generation > g0, "every write is a generation");
+}
+
+/// The lifecycle thread may publish "every group registered" after
+/// shutdown began: the snapshot stays not ready.
+#[test]
+fn nothing_applied_after_the_drain_latch_makes_the_snapshot_ready() {
+    let ledger = ledger_with_kv();
+    ledger.begin_drain(|st, _| assert!(!st.status.ready));
+    let groups = registered();
+    let a = ledger.apply(
+        &Event::Progress {
+            phase: Phase::Running,
+            groups: &groups,
+        },
+        |_, _, _| {},
+    );
+    assert_eq!(a.ready, None);
+    let s = ledger.snapshot();
+    assert!(!s.ready);
+    assert_eq!(
+        s.phase,
+        Phase::Draining,
+        "a late Progress does not undo the drain phase"
+    );
+}
+
+#[test]
+fn a_snapshot_is_shared_until_the_next_write() {
+    let ledger = ledger_with_kv();
+    let a = ledger.snapshot();
+    assert!(Arc::ptr_eq(&a, &ledger.snapshot()));
+    ledger.apply(&Event::DrainStarted, |_, _, _| {});
+    assert!(!Arc::ptr_eq(&a, &ledger.snapshot()));
+}

@@ -1,0 +1,276 @@
+//! Observe mode on the ledger: the sequences where two projections used to
+//! disagree (partial deregistration, concurrency, agents going away,
+//! labels from the call, one owner per name).
+
+use super::*;
+use crate::model::{GroupState, Reason};
+use crate::telemetry::exposition::Format;
+use crate::validate::NullProbe;
+
+fn observer(expect: &[&str]) -> Observer {
+    let o = Observer::with_probe(
+        ObserveSettings {
+            expect: expect.iter().map(|g| Expected::new(g, Kind::parse(g))).collect(),
+            ..Default::default()
+        },
+        Box::new(NullProbe),
+    );
+    o
+}
+
+fn call<'a>(agent: AgentId, group: &'a str, kind: &'a Kind, regions: &'a [Region]) -> Call<'a> {
+    Call {
+        agent,
+        group,
+        kind,
+        mem_type: MemType::Dram,
+        device: regions.first().map_or(0, |r| r.device),
+        backends: None,
+        regions,
+    }
+}
+
+fn register(o: &Observer, c: &Call<'_>, ok: bool) {
+    let p = o.begin(c);
+    let outcome = if ok {
+        Outcome::Registered
+    } else {
+        Outcome::Failed(Failure::new(Reason::NixlBackendError, "x"))
+    };
+    o.end(p, c, None, outcome);
+}
+
+/// The value of the one series of `family` whose labels include `labels`.
+fn value(o: &Observer, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let text = o.metrics().encode(Format::Text);
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
+        .find(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// What /metrics says of a group must be what /v1/status and /readyz say.
+fn assert_agree(o: &Observer, group: &str) {
+    let s = o.status();
+    let g = s.group(group).expect("declared");
+    let l = [("group", group)];
+    assert_eq!(
+        value(o, "nixl_agent_group_registered", &l),
+        Some(f64::from(u8::from(g.state == GroupState::Registered))),
+        "{g:#?}"
+    );
+    assert_eq!(
+        value(
+            o,
+            "nixl_agent_group_state",
+            &[("group", group), ("state", g.state.as_str())]
+        ),
+        Some(1.0),
+        "{g:#?}"
+    );
+    assert_eq!(
+        value(o, "nixl_agent_registered_descriptors", &l),
+        Some(g.descriptors as f64)
+    );
+    assert_eq!(value(o, "nixl_agent_registered_bytes", &l), Some(g.bytes as f64));
+    assert_eq!(value(o, "nixl_agent_ready", &[]), Some(f64::from(u8::from(s.ready))));
+}
+
+#[test]
+fn a_later_agent_failing_to_start_does_not_make_nixl_unavailable() {
+    let o = observer(&[]);
+    o.saw_agent(AgentId::fresh(), "a", || vec!["UCX".into()]);
+    assert!(o.status().nixl.available);
+    o.nixl_unavailable(&Failure::new(Reason::NixlUnavailable, "no plugins"));
+    assert!(o.status().nixl.available, "agent a still works");
+    let fresh = observer(&[]);
+    fresh.nixl_unavailable(&Failure::new(Reason::NixlUnavailable, "no plugins"));
+    assert!(!fresh.status().nixl.available);
+}
+
+/// Calls A and C succeed, B fails, A is deregistered: the group is as good
+/// as its last registration call (failed), holds C, and every projection
+/// says so.
+#[test]
+fn a_partial_deregistration_leaves_status_metrics_and_readiness_agreeing() {
+    let o = observer(&["kv"]);
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "a", Vec::new);
+    let (a, b, c) = (
+        [Region::new(0x1000, 64, 0)],
+        [Region::new(0x2000, 64, 0)],
+        [Region::new(0x3000, 128, 0)],
+    );
+    register(&o, &call(agent, "kv", &Kind::Kv, &a), true);
+    assert!(o.status().ready);
+    assert_agree(&o, "kv");
+    register(&o, &call(agent, "kv", &Kind::Kv, &b), false);
+    register(&o, &call(agent, "kv", &Kind::Kv, &c), true);
+    assert_eq!(o.status().group("kv").unwrap().state, GroupState::Registered);
+    register(&o, &call(agent, "kv", &Kind::Kv, &b), false);
+    o.deregistered(agent, a[0], 1, Duration::ZERO, None);
+    let s = o.status();
+    let g = s.group("kv").unwrap();
+    assert_eq!((g.state, g.descriptors, g.bytes), (GroupState::Failed, 1, 128));
+    assert!(!s.ready);
+    assert_agree(&o, "kv");
+    // The program registers B at last: registered again, holding B and C.
+    register(&o, &call(agent, "kv", &Kind::Kv, &b), true);
+    assert!(o.status().ready);
+    assert_agree(&o, "kv");
+    o.deregistered(agent, b[0], 1, Duration::ZERO, None);
+    o.deregistered(agent, c[0], 1, Duration::ZERO, None);
+    let s = o.status();
+    assert_eq!(s.group("kv").unwrap().state, GroupState::Deregistered);
+    assert!(!s.ready);
+    assert_agree(&o, "kv");
+}
+
+/// Two threads register and deregister one group 10,000 times each: at
+/// the end the gauges equal the ledger, which equals what is held.
+#[test]
+fn concurrent_calls_leave_the_gauges_equal_to_the_ledger() {
+    let o = observer(&["kv"]);
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "a", Vec::new);
+    let threads: Vec<_> = (0..2usize)
+        .map(|t| {
+            let o = o.clone();
+            std::thread::spawn(move || {
+                for i in 0..10_000usize {
+                    let r = [Region::new(0x10_0000 * (t + 1) + (i % 7) * 0x1000, 4096, 0)];
+                    register(&o, &call(agent, "kv", &Kind::Kv, &r), true);
+                    o.deregistered(agent, r[0], 1, Duration::ZERO, None);
+                }
+                // Each thread leaves one region registered.
+                let r = [Region::new(0x90_0000 + t * 0x1000, 4096, 0)];
+                register(&o, &call(agent, "kv", &Kind::Kv, &r), true);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = o.status();
+    let g = s.group("kv").unwrap();
+    assert_eq!(
+        (g.state, g.descriptors, g.bytes, g.attempts),
+        (GroupState::Registered, 2, 8192, 20_002)
+    );
+    assert_agree(&o, "kv");
+    assert_eq!(
+        value(&o, "nixl_agent_registration_attempts_total", &[("group", "kv")]),
+        Some(20_002.0)
+    );
+    assert_eq!(
+        value(&o, "nixl_agent_deregistrations_total", &[("group", "kv")]),
+        Some(20_000.0)
+    );
+}
+
+/// The same buffer registered on two agents: a deregistration on one
+/// finds its own registration, and an agent that goes away releases what
+/// it held — readiness follows.
+#[test]
+fn holdings_belong_to_the_agent_they_were_made_on() {
+    let o = observer(&["kv"]);
+    let (one, two) = (AgentId::fresh(), AgentId::fresh());
+    o.saw_agent(one, "one", Vec::new);
+    o.saw_agent(two, "two", Vec::new);
+    let r = [Region::new(0x5000, 4096, 0)];
+    register(&o, &call(one, "kv", &Kind::Kv, &r), true);
+    register(&o, &call(two, "kv", &Kind::Kv, &r), true);
+    assert_eq!(o.status().group("kv").unwrap().descriptors, 2);
+    o.deregistered(two, r[0], 1, Duration::ZERO, None);
+    let s = o.status();
+    let agents: Vec<(u64, usize)> = s.agents.iter().map(|a| (a.id.0, a.descriptors)).collect();
+    assert_eq!(agents, [(one.0, 1), (two.0, 0)]);
+    // A second deregistration on two finds nothing of its own there.
+    o.deregistered(two, r[0], 1, Duration::ZERO, None);
+    assert_eq!(o.status().group("kv").unwrap().descriptors, 1);
+    assert!(o.status().ready);
+    o.agent_released(one);
+    let s = o.status();
+    let g = s.group("kv").unwrap();
+    assert_eq!((g.state, g.descriptors), (GroupState::Deregistered, 0));
+    assert!(!s.ready, "the agent that held kv is gone");
+    assert!(s.agents.iter().any(|a| a.id == one && a.released));
+    assert_agree(&o, "kv");
+}
+
+/// An expected group's labels come from its first call, never from a
+/// default; a later call that differs is recorded, not relabelled.
+#[test]
+fn labels_come_from_the_first_call() {
+    let o = observer(&["kv"]);
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "a", Vec::new);
+    assert_eq!(
+        value(&o, "nixl_agent_group_state", &[("group", "kv"), ("state", "pending")]),
+        Some(1.0)
+    );
+    assert_eq!(o.status().group("kv").unwrap().mem_type, None);
+    let r = [Region::new(0x1000, 64, 3)];
+    let backends = ["UCX".to_string(), "GDS".to_string()];
+    let first = Call {
+        device: 3,
+        backends: Some(&backends),
+        ..call(agent, "kv", &Kind::Kv, &r)
+    };
+    register(&o, &first, true);
+    let full = [
+        ("group", "kv"),
+        ("mem_type", "DRAM"),
+        ("device", "3"),
+        ("backend", "UCX+GDS"),
+    ];
+    assert_eq!(value(&o, "nixl_agent_group_registered", &full), Some(1.0));
+    let text = o.metrics().encode(Format::Text);
+    assert!(
+        !text.contains(r#"mem_type="""#),
+        "the placeholder series are gone:\n{text}"
+    );
+    let vram = Call {
+        mem_type: MemType::Vram,
+        ..first
+    };
+    register(&o, &vram, true);
+    let s = o.status();
+    let g = s.group("kv").unwrap();
+    assert_eq!((g.mem_type, g.device.as_deref()), (Some("DRAM"), Some("3")));
+    assert_eq!(g.differing_calls, 1, "{g:#?}");
+    assert_eq!(
+        value(&o, "nixl_agent_registration_attempts_total", &full),
+        Some(2.0),
+        "counted under the fixed labels"
+    );
+}
+
+/// A name has one owner: an observed group never shares a planned
+/// group's name.
+#[test]
+fn a_planned_group_name_is_not_taken_by_observed_calls() {
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let spec = crate::plan::GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![]);
+    rec.emit(&Event::GroupDeclared(&crate::lifecycle::registration::declaration(
+        &spec,
+    )));
+    let refused = Observer::with_recorder(
+        rec.clone(),
+        ObserveSettings {
+            expect: vec![Expected::new("kv", Kind::Kv)],
+            ..Default::default()
+        },
+        Box::new(NullProbe),
+    );
+    let err = refused.err().expect("refused").to_string();
+    assert!(err.contains("`kv`") && err.contains("planned"), "{err}");
+    let o = Observer::with_recorder(rec.clone(), ObserveSettings::default(), Box::new(NullProbe)).unwrap();
+    let agent = AgentId::fresh();
+    let r = [Region::new(0x1000, 64, 0)];
+    register(&o, &call(agent, "kv", &Kind::Kv, &r), true);
+    let s = o.status();
+    assert_eq!(s.group("kv").unwrap().source, Source::Planned);
+    assert_eq!(s.group("kv").unwrap().attempts, 0, "the planned group is untouched");
+    assert_eq!(s.group(OVERFLOW_GROUP).unwrap().descriptors, 1);
+}
