@@ -53,7 +53,7 @@ fmt:
 clean-deps:
 	rm -rf "$(CURDIR)/.deps"
 
-# Benchmarks (bench/, README "Performance"): sets up what they need, builds in
+# Benchmarks (bench/, docs/performance.md): sets up what they need, builds in
 # release mode, prints the tables and writes bench/results/latest.json.
 # Extra nixl-bench arguments: make bench ARGS='--sections registration'
 .PHONY: bench bench-smoke
@@ -69,14 +69,14 @@ bench-smoke: setup
 		$(CARGO) test --test bench_smoke; \
 	fi
 
-# The Python instrumentation benchmark (README "Python serving processes"):
+# The Python instrumentation benchmark (docs/python.md):
 # release wheel, bare vs instrumented NIXL Python API, start-up, /metrics
 # under the GIL vs prometheus_client. Writes bench/results/python.{json,md}.
 .PHONY: bench-python
 bench-python:
 	bash "$(CURDIR)/scripts/bench-python.sh"
 
-# The 10-minute soak (README "Reliability"); `make test` runs 30 seconds of it.
+# The 10-minute soak (docs/reliability.md); `make test` runs 30 seconds of it.
 .PHONY: soak
 soak: setup
 	bash "$(CURDIR)/scripts/soak.sh"

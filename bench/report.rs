@@ -1,5 +1,5 @@
 //! The results: targets judged against same-run peers, the printed tables
-//! (Markdown, ready for the README) and the JSON document.
+//! (Markdown, ready for docs/performance.md) and the JSON document.
 
 use crate::common::Machine;
 use crate::registration::{self, Report as Registration};

@@ -1,4 +1,4 @@
-//! A miniature serving process that embeds nixl-agent (README "Embedding").
+//! A miniature serving process that embeds nixl-agent (docs/embedding.md).
 //!
 //! It owns a NIXL agent (`prefill-0`) and its KV cache and aux buffers, hands
 //! them to nixl-agent's lifecycle on that same agent, serves nixl-agent's

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Python instrumentation benchmark (bench/py/instrument_bench.py, README
-# "Python serving processes"): set-up, the release wheel into .deps/venv,
+# The Python instrumentation benchmark (bench/py/instrument_bench.py,
+# docs/python.md): set-up, the release wheel into .deps/venv,
 # then the run. Writes bench/results/python.json and python.md (~2 minutes).
 #   bash scripts/bench-python.sh [OUT_DIR]
 set -euo pipefail

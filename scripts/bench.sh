@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of nixl-agent (bench/, see README "Performance"). From a fresh
+# Benchmarks of nixl-agent (bench/, see docs/performance.md). From a fresh
 # clone it sets up what it needs, builds in release mode, runs every section
 # and writes bench/results/latest.json (+ latest.md, the printed tables).
 #

@@ -3,7 +3,7 @@
 # /metrics and /readyz at 500 requests/s for 10 minutes against the release
 # binary while every group is re-registered every 10 s. Summary JSON in
 # target/soak-summary.json, copied to bench/results/soak.json (committed: the
-# figures README "Reliability" quotes). Override with SOAK_SECONDS, SOAK_RPS,
+# figures docs/reliability.md quotes). Override with SOAK_SECONDS, SOAK_RPS,
 # SOAK_REREGISTER_SECS.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -10,7 +10,7 @@ use std::fmt;
 
 /// Why a registration step failed: the closed vocabulary of the `reason` label.
 ///
-/// Adding a variant is a design change: update the README table, the runbooks
+/// Adding a variant is a design change: update the docs/metrics.md table, the runbooks
 /// and the dashboards with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -36,7 +36,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in the order the README documents them.
+    /// Every reason, in the order docs/metrics.md documents them.
     pub const ALL: [Reason; 18] = [
         Reason::NixlUnavailable,
         Reason::PluginUnavailable,

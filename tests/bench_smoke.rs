@@ -2,7 +2,7 @@
 //! driver with tiny N (1 and 64 regions), a second of load per endpoint and
 //! two seconds of idle, against the real NIXL runtime, the wheel's Python API
 //! and NIXL's own Prometheus exporter. It checks that every section ran and
-//! the JSON has everything the README's Performance table is made from, so
+//! the JSON has everything docs/performance.md's tables are made from, so
 //! the benchmark cannot rot. Timings are not judged here: these are not
 //! timed tests.
 

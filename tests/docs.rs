@@ -1,30 +1,36 @@
-//! Keeps the documentation true: the README metrics and reason tables, the
-//! example config, and the endpoint list against the code.
+//! Keeps the documentation true: the metrics and reason tables
+//! (docs/metrics.md), the example config, the endpoint list
+//! (docs/configuration.md) against the code, the benchmark and soak figures
+//! against the committed results, the README's size and every relative link.
 
 use nixl_agent::config::Config;
 use nixl_agent::telemetry::names::{Reason, FAMILIES};
 use std::path::Path;
 
 fn read(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// Rows of the README table whose first cell is a backticked word starting with `prefix`.
-fn rows(readme: &str, prefix: &str) -> Vec<Vec<String>> {
-    readme
-        .lines()
+/// A page of docs/ by file name, e.g. `doc("metrics.md")`: where the README's
+/// reference sections live.
+fn doc(name: &str) -> String {
+    read(&format!("docs/{name}"))
+}
+
+/// Rows of the table whose first cell is a backticked word starting with `prefix`.
+fn rows(text: &str, prefix: &str) -> Vec<Vec<String>> {
+    text.lines()
         .filter(|l| l.starts_with(&format!("| `{prefix}")))
         .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
         .collect()
 }
 
 #[test]
-fn readme_metrics_table_matches_the_code() {
-    let readme = read("README.md");
-    let table = rows(&readme, "nixl_agent_");
+fn metrics_table_matches_the_code() {
+    let table = rows(&doc("metrics.md"), "nixl_agent_");
     let names: Vec<&str> = table.iter().map(|r| r[0].trim_matches('`')).collect();
     let want: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
-    assert_eq!(names, want, "README metrics table rows, in order");
+    assert_eq!(names, want, "docs/metrics.md metrics table rows, in order");
     for (row, f) in table.iter().zip(FAMILIES) {
         assert_eq!(row[1], f.kind.as_str(), "{}: type", f.name);
         let labels: Vec<String> = f.labels.iter().map(|l| format!("`{l}`")).collect();
@@ -39,13 +45,12 @@ fn readme_metrics_table_matches_the_code() {
 }
 
 #[test]
-fn readme_reason_table_matches_the_vocabulary() {
-    let readme = read("README.md");
-    let table: Vec<Vec<String>> = rows(&readme, "")
+fn reason_table_matches_the_vocabulary() {
+    let table: Vec<Vec<String>> = rows(&doc("metrics.md"), "")
         .into_iter()
         .filter(|r| Reason::ALL.iter().any(|x| r[0] == format!("`{}`", x.as_str())))
         .collect();
-    assert_eq!(table.len(), Reason::ALL.len(), "one README row per reason");
+    assert_eq!(table.len(), Reason::ALL.len(), "one docs/metrics.md row per reason");
     for (row, r) in table.iter().zip(Reason::ALL) {
         assert_eq!(row[0], format!("`{}`", r.as_str()));
         assert_eq!(row[1], r.describe());
@@ -75,14 +80,16 @@ fn example_config_is_the_default_and_names_every_key() {
 }
 
 #[test]
-fn readme_lists_every_endpoint_and_the_two_commands() {
-    let readme = read("README.md");
+fn docs_list_every_endpoint_and_readme_the_two_commands() {
+    let configuration = doc("configuration.md");
     for (path, _) in nixl_agent::http::ENDPOINTS {
         assert!(
-            readme.contains(&format!("| `{path}` |")),
-            "README endpoint table lacks {path}"
+            configuration.contains(&format!("| `{path}` |")),
+            "docs/configuration.md endpoint table lacks {path}"
         );
     }
+    assert!(configuration.contains(nixl_agent::config::DEFAULT_LISTEN));
+    let readme = read("README.md");
     assert!(readme.contains("make run") && readme.contains("make test"));
     assert!(
         read(".ci/run").contains("make test"),
@@ -91,72 +98,82 @@ fn readme_lists_every_endpoint_and_the_two_commands() {
     assert!(readme.contains(nixl_agent::config::DEFAULT_LISTEN));
 }
 
-/// Every line of the README's Embedding code blocks is a line of the
-/// example that tests/example.rs runs, so the README shows code that works.
-#[test]
-fn readme_embedding_code_comes_from_the_example() {
-    let readme = read("README.md");
+/// Lines of the `rust` code blocks of `text` that are not lines of the
+/// example tests/example.rs runs (trimmed), and how many lines were checked.
+fn rust_lines_not_in_the_example(text: &str) -> (Vec<String>, usize) {
     let example = read("examples/serving.rs");
-    let section = readme
-        .split("## Embedding\n")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("README has an Embedding section");
     let example_lines: Vec<&str> = example.lines().map(str::trim).collect();
-    let mut checked = 0;
-    for block in section.split("```rust\n").skip(1) {
+    let (mut missing, mut checked) = (Vec::new(), 0);
+    for block in text.split("```rust\n").skip(1) {
         let code = block.split("```").next().unwrap_or_default();
         for line in code.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            assert!(
-                example_lines.contains(&line),
-                "README Embedding shows `{line}`, which examples/serving.rs does not have"
-            );
+            if !example_lines.contains(&line) {
+                missing.push(line.to_string());
+            }
             checked += 1;
         }
     }
-    assert!(checked > 10, "README Embedding shows too little code ({checked} lines)");
+    (missing, checked)
 }
 
-/// The block of README between `<!-- FILE -->` and `<!-- end FILE -->`
+/// Every line of the code blocks of docs/embedding.md (and of the README's
+/// quick look at embedding) is a line of the example that tests/example.rs
+/// runs, so the docs show code that works.
+#[test]
+fn embedding_code_comes_from_the_example() {
+    let (missing, checked) = rust_lines_not_in_the_example(&doc("embedding.md"));
+    assert!(
+        missing.is_empty(),
+        "docs/embedding.md shows {missing:?}, which examples/serving.rs does not have"
+    );
+    assert!(
+        checked > 10,
+        "docs/embedding.md shows too little code ({checked} lines)"
+    );
+    let (missing, checked) = rust_lines_not_in_the_example(&read("README.md"));
+    assert!(
+        missing.is_empty(),
+        "README shows {missing:?}, which examples/serving.rs does not have"
+    );
+    assert!(checked > 0, "README shows no embedding code");
+}
+
+/// The block of `page` between `<!-- FILE -->` and `<!-- end FILE -->`
 /// equals the committed FILE, the output of `command`.
-fn assert_readme_block_is(file: &str, command: &str) {
-    let readme = read("README.md");
-    let block = readme
+fn assert_block_is(page: &str, file: &str, command: &str) {
+    let text = read(page);
+    let block = text
         .split(&format!("<!-- {file} -->\n"))
         .nth(1)
         .and_then(|s| s.split(&format!("\n<!-- end {file} -->")).next())
-        .unwrap_or_else(|| panic!("README has no block of {file}"));
+        .unwrap_or_else(|| panic!("{page} has no block of {file}"));
     assert_eq!(
         block.trim(),
         read(file).trim(),
-        "README differs from {file}: rerun `{command}` and copy it"
+        "{page} differs from {file}: rerun `{command}` and copy it"
     );
 }
 
-/// The benchmark figures in README are the committed output of `make bench`.
+/// The benchmark figures in docs/performance.md are the committed output of
+/// `make bench`.
 #[test]
-fn readme_benchmark_block_is_the_committed_bench_output() {
-    assert_readme_block_is("bench/results/latest.md", "make bench");
+fn benchmark_block_is_the_committed_bench_output() {
+    assert_block_is("docs/performance.md", "bench/results/latest.md", "make bench");
 }
 
-/// The Python benchmark figures in README are the committed output of
+/// The Python benchmark figures in docs/python.md are the committed output of
 /// `make bench-python`.
 #[test]
-fn readme_python_benchmark_block_is_the_committed_output() {
-    assert_readme_block_is("bench/results/python.md", "make bench-python");
+fn python_benchmark_block_is_the_committed_output() {
+    assert_block_is("docs/python.md", "bench/results/python.md", "make bench-python");
 }
 
-/// README's Python settings table names exactly the variables the
+/// docs/python.md's settings table names exactly the variables the
 /// instrumentation reads.
 #[test]
-fn readme_python_settings_are_the_ones_read() {
+fn python_settings_are_the_ones_read() {
     use nixl_agent::instrument as i;
-    let readme = read("README.md");
-    let section = readme
-        .split("## Python serving processes")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("README has a Python serving processes section");
+    let section = doc("python.md");
     let rows: Vec<&str> = section
         .lines()
         .filter_map(|l| l.strip_prefix("| `NIXL_AGENT_"))
@@ -180,10 +197,11 @@ fn readme_python_settings_are_the_ones_read() {
     assert!(section.contains(nixl_agent::config::DEFAULT_LISTEN));
 }
 
-/// README's soak figures are those of the committed `make soak` result.
+/// docs/reliability.md's soak figures are those of the committed `make soak`
+/// result.
 #[test]
-fn readme_soak_figures_are_the_committed_soak_result() {
-    let readme = read("README.md").split_whitespace().collect::<Vec<_>>().join(" ");
+fn soak_figures_are_the_committed_soak_result() {
+    let page = doc("reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let soak: serde_json::Value = serde_json::from_str(&read("bench/results/soak.json")).unwrap();
     let n = |k: &str| soak[k].as_f64().unwrap_or_else(|| panic!("soak.json has no {k}"));
     let thousands = |v: f64| {
@@ -220,8 +238,121 @@ fn readme_soak_figures_are_the_committed_soak_result() {
         ),
     ] {
         assert!(
-            readme.contains(&figure),
-            "README Reliability lacks `{figure}` (from bench/results/soak.json)"
+            page.contains(&figure),
+            "docs/reliability.md lacks `{figure}` (from bench/results/soak.json)"
         );
     }
+}
+
+/// GitHub's anchor of a heading: lower case, spaces to `-`, punctuation
+/// other than `-` and `_` dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Lines of a Markdown text outside fenced code blocks.
+fn prose(text: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    text.lines().filter(move |l| {
+        if l.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
+/// The anchors of a Markdown text's headings (duplicates get `-1`, `-2`, ...).
+fn anchors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in prose(text).filter(|l| l.starts_with('#')) {
+        let base = anchor(line.trim_start_matches('#').trim());
+        let mut a = base.clone();
+        let mut n = 0;
+        while out.contains(&a) {
+            n += 1;
+            a = format!("{base}-{n}");
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// Targets of the Markdown links `[text](target)` of a text, outside code.
+fn link_targets(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose(text) {
+        // Drop inline code spans, so `](` inside code is not a link.
+        let plain: String = line
+            .split('`')
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 0)
+            .map(|(_, s)| s)
+            .collect();
+        let mut rest = plain.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let end = rest.find(')').unwrap_or(rest.len());
+            out.push(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// The README stays a front door (the reference lives in docs/), and every
+/// relative link of README.md and docs/*.md points to a file that exists
+/// (and, for `page.md#anchor`, to a heading that page has).
+#[test]
+fn readme_is_short_and_relative_links_resolve() {
+    let readme = read("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 260, "README.md has {lines} lines: move detail into docs/");
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    assert!(pages.len() > 10, "docs/ has its pages ({} found)", pages.len());
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let path = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            checked += 1;
+            if !path.exists() {
+                broken.push(format!("{name}: {target} (no such file)"));
+            } else if !fragment.is_empty()
+                && path.extension().is_some_and(|e| e == "md")
+                && !anchors(&std::fs::read_to_string(&path).unwrap()).contains(&fragment.to_string())
+            {
+                broken.push(format!("{name}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken relative links:\n{}", broken.join("\n"));
+    assert!(checked > 50, "too few relative links checked ({checked})");
 }

@@ -1,4 +1,4 @@
-//! The embedding example (`examples/serving.rs`, README "Embedding") runs:
+//! The embedding example (`examples/serving.rs`, docs/embedding.md) runs:
 //! a serving process with its own NIXL agent hands kv/aux to nixl-agent,
 //! serves nixl-agent's routes from its own server, transfers to a peer, and
 //! drains on SIGTERM with NIXL refusing the drained regions afterwards.

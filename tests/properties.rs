@@ -48,7 +48,7 @@ fn cases(n: u32) -> PtConfig {
 }
 
 // ---------------------------------------------------------------------------
-// Charsets, as documented in README.md ("Label values are closed or
+// Charsets, as documented in docs/metrics.md ("Label values are closed or
 // validated") and config.rs.
 
 fn in_charset(w: &str, max: usize, ok: impl Fn(char) -> bool) -> bool {

@@ -1,4 +1,4 @@
-"""Benchmark of nixl_agent_instrument (README "Python serving processes"),
+"""Benchmark of nixl_agent_instrument (docs/python.md),
 run by `make bench-python` (scripts/bench-python.sh) with the release wheel.
 
 Three sections, each against a peer measured in the same run:

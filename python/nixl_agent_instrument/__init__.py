@@ -12,7 +12,7 @@ For code that wants to say what it registers::
     with nai.group("kv_cache", kind="kv"):
         descs = agent.register_memory(addrs, "VRAM")
 
-Settings are environment variables (README "Python serving processes").
+Settings are environment variables (docs/python.md).
 """
 
 # The extension is loaded on first use, not on import: the launcher's

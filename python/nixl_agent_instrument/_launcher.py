@@ -11,7 +11,7 @@ USAGE = """usage: nixl-agent-instrument COMMAND [ARGS...]
 
 Runs COMMAND with NIXL's Python API (nixl_agent) instrumented by nixl-agent.
   nixl-agent-instrument python -m sglang.launch_server --disaggregation-mode prefill ...
-Settings are NIXL_AGENT_* environment variables (see the README); the
+Settings are NIXL_AGENT_* environment variables (see docs/python.md); the
 instrumentation is off when NIXL_AGENT_INSTRUMENT=off.
 """
 

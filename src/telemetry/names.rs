@@ -1,8 +1,8 @@
 //! Every metric name and every closed label value the agent exports.
 //!
 //! Nothing else in the crate spells a metric name or a `reason`, `kind` or
-//! `mem_type` value as a string literal: dashboards, alerts, the README table
-//! and the tests all check against this file.
+//! `mem_type` value as a string literal: dashboards, alerts, the docs/metrics.md
+//! tables and the tests all check against this file.
 
 pub use crate::model::{Hooked, MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
 
@@ -40,7 +40,7 @@ pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_error
 pub const GROUP_LABELS: &[&str] = &["group", "kind", "mem_type", "backend", "device"];
 
 /// Every metric family the agent exports under its own prefix, with its type
-/// and help text. The README metrics table is checked against this list.
+/// and help text. The docs/metrics.md metrics table is checked against this list.
 pub const FAMILIES: &[Family] = &[
     Family::new(
         REGISTRATION_ATTEMPTS_TOTAL,
@@ -199,7 +199,7 @@ pub const FAMILIES: &[Family] = &[
 /// reason that could), and what only exists after something happened. The
 /// rules count a failure series that appears as an increase. Everything
 /// else a group has exists from its declaration (the series budget is in
-/// README "Metrics").
+/// docs/metrics.md, "Metrics").
 pub const ON_FIRST_USE: &[&str] = &[
     REGISTRATION_FAILURES_TOTAL,
     DEREGISTRATION_FAILURES_TOTAL,
