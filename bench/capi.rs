@@ -4,7 +4,7 @@
 //! one descriptor per call (and keeps its agent handle private), so this is
 //! what the agent would gain from a batched call on its single NIXL agent.
 
-use nixl_agent::plan::Region;
+use nixl_agent::Region;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::path::Path;
 

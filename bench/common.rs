@@ -1,7 +1,7 @@
 //! Shared pieces: where things are, loading NIXL, memory arenas, statistics,
 //! /proc readers and the description of the machine.
 
-use nixl_agent::plan::Region;
+use nixl_agent::Region;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,8 +26,8 @@ pub fn load_nixl() -> Result<(), String> {
     if std::env::var_os("NIXL_PLUGIN_DIR").is_none() {
         std::env::set_var("NIXL_PLUGIN_DIR", dir.join("plugins"));
     }
-    let found = nixl_agent::nixl::discover(Some(&dir), &nixl_agent::config::ProcessEnv);
-    nixl_agent::nixl::load(found)
+    let found = nixl_agent::bench_support::discover(Some(&dir), &nixl_agent::config::ProcessEnv);
+    nixl_agent::bench_support::load(found)
         .map(|_| ())
         .map_err(|e| format!("loading NIXL from {}: {}", dir.display(), e.message))
 }

@@ -24,16 +24,12 @@
 use crate::capi::BatchAgent;
 use crate::common::{exponent, median, ms, nixl_lib_dir, Arena};
 use crate::worker::{self, Worker};
+use nixl_agent::bench_support::{
+    Backing, BuildInfo, Control, Driver, MemoryProbe, NixlRegistrar, NixlStatus, Recorder, Registrar, RuntimeFacts,
+};
 use nixl_agent::config::{ProcessEnv, RetryConfig};
-use nixl_agent::lifecycle::driver::{Control, Driver};
-use nixl_agent::lifecycle::{Failure, Registrar, RuntimeFacts};
-use nixl_agent::nixl::{Backing, NixlRegistrar};
-use nixl_agent::plan::{GroupSpec, Kind, Plan, Region};
-use nixl_agent::record::{Capture, Recorder};
-use nixl_agent::status::NixlStatus;
-use nixl_agent::telemetry::metrics::BuildInfo;
-use nixl_agent::validate::MemoryProbe;
 use nixl_agent::MemType;
+use nixl_agent::{Capture, Failure, GroupSpec, Kind, Plan, Region};
 use nixl_sys::{Agent, AgentConfig, Backend, OptArgs, RegistrationHandle};
 use serde::Serialize;
 use std::cell::Cell;
@@ -128,7 +124,7 @@ pub struct ProbeCost {
 }
 
 fn probe_cost() -> ProbeCost {
-    let probe = nixl_agent::nixl::SystemProbe;
+    let probe = nixl_agent::bench_support::SystemProbe;
     let (mut maps, mut memlock, mut ranges) = (Vec::new(), Vec::new(), 0);
     for _ in 0..7 {
         let t = Instant::now();
@@ -336,7 +332,8 @@ struct AgentPath {
 
 impl AgentPath {
     fn new() -> Result<AgentPath, String> {
-        let loaded = nixl_agent::nixl::load(nixl_agent::nixl::discover(Some(&nixl_lib_dir()), &ProcessEnv));
+        let loaded =
+            nixl_agent::bench_support::load(nixl_agent::bench_support::discover(Some(&nixl_lib_dir()), &ProcessEnv));
         let mut registrar = NixlRegistrar::new("bench-agent", loaded);
         let facts = registrar.preflight().map_err(|f| format!("agent preflight: {f}"))?;
         registrar
@@ -350,10 +347,10 @@ impl AgentPath {
     fn group_only(&mut self, regions: &[Region]) -> Result<(f64, f64), String> {
         let spec = GroupSpec::provided("bench", Kind::Kv, MemType::Dram, Vec::new()).with_validate(false);
         let t0 = Instant::now();
-        let handles = nixl_agent::lifecycle::group::register_all(&mut self.registrar, &spec, regions)
+        let handles = nixl_agent::bench_support::register_all(&mut self.registrar, &spec, regions)
             .map_err(|f| format!("register_all: {}", f.message))?;
         let t1 = Instant::now();
-        let (failed, _) = nixl_agent::lifecycle::group::release_all(&mut self.registrar, handles);
+        let (failed, _) = nixl_agent::bench_support::release_all(&mut self.registrar, handles);
         let t2 = Instant::now();
         if failed > 0 {
             return Err(format!("release_all: {failed} failed"));
@@ -439,8 +436,7 @@ pub fn worker_main(kind: &str) -> Result<(), String> {
                 .write(true)
                 .open("/dev/null")
                 .map_err(|e| e.to_string())?;
-            let _guard =
-                nixl_agent::telemetry::logs::init(&nixl_agent::Config::default(), Some(std::sync::Arc::new(devnull)));
+            let _guard = nixl_agent::cli::init_logs(&nixl_agent::Config::default(), Some(std::sync::Arc::new(devnull)));
             let mut agent = AgentPath::new()?;
             worker::serve(ready, |m| {
                 if m.get("cmd").and_then(|c| c.as_str()) == Some("probe") {

@@ -424,7 +424,7 @@ impl Observer {
     /// /metrics, /livez, /readyz, /v1/status, the dashboard and the rules
     /// of this observer's recording, for the caller's own axum server. (A
     /// front-end builds the router; observe mode knows nothing of HTTP.)
-    pub fn router(&self) -> axum::Router {
+    pub fn router(&self) -> crate::Router {
         let rec = self.recorder();
         http::router(AppState {
             metrics: rec.metrics().clone(),
@@ -433,8 +433,15 @@ impl Observer {
     }
 
     /// [`Observer::status`] for another thread (a pod publisher).
-    pub fn status_source(&self) -> impl Fn() -> Arc<Status> + Send + 'static {
+    pub(crate) fn status_source(&self) -> impl Fn() -> Arc<Status> + Send + 'static {
         let ledger = self.recorder().ledger().clone();
         move || ledger.snapshot()
+    }
+
+    /// Publishes this recording into the pod directory `dir` as rank
+    /// `rank`, for `nixl-agent pod` to serve; stops when the returned
+    /// publisher is dropped.
+    pub fn publish(&self, dir: &std::path::Path, rank: u32) -> std::io::Result<crate::pod::publish::Publisher> {
+        crate::pod::publish::Publisher::start(dir, rank, self.metrics().clone(), self.status_source())
     }
 }

@@ -40,7 +40,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR", env = "NIXL_AGENT_MULTIPROC_DIR")]
         dir: PathBuf,
         /// How many ranks readiness waits for (0 .. RANKS-1)
-        #[arg(long, value_name = "RANKS", env = "NIXL_AGENT_RANKS", default_value_t = 1,
+        #[arg(long, value_name = "RANKS", env = crate::pod::ENV_RANKS, default_value_t = 1,
               value_parser = clap::value_parser!(u32).range(1..=crate::pod::MAX_RANKS as i64))]
         ranks: u32,
     },
@@ -195,6 +195,14 @@ impl Opts {
         Ok(config)
     }
 }
+
+// What the binary needs besides the flags: one front-end API, so main.rs
+// reaches no internals.
+pub use crate::check::run_cli as run_check;
+pub use crate::nixl::{exit_now, PLUGIN_DIR_ENV};
+pub use crate::rules::{DEFAULT_RUNBOOK_URL_BASE, DEFAULT_SELECTOR};
+pub use crate::signals::Signals;
+pub use crate::telemetry::logs::init as init_logs;
 
 #[cfg(test)]
 mod tests {

@@ -11,6 +11,10 @@
 //! The recording itself is [`crate::Observer`]'s, the same path as every
 //! other front-end.
 
+mod process;
+pub use crate::pod::{ENV_DIR as ENV_POD_DIR, RANK_VARS};
+pub use process::Instrumentation;
+
 use crate::config::{self, Config, ConfigError, Env};
 use crate::model::{Kind, MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
 use crate::observe::{Expected, ObserveSettings, DEFAULT_MAX_GROUPS};

@@ -2,65 +2,103 @@
 //! observes the process doing it, and makes every attempt observable
 //! (Prometheus metrics, OpenTelemetry traces, health probes, status).
 //!
-//! The library is the product; the binary (`src/main.rs`) is a thin shell.
-//! Three entry points share one recording path ([`record`]):
-//! - [`Lifecycle`] on nixl-agent's own NIXL agent (the binary),
-//! - [`Lifecycle`] on the serving process's NIXL agent ([`Prepared::on_agent`]),
-//! - [`Observer`], around registration calls the process makes itself.
+//! The library is the product; the binary (`src/main.rs`), the Rust
+//! embedding API and the Python extension are front-ends over one recording
+//! path, whose state one ledger owns. See ARCHITECTURE.md for the map and
+//! the invariants.
 //!
-//! See ARCHITECTURE.md for the map and the invariants.
+//! # Public API
+//!
+//! This list is the whole public API; `tests/public_api.rs` holds it equal
+//! to what this file exports, and checks that no public signature names a
+//! type of axum, prometheus or tokio other than [`Router`].
+//!
+//! - lifecycle: [`Lifecycle`], [`Prepared`], [`LifecycleHandle`], [`StartError`], [`ShutdownError`], [`UnknownGroup`], [`DrainReport`]
+//! - observe mode: [`Observer`], [`ObservedAgent`], [`ObserveSettings`], [`Expected`], [`Call`], [`Outcome`], [`Pending`], [`GroupConflict`]
+//! - domain words: [`AgentId`], [`Kind`], [`MemType`], [`Reason`], [`Region`], [`Hooked`], [`Failure`], [`Rejection`], [`Descriptor`]
+//! - configuration: [`config`], [`Config`], [`Plan`], [`GroupSpec`], [`RegionSource`]
+//! - recorded state: [`status`], [`Metrics`], [`Format`], [`names`], [`endpoints`], [`Publisher`]
+//! - NIXL and output: [`load_nixl`], [`cuda_driver_present`], [`Loaded`], [`LoadError`], [`StderrTap`], [`Capture`], [`TracingGuard`], [`Router`]
+//! - front-ends: [`cli`] (feature `cli`: the binary's), [`instrument`] (the Python extension's)
 #![deny(unsafe_code)]
 
-// ---- The embedding API -------------------------------------------------
+// ---- Public modules ----------------------------------------------------
+/// Configuration: the TOML schema, its defaults and environment overrides.
 pub mod config;
-mod event;
+/// The Python front-end: settings from `NIXL_AGENT_*`, group names from call
+/// sites, and the process instrumentation the extension starts.
 pub mod instrument;
-mod ledger;
-pub mod model;
-pub mod observe;
-pub mod plan;
-pub mod pod;
-pub mod rules;
+/// The snapshot's shape: what /v1/status serves and every projection reads.
 pub mod status;
-pub mod telemetry;
-
-pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError};
-pub use config::Config;
-pub use lifecycle::driver::DrainReport;
-pub use model::{AgentId, Hooked, Kind, MemType, Reason, Region};
-pub use nixl::{load_nixl, Descriptor, LoadError, Loaded, ObservedAgent};
-pub use observe::{Call, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
-pub use plan::{GroupSpec, Plan, RegionSource};
-pub use record::Capture;
-pub use validate::Rejection;
-
-// ---- Internals ---------------------------------------------------------
-// Public only for this crate's binary, tests and benchmark; no stability
-// promise, not part of the documented API.
-#[doc(hidden)]
-pub mod agent;
-#[doc(hidden)]
-pub mod backoff;
-#[doc(hidden)]
-#[cfg(feature = "cli")]
-pub mod check;
-#[doc(hidden)]
+/// Every metric name and closed label value.
+pub mod names {
+    pub use crate::telemetry::names::*;
+}
+/// The HTTP surface's contract: every endpoint, and the dashboard and rules
+/// built into this build.
+pub mod endpoints {
+    pub use crate::http::{ALERT_RULES_PATH, ALERT_RULES_YAML, DASHBOARD_JSON, DASHBOARD_PATH, ENDPOINTS};
+}
+/// The binary's front-end (flags, sub-commands, signals, logs).
 #[cfg(feature = "cli")]
 pub mod cli;
-#[doc(hidden)]
-pub mod diagnose;
-#[doc(hidden)]
-pub mod http;
-#[doc(hidden)]
-pub mod lifecycle;
-#[doc(hidden)]
-pub mod nixl;
-#[doc(hidden)]
-pub mod record;
-#[doc(hidden)]
+
+pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError, UnknownGroup};
+/// The router type `LifecycleHandle::router` and `Observer::router` return
+/// (axum 0.8's), re-exported so embedders mount it without naming axum.
+pub use axum::Router;
+pub use config::Config;
+pub use lifecycle::driver::DrainReport;
+pub use model::{AgentId, Failure, Hooked, Kind, MemType, Reason, Region};
+pub use nixl::{cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, StderrTap};
+pub use observe::{Call, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
+pub use plan::{GroupSpec, Plan, RegionSource};
+pub use pod::publish::Publisher;
+pub use record::Capture;
+pub use telemetry::exposition::Format;
+pub use telemetry::traces::TracingGuard;
+pub use telemetry::Metrics;
+pub use validate::Rejection;
+
+// ---- Internals (crate-private) -----------------------------------------
+mod agent;
+mod backoff;
 #[cfg(feature = "cli")]
-pub mod signals;
+mod check;
+mod diagnose;
+mod event;
+mod http;
+mod ledger;
+mod lifecycle;
+mod model;
+mod nixl;
+mod observe;
+mod plan;
+mod pod;
+mod record;
+#[cfg(feature = "cli")]
+mod rules;
+#[cfg(feature = "cli")]
+mod signals;
+mod telemetry;
+mod units;
+mod validate;
+
+/// Internals for the benchmark (`bench/`, `make bench`) only: no stability
+/// promise, absent unless the `bench` feature is on.
+#[cfg(feature = "bench")]
 #[doc(hidden)]
-pub mod units;
-#[doc(hidden)]
-pub mod validate;
+pub mod bench_support {
+    pub use crate::lifecycle::driver::{Control, Driver};
+    pub use crate::lifecycle::group::{register_all, release_all};
+    pub use crate::lifecycle::{Registrar, RuntimeFacts};
+    pub use crate::model::Failure;
+    pub use crate::nixl::{discover, load, Backing, NixlRegistrar, SystemProbe};
+    pub use crate::record::Recorder;
+    pub use crate::status::NixlStatus;
+    pub use crate::telemetry::metrics::BuildInfo;
+    pub use crate::validate::MemoryProbe;
+}
+
+#[cfg(test)]
+mod properties;

@@ -3,10 +3,9 @@
 //! in the library.
 
 use clap::Parser;
-use nixl_agent::cli::{Cli, Command};
+use nixl_agent::cli::{self, Cli, Command, PLUGIN_DIR_ENV};
 use nixl_agent::config::ProcessEnv;
-use nixl_agent::nixl::{StderrTap, PLUGIN_DIR_ENV};
-use nixl_agent::{check, nixl, telemetry, Lifecycle, Plan, ShutdownError};
+use nixl_agent::{Lifecycle, Plan, ShutdownError, StderrTap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ fn main() -> ExitCode {
         }
     };
     // config, rules and pod: done without NIXL or a plan.
-    if let Some(code) = nixl_agent::cli::run_other(cli.command.as_ref(), &config) {
+    if let Some(code) = cli::run_other(cli.command.as_ref(), &config) {
         return ExitCode::from(code);
     }
     let check_json = match cli.command {
@@ -56,13 +55,13 @@ fn main() -> ExitCode {
         .map_err(|e| eprintln!("nixl-agent: stderr capture off: {e}"))
         .ok();
     if let Some(json) = check_json {
-        return if check::run_cli(&config, tap, json) {
+        return if cli::run_check(&config, tap, json) {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(EXIT_FAILURE)
         };
     }
-    let traces = telemetry::logs::init(&config, tap.as_ref().map(StderrTap::original));
+    let traces = cli::init_logs(&config, tap.as_ref().map(StderrTap::original));
     let prepared = prepared.with_stderr_tap(tap.clone());
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -79,7 +78,7 @@ fn main() -> ExitCode {
     let (code, drained) = runtime.block_on(async {
         // Before anything starts: a signal during NIXL loading or the first
         // registrations waits for the drain instead of killing the process.
-        let mut signals = nixl_agent::signals::Signals::new();
+        let mut signals = cli::Signals::new();
         let agent = match prepared.start().await {
             Ok(a) => a,
             Err(e) => {
@@ -129,7 +128,7 @@ fn main() -> ExitCode {
     if !drained {
         // The lifecycle thread may still be inside NIXL/UCX: leave without
         // running C++ static destructors under it.
-        nixl::exit_now(code);
+        cli::exit_now(code);
     }
     ExitCode::from(code)
 }

@@ -242,7 +242,7 @@ fn rules_follow_the_mixin_conventions_as_prometheus_parses_them() {
         );
         let url = ann["runbook_url"].as_str().unwrap();
         assert!(
-            url.starts_with(&format!("{}#", nixl_agent::rules::DEFAULT_RUNBOOK_URL_BASE)),
+            url.starts_with(&format!("{}#", nixl_agent::cli::DEFAULT_RUNBOOK_URL_BASE)),
             "{name}: runbook_url is absolute: {url}"
         );
         let anchor = name.to_lowercase();

@@ -144,7 +144,7 @@ fn sigterm_drains_every_registration_and_exits_zero() {
 #[test]
 fn vram_group_without_cuda_is_cuda_unavailable() {
     assert!(
-        !nixl_agent::nixl::cuda_driver_present(),
+        !nixl_agent::cuda_driver_present(),
         "built without a CUDA driver, but one loads now"
     );
     let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='VRAM'\ncount=2\nsize='1MiB'\n\

@@ -113,7 +113,7 @@ fn missing_library_fails_and_says_where_it_looked() {
 #[test]
 fn vram_group_without_cuda_fails_with_cuda_unavailable() {
     assert!(
-        !nixl_agent::nixl::cuda_driver_present(),
+        !nixl_agent::cuda_driver_present(),
         "built without a CUDA driver, but one loads now"
     );
     let cfg = "[[group]]\nname='kv'\nkind='kv'\nmem_type='VRAM'\ncount=2\nsize='1MiB'\n";

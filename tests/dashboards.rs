@@ -7,7 +7,7 @@
 mod prom;
 mod support;
 
-use nixl_agent::telemetry::names::{Type, FAMILIES};
+use nixl_agent::names::{Type, FAMILIES};
 use prom::{read, Prometheus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -89,7 +89,7 @@ fn variable_query(v: &Value) -> String {
     }
 }
 
-fn family(name: &str) -> Option<&'static nixl_agent::telemetry::names::Family> {
+fn family(name: &str) -> Option<&'static nixl_agent::names::Family> {
     FAMILIES.iter().find(|f| f.name == name)
 }
 
@@ -302,7 +302,7 @@ fn provisioning_file_and_import_note_are_there() {
     let note = read("dashboards/README.md");
     for want in [
         "provisioning.yaml",
-        nixl_agent::http::DASHBOARD_PATH,
+        nixl_agent::endpoints::DASHBOARD_PATH,
         "Import",
         "datasource",
     ] {
@@ -373,7 +373,7 @@ fn every_metric_in_dashboards_and_alerts_is_exported_and_declared() {
     for (name, whence) in &used {
         if name == "up"
             || name == "nixl_agent_time_to_ready_seconds"
-            || nixl_agent::telemetry::names::POD_ONLY.contains(&name.as_str())
+            || nixl_agent::names::POD_ONLY.contains(&name.as_str())
         {
             continue; // Prometheus's own; absent until ready
         }
@@ -388,7 +388,7 @@ fn every_metric_in_dashboards_and_alerts_is_exported_and_declared() {
         if fam != *name {
             assert_eq!(declared.kind, Type::Histogram, "{name}");
         }
-        if nixl_agent::telemetry::names::ON_FIRST_USE.contains(&fam.as_str()) && !live.contains(&fam) {
+        if nixl_agent::names::ON_FIRST_USE.contains(&fam.as_str()) && !live.contains(&fam) {
             continue; // appears with its first event
         }
         assert!(
@@ -433,13 +433,7 @@ fn every_dashboard_query_returns_data_from_a_live_prometheus() {
     // A pod of one rank: a library Observer publishes, `nixl-agent pod` serves.
     let pod_dir = tempfile::tempdir().unwrap();
     let observer = nixl_agent::Observer::new(nixl_agent::ObserveSettings::default());
-    let _publisher = nixl_agent::pod::publish::Publisher::start(
-        pod_dir.path(),
-        0,
-        observer.metrics().clone(),
-        observer.status_source(),
-    )
-    .unwrap();
+    let _publisher = observer.publish(pod_dir.path(), 0).unwrap();
     let pod_addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -595,8 +589,8 @@ fn every_dashboard_query_returns_data_from_a_live_prometheus() {
 fn served_dashboard_and_rules_are_byte_identical_to_the_repo() {
     let agent = AgentProcess::spawn(Spawn::default());
     for (path, file, content_type) in [
-        (nixl_agent::http::DASHBOARD_PATH, DASHBOARD, "application/json"),
-        (nixl_agent::http::ALERT_RULES_PATH, RULES, "application/yaml"),
+        (nixl_agent::endpoints::DASHBOARD_PATH, DASHBOARD, "application/json"),
+        (nixl_agent::endpoints::ALERT_RULES_PATH, RULES, "application/yaml"),
     ] {
         let r = agent.get(path);
         assert_eq!(r.status, 200, "{path}");
@@ -604,14 +598,17 @@ fn served_dashboard_and_rules_are_byte_identical_to_the_repo() {
         let want = std::fs::read(prom::repo().join(file)).unwrap();
         assert!(r.body.as_bytes() == want.as_slice(), "{path} differs from {file}");
         assert!(
-            nixl_agent::http::ENDPOINTS.iter().any(|(p, _)| *p == path),
+            nixl_agent::endpoints::ENDPOINTS.iter().any(|(p, _)| *p == path),
             "{path} is listed in ENDPOINTS"
         );
     }
-    assert_eq!(nixl_agent::http::DASHBOARD_JSON, read(DASHBOARD));
-    assert_eq!(nixl_agent::http::ALERT_RULES_YAML, read(RULES));
+    assert_eq!(nixl_agent::endpoints::DASHBOARD_JSON, read(DASHBOARD));
+    assert_eq!(nixl_agent::endpoints::ALERT_RULES_YAML, read(RULES));
     let index = agent.get("/").body;
-    for path in [nixl_agent::http::DASHBOARD_PATH, nixl_agent::http::ALERT_RULES_PATH] {
+    for path in [
+        nixl_agent::endpoints::DASHBOARD_PATH,
+        nixl_agent::endpoints::ALERT_RULES_PATH,
+    ] {
         assert!(index.contains(&format!("href=\"{path}\"")), "/ links {path}:\n{index}");
     }
 }
@@ -655,7 +652,7 @@ fn the_promql_scanner_finds_every_selector() {
 fn failure_panels_link_to_their_runbooks() {
     let d = dashboard();
     let anchors = prom::anchors(&read("docs/runbooks.md"));
-    let base = format!("{}#", nixl_agent::rules::DEFAULT_RUNBOOK_URL_BASE);
+    let base = format!("{}#", nixl_agent::cli::DEFAULT_RUNBOOK_URL_BASE);
     for title in RUNBOOK_LINKED {
         let (_, p) = data_panels(&d)
             .into_iter()

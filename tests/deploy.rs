@@ -107,7 +107,7 @@ fn the_prometheus_rule_is_the_rules_of_alerts_and_promtool_accepts_it() {
         .map(|d| d["spec"]["selector"]["matchLabels"]["nixl-agent/job"].as_str().unwrap())
         .collect();
     assert_eq!(jobs, ["nixl-agent", "nixl-agent-canary"]);
-    assert_eq!(nixl_agent::rules::DEFAULT_SELECTOR, format!("job=\"{}\"", jobs[0]));
+    assert_eq!(nixl_agent::cli::DEFAULT_SELECTOR, format!("job=\"{}\"", jobs[0]));
     for d in docs.iter().filter(|d| d["kind"] == "PodMonitor") {
         let ep = &d["spec"]["podMetricsEndpoints"][0];
         assert_eq!(ep["port"], "metrics");
@@ -120,7 +120,7 @@ fn the_prometheus_rule_is_the_rules_of_alerts_and_promtool_accepts_it() {
 /// ones the binary accepts.
 #[test]
 fn ports_paths_flags_and_config_are_the_binarys() {
-    let endpoints: Vec<&str> = nixl_agent::http::ENDPOINTS.iter().map(|(p, _)| *p).collect();
+    let endpoints: Vec<&str> = nixl_agent::endpoints::ENDPOINTS.iter().map(|(p, _)| *p).collect();
     let serving = documents("deploy/serving.yaml");
     let canary = documents("deploy/canary.yaml");
     let mut seen = 0;
@@ -161,11 +161,14 @@ fn ports_paths_flags_and_config_are_the_binarys() {
                 // The serving container publishes where the sidecar reads.
                 let app = containers(doc).into_iter().find(|c| c["name"] != "nixl-agent").unwrap();
                 let env = app["env"].as_array().unwrap();
-                let published = env.iter().find(|e| e["name"] == nixl_agent::pod::ENV_DIR).unwrap();
+                let published = env
+                    .iter()
+                    .find(|e| e["name"] == nixl_agent::instrument::ENV_POD_DIR)
+                    .unwrap();
                 assert_eq!(published["value"], dir);
                 assert!(env
                     .iter()
-                    .any(|e| nixl_agent::pod::RANK_VARS.contains(&e["name"].as_str().unwrap())));
+                    .any(|e| nixl_agent::instrument::RANK_VARS.contains(&e["name"].as_str().unwrap())));
                 assert!(strings(&app["securityContext"]["capabilities"]["add"]).contains(&"IPC_LOCK".to_string()));
                 assert!(app["volumeMounts"]
                     .as_array()

@@ -7,7 +7,7 @@
 mod support;
 
 use nixl_agent::config::{Config, RetryConfig};
-use nixl_agent::nixl::StderrTap;
+use nixl_agent::StderrTap;
 use nixl_agent::{GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
 use std::time::Duration;
 use support::otlp::Receiver;
@@ -29,7 +29,7 @@ async fn null_aux_region_without_validation_is_diagnosed_from_ucx_output() {
         ..Config::default()
     };
     config.tracing.endpoint = Some(rx.endpoint());
-    let traces = nixl_agent::telemetry::logs::init(&config, Some(tap.original())).expect("tracing on");
+    let traces = nixl_agent::cli::init_logs(&config, Some(tap.original())).expect("tracing on");
 
     let aux = vec![7u8; 8192];
     let plan = Plan {

@@ -4,7 +4,7 @@
 //! against the committed results, the README's size and every relative link.
 
 use nixl_agent::config::Config;
-use nixl_agent::telemetry::names::{Reason, FAMILIES};
+use nixl_agent::names::{Reason, FAMILIES};
 use std::path::Path;
 
 fn read(rel: &str) -> String {
@@ -82,7 +82,7 @@ fn example_config_is_the_default_and_names_every_key() {
 #[test]
 fn docs_list_every_endpoint_and_readme_the_two_commands() {
     let configuration = doc("configuration.md");
-    for (path, _) in nixl_agent::http::ENDPOINTS {
+    for (path, _) in nixl_agent::endpoints::ENDPOINTS {
         assert!(
             configuration.contains(&format!("| `{path}` |")),
             "docs/configuration.md endpoint table lacks {path}"

@@ -14,7 +14,7 @@ use support::{AgentProcess, Spawn};
 /// not a pass.
 fn gpu() {
     assert!(
-        nixl_agent::nixl::cuda_driver_present(),
+        nixl_agent::cuda_driver_present(),
         "built with a CUDA driver present, but none loads now"
     );
 }

@@ -3,7 +3,7 @@
 
 mod support;
 
-use nixl_agent::telemetry::exposition::{encode, Format};
+use nixl_agent::Format;
 use nixl_agent::{GroupSpec, Kind, Lifecycle, LifecycleHandle, MemType, Plan, Region};
 use std::time::Duration;
 use support::Scrape;
@@ -19,7 +19,7 @@ fn region(buf: &[u8]) -> Region {
 }
 
 fn scrape(agent: &LifecycleHandle) -> Scrape {
-    Scrape::parse(&encode(agent.metrics().registry(), Format::Text))
+    Scrape::parse(&agent.metrics().encode(Format::Text))
 }
 
 /// Waits until the group has failed at least once; returns the scrape.
@@ -130,7 +130,7 @@ async fn null_aux(validate: bool, expect: &str) {
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
     assert_eq!(report.deregistered, 2, "only kv's two regions were ever held");
-    let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
+    let s = Scrape::parse(&metrics.encode(Format::Text));
     assert_eq!(s.metric("nixl_agent_registered_descriptors").sum(), 0.0);
     drop((kv, aux)); // freed only after the agent deregistered them
 }
@@ -217,7 +217,7 @@ async fn shutdown_drains_to_zero_and_stops_serving() {
     let metrics = agent.metrics().clone();
     let report = agent.shutdown().await.unwrap();
     assert_eq!((report.deregistered, report.failed), (16, 0));
-    let s = Scrape::parse(&encode(metrics.registry(), Format::Text));
+    let s = Scrape::parse(&metrics.encode(Format::Text));
     assert_eq!(
         s.metric("nixl_agent_registered_descriptors")
             .label("group", "kv")

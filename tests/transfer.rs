@@ -8,7 +8,7 @@
 
 mod support;
 
-use nixl_agent::telemetry::exposition::{encode, Format};
+use nixl_agent::Format;
 use nixl_agent::{Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, Observer, Plan, Region};
 use nixl_sys::{Agent, Backend, OptArgs, XferDescList, XferOp, XferStatus};
 use std::time::{Duration, Instant};
@@ -112,7 +112,7 @@ async fn lifecycle_on_the_serving_agent_registers_what_it_transfers_with() {
     let status = running.status();
     assert_eq!(status.nixl.agent.as_deref(), Some("prefill-0"));
     assert_eq!(status.nixl.agent_owner, Some("caller"));
-    let s = Scrape::parse(&encode(running.metrics().registry(), Format::Text));
+    let s = Scrape::parse(&running.metrics().encode(Format::Text));
     for (group, bytes) in [("kv", LEN), ("aux", AUX)] {
         let m = s.metric("nixl_agent_registered_descriptors").label("group", group);
         assert_eq!(m.value(), 1.0, "{group}");
@@ -161,7 +161,7 @@ fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned(
         validate: true,
         ..ObserveSettings::default()
     });
-    let scrape = || Scrape::parse(&encode(observer.metrics().registry(), Format::Text));
+    let scrape = || Scrape::parse(&observer.metrics().encode(Format::Text));
     assert!(!observer.status().ready, "expected groups not registered yet");
     let on_a = observer.agent(&a);
 
@@ -263,7 +263,7 @@ fn observed_groups_are_capped_and_names_follow_the_label_rules() {
     }
     let s = scrape_groups(&observer);
     assert_eq!(s, ["layer0", "layer1", "other"], "two by name, the rest under `other`");
-    let m = Scrape::parse(&encode(observer.metrics().registry(), Format::Text));
+    let m = Scrape::parse(&observer.metrics().encode(Format::Text));
     assert_eq!(
         m.metric("nixl_agent_registered_descriptors")
             .label("group", "layer0")

@@ -22,11 +22,6 @@ impl Progress {
         }
     }
 
-    /// A progress sink that prints nothing.
-    pub fn silent() -> Progress {
-        Progress::new(Box::new(std::io::sink()), false)
-    }
-
     pub fn start(&mut self, step: &str) {
         self.step = step.to_string();
         if self.tty {

@@ -19,7 +19,7 @@
 #[cfg(test)]
 mod tests;
 
-use crate::event::{Event, GroupDecl, Holding, Leaves, Source};
+use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
 use crate::status::{observed_state, AgentStatus, BackendStatus, GroupStatus, Status, Stuck};
 use std::collections::HashMap;
@@ -191,11 +191,6 @@ impl Ledger {
         let s = Arc::new(st.status.clone());
         *cache = Some(s.clone());
         s
-    }
-
-    /// The generation of the last write.
-    pub fn generation(&self) -> u64 {
-        *self.0.changed.borrow()
     }
 
     /// Tells of every write (its generation); for waiters.
@@ -579,15 +574,6 @@ impl State {
             b.up = up;
             b.reason = failure.map(|f| f.reason);
             b.error = failure.map(|f| f.message.clone());
-        }
-    }
-
-    /// What the group holds now.
-    pub fn holding(&self, i: usize) -> Holding {
-        let g = &self.status.groups[i];
-        Holding {
-            descriptors: g.descriptors,
-            bytes: g.bytes,
         }
     }
 }

@@ -13,6 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// NIXL's plugin directory variable.
+#[cfg(feature = "cli")]
 pub const PLUGIN_DIR_ENV: &str = "NIXL_PLUGIN_DIR";
 
 /// A loaded NIXL runtime.

@@ -7,7 +7,9 @@ use crate::lifecycle::Failure;
 use crate::model::{MemType, Reason};
 use crate::plan::Region;
 
-/// What keeps a group's allocated memory alive.
+/// What keeps a group's allocated memory alive (held for its drop, never
+/// read).
+#[allow(dead_code)]
 pub enum Backing {
     /// The embedding process owns the memory.
     None,

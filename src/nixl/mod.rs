@@ -12,6 +12,7 @@
 mod cuda;
 mod descriptor;
 pub mod discover;
+#[cfg(feature = "cli")]
 pub mod facts;
 mod loader;
 mod memory;
@@ -21,8 +22,11 @@ mod registrar;
 mod stderr;
 
 pub use descriptor::Descriptor;
-pub use discover::{discover, Discovery, FoundBy, NotFound};
-pub use loader::{load, status_of, LoadError, Loaded, PLUGIN_DIR_ENV};
+pub use discover::{discover, Discovery, NotFound};
+#[cfg(feature = "cli")]
+pub use loader::PLUGIN_DIR_ENV;
+pub use loader::{load, status_of, LoadError, Loaded};
+#[cfg(feature = "bench")]
 pub use memory::Backing;
 pub use observe::ObservedAgent;
 pub use probe::SystemProbe;
@@ -47,6 +51,7 @@ pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError>
 /// for when a drain did not finish and the lifecycle thread may still be
 /// inside NIXL/UCX, whose destructors would then run under it. Rust's stdout
 /// is flushed first; the kernel releases what stayed registered.
+#[cfg(feature = "cli")]
 pub fn exit_now(code: u8) -> ! {
     let _ = std::io::Write::flush(&mut std::io::stdout());
     let _ = std::io::Write::flush(&mut std::io::stderr());

@@ -91,6 +91,7 @@ impl NixlRegistrar {
 
     /// The NIXL agent, for an embedding process that wants to use the
     /// registrations for transfers (after preflight succeeded).
+    #[cfg(test)]
     pub fn agent(&self) -> Option<&Agent> {
         self.live.as_ref().map(|l| &l.agent)
     }

@@ -11,8 +11,10 @@
 //! The conventions are those of `PROMETHEUS_MULTIPROC_DIR` (prometheus_client,
 //! used by vLLM and SGLang) and NIXL's own `NIXL_TELEMETRY_MULTIPROC_DIR`.
 
+#[cfg(feature = "cli")]
 pub mod merge;
 pub mod publish;
+#[cfg(feature = "cli")]
 pub mod serve;
 
 use crate::config::{ConfigError, Env};
@@ -25,12 +27,14 @@ pub const ENV_DIR: &str = "NIXL_AGENT_MULTIPROC_DIR";
 /// `LOCAL_RANK` or `RANK`.
 pub const ENV_RANK_ENV: &str = "NIXL_AGENT_RANK_ENV";
 /// How many ranks the pod has (`nixl-agent pod --ranks`).
+#[cfg(feature = "cli")]
 pub const ENV_RANKS: &str = "NIXL_AGENT_RANKS";
 /// The usual rank variables, in the order they are read.
 pub const RANK_VARS: [&str; 2] = ["LOCAL_RANK", "RANK"];
 /// Most ranks a pod may have: the `rank` label stays bounded.
 pub const MAX_RANKS: usize = 256;
 /// A rank file not touched for this long belongs to a process that died.
+#[cfg(feature = "cli")]
 pub const STALE_AFTER: Duration = Duration::from_millis(1500);
 /// How often a publisher looks for a change, and touches its file.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);

@@ -51,6 +51,7 @@ impl Format {
 }
 
 /// Encodes the registry in the given format.
+#[cfg(any(test, feature = "cli"))]
 pub fn encode(registry: &Registry, format: Format) -> String {
     encode_with(registry, format, None)
 }

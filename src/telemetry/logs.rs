@@ -18,12 +18,14 @@ use tracing_subscriber::Layer;
 
 /// Default filter when `NIXL_AGENT_LOG` is unset: the agent at info, the
 /// HTTP/gRPC client stacks of the OTLP exporter at warn.
+#[cfg(feature = "cli")]
 pub const DEFAULT_FILTER: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tonic=warn,tower=warn,reqwest=warn";
 
 /// Installs the process-wide subscriber: log lines to `stderr` (the real
 /// stderr when a [`crate::nixl::StderrTap`] took fd 2), and OpenTelemetry
 /// spans of this crate when `config.tracing` has an endpoint. The returned
 /// guard flushes spans on shutdown.
+#[cfg(feature = "cli")]
 pub fn init(config: &Config, stderr: Option<Arc<File>>) -> Option<super::traces::TracingGuard> {
     init_filtered(config, stderr, DEFAULT_FILTER)
 }

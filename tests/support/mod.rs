@@ -319,7 +319,8 @@ pub fn example_binary(name: &str) -> PathBuf {
     if !bin.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(repo()).args(["build", "--quiet", "--example", name]);
+        cmd.current_dir(repo())
+            .args(["build", "--quiet", "--features", "bench", "--example", name]);
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }

@@ -19,15 +19,13 @@
 #![deny(unsafe_code)]
 
 use nixl_agent::config::ProcessEnv;
-use nixl_agent::instrument::{self, CallSite, Settings};
-use nixl_agent::model::Failure;
-use nixl_agent::{AgentId, Call, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
+use nixl_agent::instrument::{self, CallSite, Instrumentation, Settings};
+use nixl_agent::{AgentId, Call, Failure, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -50,20 +48,20 @@ fn settings() -> &'static Result<Settings, String> {
 
 /// The instrumentation of this process, started with its first NIXL agent.
 struct Running {
-    observer: Observer,
+    inst: Instrumentation,
     /// Each live `nixl_agent` instance (by its address) and its identity in
     /// the recording; removed when the instance is collected.
     agents: Mutex<HashMap<usize, AgentId>>,
-    addr: Option<SocketAddr>,
     pid: u32,
-    /// The HTTP threads; never dropped (they end with the process).
-    _http: Option<tokio::runtime::Runtime>,
-    /// Publishing to the pod directory, when asked.
-    _publisher: Option<nixl_agent::pod::publish::Publisher>,
+}
+
+impl Running {
+    fn observer(&self) -> &Observer {
+        self.inst.observer()
+    }
 }
 
 static RUNNING: Mutex<Option<Arc<Running>>> = Mutex::new(None);
-static TRACES: Mutex<Option<nixl_agent::telemetry::traces::TracingGuard>> = Mutex::new(None);
 
 /// The running instrumentation of this process (not of a parent it was
 /// forked from), if started.
@@ -83,7 +81,7 @@ fn guarded<T>(operation: Hooked, f: impl FnOnce() -> Option<T>) -> Option<T> {
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "panic".into());
             if let Some(r) = running() {
-                r.observer.hook_failed(operation, &message);
+                r.observer().hook_failed(operation, &message);
             }
             None
         }
@@ -111,96 +109,32 @@ fn start_running(frameworks: &[String]) -> Option<Option<String>> {
     let Ok(settings) = settings() else { return None };
     let mut slot = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(r) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
-        return Some(r.addr.map(|a| a.to_string()));
+        return Some(r.inst.addr().map(|a| a.to_string()));
     }
-    let tap = if settings.capture {
-        match nixl_agent::nixl::StderrTap::install() {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("nixl-agent-instrument: NIXL_AGENT_CAPTURE=on but the fd tap failed ({e}); not capturing");
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let guard = nixl_agent::telemetry::logs::init_filtered(
-        &settings.config,
-        tap.as_ref().map(|t| t.original()),
-        instrument::DEFAULT_LOG_FILTER,
-    );
     // A forked child inherits its parent's recording, whose threads did not
     // survive the fork: it is leaked, never dropped (dropping would wait on
     // threads that do not exist here).
-    if let Some(old) = std::mem::replace(&mut *TRACES.lock().unwrap_or_else(|e| e.into_inner()), guard) {
-        std::mem::forget(old);
-    }
     if let Some(old) = slot.take() {
         std::mem::forget(old);
     }
     let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
-    let mut observer = Observer::new(settings.observe(&names));
-    if let Some(t) = tap {
-        observer = observer.with_capture(Box::new(t));
-    }
-    let (http, addr) = if settings.serve {
-        match serve(&observer, settings) {
-            Ok((rt, addr)) => (Some(rt), Some(addr)),
-            Err(e) => {
-                tracing::warn!(target: instrument::LOG_TARGET, listen = %settings.config.listen, error = %e, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
-                (None, None)
-            }
-        }
-    } else {
-        (None, None)
-    };
-    let publisher = settings.publish.as_ref().and_then(|(dir, rank)| {
-        nixl_agent::pod::publish::Publisher::start(dir, *rank, observer.metrics().clone(), observer.status_source())
-            .map_err(|e| {
-                tracing::warn!(target: instrument::LOG_TARGET, dir = %dir.display(), rank, error = %e, "cannot publish to the pod directory; recording without it");
-            })
-            .ok()
-    });
+    let inst = Instrumentation::start(settings, &names);
+    let addr = inst.addr();
     *slot = Some(Arc::new(Running {
-        observer,
+        inst,
         agents: Mutex::new(HashMap::new()),
-        addr,
         pid: std::process::id(),
-        _http: http,
-        _publisher: publisher,
     }));
     Some(addr.map(|a| a.to_string()))
-}
-
-/// Binds the listen address and serves the observer's routes on a runtime
-/// of its own (one worker thread, no GIL).
-fn serve(observer: &Observer, settings: &Settings) -> std::io::Result<(tokio::runtime::Runtime, SocketAddr)> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .max_blocking_threads(1)
-        .thread_name("nixl-agent-http")
-        .enable_all()
-        .build()?;
-    let listener = rt.block_on(tokio::net::TcpListener::bind(settings.config.listen))?;
-    let addr = listener.local_addr()?;
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    // Served until the process ends.
-    std::mem::forget(stop_tx);
-    rt.spawn(nixl_agent::http::server::serve(
-        listener,
-        observer.router(),
-        settings.config.http.clone(),
-        stop_rx,
-    ));
-    Ok((rt, addr))
 }
 
 /// Flushes the traces (at interpreter exit).
 #[pyfunction]
 fn shutdown(py: Python<'_>) {
     py.detach(|| {
-        if let Some(g) = TRACES.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            g.shutdown(Duration::from_secs(2));
+        let slot = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
+            r.inst.flush_traces(Duration::from_secs(2));
         }
     })
 }
@@ -208,7 +142,7 @@ fn shutdown(py: Python<'_>) {
 /// The address /metrics is served on, if it is.
 #[pyfunction]
 fn address() -> Option<String> {
-    running().and_then(|r| r.addr.map(|a| a.to_string()))
+    running().and_then(|r| r.inst.addr().map(|a| a.to_string()))
 }
 
 /// The metrics in the Prometheus text format (for a program that serves
@@ -216,18 +150,14 @@ fn address() -> Option<String> {
 #[pyfunction]
 fn metrics_text(py: Python<'_>) -> Option<String> {
     let r = running()?;
-    Some(py.detach(|| {
-        r.observer
-            .metrics()
-            .encode(nixl_agent::telemetry::exposition::Format::Text)
-    }))
+    Some(py.detach(|| r.observer().metrics().encode(nixl_agent::Format::Text)))
 }
 
 /// What /v1/status says, as JSON.
 #[pyfunction]
 fn status_json() -> Option<String> {
     let r = running()?;
-    serde_json::to_string(&*r.observer.status()).ok()
+    serde_json::to_string(&*r.observer().status()).ok()
 }
 
 impl Running {
@@ -250,7 +180,7 @@ fn agent_created(agent: &Bound<'_, PyAny>, name: String, plugins: Vec<String>) -
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(agent.as_ptr() as usize, id);
-        r.observer.saw_agent(id, &name, || plugins);
+        r.observer().saw_agent(id, &name, || plugins);
         Some(id.0)
     })
 }
@@ -266,7 +196,7 @@ fn agent_released(id: u64) {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|_, a| *a != id);
-        r.observer.agent_released(id);
+        r.observer().agent_released(id);
         Some(())
     });
 }
@@ -276,7 +206,7 @@ fn agent_released(id: u64) {
 fn agent_failed(error: &Bound<'_, PyAny>) {
     let failure = failure_of(error, Reason::NixlUnavailable);
     guarded(Hooked::Init, || {
-        running()?.observer.nixl_unavailable(&failure);
+        running()?.observer().nixl_unavailable(&failure);
         Some(())
     });
 }
@@ -292,7 +222,7 @@ fn backend(agent: &Bound<'_, PyAny>, name: &str, seconds: f64, error: Option<&Bo
     };
     guarded(Hooked::CreateBackend, || {
         let r = running()?;
-        r.observer.backend(r.agent_id(agent), name, result);
+        r.observer().backend(r.agent_id(agent), name, result);
         Some(())
     });
 }
@@ -301,7 +231,7 @@ fn backend(agent: &Bound<'_, PyAny>, name: &str, seconds: f64, error: Option<&Bo
 #[pyfunction]
 fn hook_failed(operation: &str, message: &str) {
     if let (Some(r), Some(op)) = (running(), Hooked::parse(operation)) {
-        r.observer.hook_failed(op, message);
+        r.observer().hook_failed(op, message);
     }
 }
 
@@ -552,24 +482,24 @@ fn register<'py>(
         regions: &regions,
     };
     let started = guarded(Hooked::RegisterMemory, || {
-        let pending = r.observer.begin(&call);
+        let pending = r.observer().begin(&call);
         let finding = if regions.len() >= DETACH_AT {
-            py.detach(|| r.observer.check(&call))
+            py.detach(|| r.observer().check(&call))
         } else {
-            r.observer.check(&call)
+            r.observer().check(&call)
         };
         Some((pending, finding))
     });
     let Some((pending, finding)) = started else {
         return call_through(func, self_, args, kwargs);
     };
-    if let (true, Some(f)) = (r.observer.enforcing(), &finding) {
+    if let (true, Some(f)) = (r.observer().enforcing(), &finding) {
         let message = format!(
             "nixl-agent refused to register group {group:?} before NIXL saw it (NIXL_AGENT_VALIDATE=enforce): {} [reason {}]",
             f.message, f.reason
         );
         guarded(Hooked::RegisterMemory, || {
-            r.observer.end(pending, &call, finding.clone(), Outcome::Refused);
+            r.observer().end(pending, &call, finding.clone(), Outcome::Refused);
             Some(())
         });
         return Err(RegistrationRefused::new_err(message));
@@ -580,7 +510,7 @@ fn register<'py>(
         Err(e) => Outcome::Failed(failure_of(e.value(py).as_any(), Reason::Unknown)),
     };
     guarded(Hooked::RegisterMemory, || {
-        r.observer.end(pending, &call, finding, outcome);
+        r.observer().end(pending, &call, finding, outcome);
         Some(())
     });
     result
@@ -611,7 +541,7 @@ fn deregister<'py>(
             .err()
             .map(|e| failure_of(e.value(py).as_any(), Reason::Unknown));
         guarded(Hooked::DeregisterMemory, || {
-            r.observer
+            r.observer()
                 .deregistered(r.agent_id(self_), first, count, elapsed, failure);
             Some(())
         });
