@@ -307,7 +307,7 @@ impl LifecycleHandle {
 
     /// /metrics, /livez, /readyz, /v1/status, the dashboard and the rules,
     /// for the caller's own axum server (`Router::merge` or `nest`).
-    pub fn router(&self) -> axum::Router {
+    pub fn router(&self) -> crate::Router {
         self.router.clone()
     }
 

@@ -28,7 +28,7 @@ pub struct Publisher {
 impl Publisher {
     /// Starts publishing `metrics` and `status()` as rank `rank` into `dir`
     /// (created if missing). Fails when the directory cannot be written.
-    pub fn start(
+    pub(crate) fn start(
         dir: &Path,
         rank: u32,
         metrics: Metrics,

@@ -52,13 +52,13 @@ impl Format {
 
 /// Encodes the registry in the given format.
 #[cfg(any(test, feature = "cli"))]
-pub fn encode(registry: &Registry, format: Format) -> String {
+pub(crate) fn encode(registry: &Registry, format: Format) -> String {
     encode_with(registry, format, None)
 }
 
 /// Encodes the registry; OpenMetrics output carries the exemplars of the
 /// registration duration histogram.
-pub fn encode_with(registry: &Registry, format: Format, exemplars: Option<&Exemplars>) -> String {
+pub(crate) fn encode_with(registry: &Registry, format: Format, exemplars: Option<&Exemplars>) -> String {
     let families = registry.gather();
     match format {
         Format::Text => {
@@ -73,7 +73,7 @@ pub fn encode_with(registry: &Registry, format: Format, exemplars: Option<&Exemp
 
 /// OpenMetrics text: counters are declared without `_total` and sampled with
 /// it, histograms end with a `+Inf` bucket, and the body ends with `# EOF`.
-pub fn encode_openmetrics(families: &[MetricFamily], exemplars: Option<&Exemplars>) -> String {
+pub(crate) fn encode_openmetrics(families: &[MetricFamily], exemplars: Option<&Exemplars>) -> String {
     let mut out = String::with_capacity(16 * 1024);
     for mf in families {
         let name = mf.name();
@@ -205,7 +205,7 @@ fn float_label(v: f64) -> String {
 }
 
 /// Escapes a label value or help text: backslash, double quote, newline.
-pub fn escape(v: &str) -> String {
+pub(crate) fn escape(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
         match c {

@@ -211,7 +211,7 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C
 impl Metrics {
     /// Builds the registry; per-group series are created when a group is
     /// declared ([`Event::GroupDeclared`]).
-    pub fn new(build: &BuildInfo) -> Metrics {
+    pub(crate) fn new(build: &BuildInfo) -> Metrics {
         let r = Registry::new();
         let counter = |name| {
             register(
@@ -476,11 +476,6 @@ impl Metrics {
         }
     }
 
-    /// The registry, for the exposition encoders.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// Encodes every metric; OpenMetrics carries exemplars.
     pub fn encode(&self, format: super::exposition::Format) -> String {
         super::exposition::encode_with(&self.registry, format, Some(&self.exemplars))
@@ -489,7 +484,7 @@ impl Metrics {
     /// What /metrics serves: the last encoding while no metric was written
     /// and it is younger than [`CACHE_TTL`], else a fresh one. A scrape then
     /// costs a clone of a reference-counted buffer, not an encode.
-    pub fn exposition(&self, format: super::exposition::Format) -> bytes::Bytes {
+    pub(crate) fn exposition(&self, format: super::exposition::Format) -> bytes::Bytes {
         use std::sync::atomic::Ordering;
         let generation = self.generation.load(Ordering::Acquire);
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
@@ -510,7 +505,7 @@ impl Metrics {
     }
 
     /// Bumped by every write of a metric: unchanged means nothing to publish.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 

@@ -145,8 +145,7 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
     }
     tx.send(Control::Shutdown).unwrap();
     thread.join().unwrap();
-    let text =
-        crate::telemetry::exposition::encode(rec.metrics().registry(), crate::telemetry::exposition::Format::Text);
+    let text = rec.metrics().encode(crate::telemetry::exposition::Format::Text);
     let sample = |name: &str, group: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(name) && l.contains(&format!("group=\"{group}\"")))

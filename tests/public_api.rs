@@ -1,0 +1,171 @@
+//! The public API is a deliberate list: `src/lib.rs` names every public item
+//! in its "Public API" doc section, and this test holds that list equal to
+//! what lib.rs exports. Public signatures name no type of axum, prometheus,
+//! hyper or tokio (the router is re-exported as `nixl_agent::Router`, on
+//! purpose and documented), and no integration test reaches the benchmark's
+//! internals.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The names the "Public API" doc section lists (in backticks and brackets).
+fn documented(lib: &str) -> BTreeSet<String> {
+    let section = lib
+        .split("//! # Public API")
+        .nth(1)
+        .expect("lib.rs has a `# Public API` section")
+        .split("#![")
+        .next()
+        .unwrap();
+    let mut out = BTreeSet::new();
+    for line in section.lines().filter(|l| l.starts_with("//! - ")) {
+        for part in line.split("[`").skip(1) {
+            out.insert(part.split('`').next().unwrap().to_string());
+        }
+    }
+    out
+}
+
+/// What lib.rs exports at its top level: `pub mod` and `pub use` names
+/// (the `bench` feature's hidden module apart).
+fn exported(lib: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut depth = 0usize;
+    let mut pending = String::new();
+    for raw in lib.lines() {
+        let line = raw.trim();
+        if depth == 0 {
+            if !pending.is_empty() || line.starts_with("pub use ") {
+                pending.push_str(line);
+                pending.push(' ');
+                if line.ends_with(';') {
+                    let body = pending.trim_start_matches("pub use ").trim_end().trim_end_matches(';');
+                    let names = match body.split_once('{') {
+                        Some((_, rest)) => rest.trim_end_matches('}').split(',').map(str::to_string).collect(),
+                        None => vec![body.rsplit("::").next().unwrap().to_string()],
+                    };
+                    for n in names {
+                        let n = n.trim();
+                        if n.is_empty() {
+                            continue;
+                        }
+                        let name = n.rsplit(" as ").next().unwrap().rsplit("::").next().unwrap();
+                        out.insert(name.trim().to_string());
+                    }
+                    pending.clear();
+                }
+            } else if let Some(rest) = line.strip_prefix("pub mod ") {
+                let name = rest.trim_end_matches(';').trim_end_matches('{').trim();
+                if name != "bench_support" {
+                    out.insert(name.to_string());
+                }
+            } else {
+                assert!(
+                    !line.starts_with("pub ") && !line.starts_with("pub("),
+                    "lib.rs exports something neither `pub mod` nor `pub use`: {line}"
+                );
+            }
+        }
+        depth += line.matches('{').count();
+        depth = depth.saturating_sub(line.matches('}').count());
+    }
+    out
+}
+
+#[test]
+fn the_documented_list_is_exactly_what_lib_rs_exports() {
+    let lib = read(&repo().join("src/lib.rs"));
+    let (doc, code) = (documented(&lib), exported(&lib));
+    let undocumented: Vec<_> = code.difference(&doc).collect();
+    let missing: Vec<_> = doc.difference(&code).collect();
+    assert!(
+        undocumented.is_empty() && missing.is_empty(),
+        "exported but not in the Public API list: {undocumented:?}; listed but not exported: {missing:?}"
+    );
+    assert!(code.len() > 30, "the parser found too little: {code:?}");
+    assert!(
+        lib.contains("#[cfg(feature = \"bench\")]\n#[doc(hidden)]\npub mod bench_support"),
+        "the benchmark's internals exist only with the bench feature"
+    );
+    for m in ["agent", "ledger", "nixl", "record", "lifecycle", "http", "telemetry"] {
+        assert!(lib.contains(&format!("\nmod {m};")), "`{m}` is crate-private");
+    }
+}
+
+/// Files whose `pub` items are reachable from outside the crate: the public
+/// modules and the files that define re-exported types.
+const PUBLIC_FILES: &[&str] = &[
+    "src/agent.rs",
+    "src/cli.rs",
+    "src/config.rs",
+    "src/instrument.rs",
+    "src/instrument/process.rs",
+    "src/model.rs",
+    "src/nixl/descriptor.rs",
+    "src/nixl/observe.rs",
+    "src/nixl/stderr.rs",
+    "src/observe.rs",
+    "src/plan.rs",
+    "src/pod/publish.rs",
+    "src/status.rs",
+    "src/telemetry/exposition.rs",
+    "src/telemetry/metrics.rs",
+    "src/telemetry/traces.rs",
+];
+
+const FOREIGN: &[&str] = &[
+    "axum::",
+    "prometheus::",
+    "hyper::",
+    "tokio::",
+    "Registry",
+    "watch::",
+    "runtime::",
+];
+
+#[test]
+fn public_signatures_name_no_axum_prometheus_or_tokio_type() {
+    let mut found = Vec::new();
+    for f in PUBLIC_FILES {
+        let text = read(&repo().join(f));
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for (i, line) in code.lines().enumerate() {
+            let t = line.trim_start();
+            let public = t.starts_with("pub fn ")
+                || t.starts_with("pub async fn ")
+                || t.starts_with("pub struct ")
+                || t.starts_with("pub type ")
+                || (t.starts_with("pub ") && t.contains(": ") && !t.contains("fn "));
+            if public && FOREIGN.iter().any(|w| t.contains(w)) {
+                found.push(format!("{f}:{}: {t}", i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "public signatures naming foreign types:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn integration_tests_use_only_the_public_api() {
+    for entry in std::fs::read_dir(repo().join("tests")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().is_some_and(|e| e == "rs") && p.file_name().is_some_and(|n| n != "public_api.rs") {
+            assert!(
+                !read(&p).contains("bench_support"),
+                "{} reaches the benchmark's internals",
+                p.display()
+            );
+        }
+    }
+}
