@@ -25,6 +25,7 @@
 //! ```
 
 use crate::config::{Config, ConfigError, ProcessEnv};
+// Re-exported at the crate root as `nixl_agent::Router`, on purpose.
 use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
 use crate::lifecycle::watchdog::{Heartbeat, Watchdog};
@@ -36,6 +37,7 @@ use crate::status::Status;
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::names;
 use crate::telemetry::Metrics;
+use axum::Router;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
@@ -291,7 +293,7 @@ pub struct LifecycleHandle {
     groups: Vec<String>,
     grace: Duration,
     rec: Recorder,
-    router: axum::Router,
+    router: Router,
     control: Sender<Control>,
     lifecycle: Option<JoinHandle<DrainReport>>,
     stop: watch::Sender<bool>,
@@ -307,7 +309,7 @@ impl LifecycleHandle {
 
     /// /metrics, /livez, /readyz, /v1/status, the dashboard and the rules,
     /// for the caller's own axum server (`Router::merge` or `nest`).
-    pub fn router(&self) -> crate::Router {
+    pub fn router(&self) -> Router {
         self.router.clone()
     }
 
@@ -424,7 +426,7 @@ impl Observer {
     /// /metrics, /livez, /readyz, /v1/status, the dashboard and the rules
     /// of this observer's recording, for the caller's own axum server. (A
     /// front-end builds the router; observe mode knows nothing of HTTP.)
-    pub fn router(&self) -> crate::Router {
+    pub fn router(&self) -> Router {
         let rec = self.recorder();
         http::router(AppState {
             metrics: rec.metrics().clone(),

@@ -102,7 +102,9 @@ struct Inner {
     hook_failures: Mutex<HashSet<Hooked>>,
     /// The backends each agent was seen creating (its calls' `backend`
     /// label when a call does not name them).
-    agent_backends: Mutex<HashMap<AgentId, Vec<String>>>,
+    agent_backends: Mutex<HashMap<AgentId, Arc<[String]>>>,
+    /// `settings.backends`, shared.
+    default_backends: Arc<[String]>,
 }
 
 /// Records registration calls the caller makes itself. Cheap to clone and
@@ -182,6 +184,7 @@ impl Observer {
             }
         }
         let seen_nixl = rec.ledger().read(|st| st.status.nixl.available);
+        let settings_backends: Arc<[String]> = settings.backends.clone().into();
         let o = Observer(Arc::new(Inner {
             rec,
             settings,
@@ -192,6 +195,7 @@ impl Observer {
             capture: None,
             hook_failures: Mutex::new(HashSet::new()),
             agent_backends: Mutex::new(HashMap::new()),
+            default_backends: settings_backends,
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
@@ -237,10 +241,11 @@ impl Observer {
         match &result {
             Ok(elapsed) => {
                 let mut map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
-                let list = map.entry(agent).or_default();
+                let mut list: Vec<String> = map.get(&agent).map(|l| l.to_vec()).unwrap_or_default();
                 if !list.iter().any(|b| b == name) {
                     list.push(name.to_string());
                 }
+                map.insert(agent, list.into());
                 drop(map);
                 self.0.rec.emit(&Event::BackendCreated {
                     backend: name,
@@ -341,17 +346,17 @@ impl Observer {
     }
 
     /// The backends a call's `backend` label says.
-    fn backends_of(&self, call: &Call<'_>) -> Vec<String> {
+    fn backends_of(&self, call: &Call<'_>) -> Arc<[String]> {
         if let Some(b) = call
             .backends
             .filter(|b| !b.is_empty() && config::validate_backends(b, "backends").is_ok())
         {
-            return b.to_vec();
+            return b.into();
         }
         let map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
         match map.get(&call.agent) {
             Some(list) if !list.is_empty() => list.clone(),
-            _ => self.0.settings.backends.clone(),
+            _ => self.0.default_backends.clone(),
         }
     }
 
@@ -378,7 +383,7 @@ impl Observer {
         if let Some(n) = names.get_mut(name) {
             n.attempts = n.attempts.saturating_add(1);
             let l = &n.labels;
-            if l.mem_type != call.mem_type.as_str() || n.device != call.device || l.backend != backends.join("+") {
+            if l.mem_type != call.mem_type.as_str() || n.device != call.device || !joined(&l.backend, &backends) {
                 n.labels = Arc::new(GroupLabels::new(
                     name,
                     &Kind::parse(&l.kind),
@@ -538,6 +543,12 @@ impl Observer {
             None => &NoCapture,
         }
     }
+}
+
+/// Whether `label` is `backends` joined with `+` (without joining them).
+fn joined(label: &str, backends: &[String]) -> bool {
+    let mut parts = label.split('+');
+    backends.iter().all(|b| parts.next() == Some(b.as_str())) && parts.next().is_none()
 }
 
 #[cfg(test)]

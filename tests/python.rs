@@ -201,6 +201,7 @@ fn sglang_shaped_process_shows_its_groups_and_is_ready() {
     let status = h.status();
     assert_eq!(status["nixl"]["agent_owner"], "caller", "{status}");
     assert_eq!(status["ready"], true);
+    support::assert_projections_agree(h.addr);
     // The series budget: at most 120 for SGLang's three groups, with the
     // histograms and process_* (failure series appear on first use).
     let series = support::get(h.addr, "/metrics")
@@ -418,6 +419,51 @@ fn deregister_memory_drops_the_gauges() {
         );
     }
     assert_eq!(h.readyz(), 503, "expected groups deregistered");
+    support::assert_projections_agree(h.addr);
+    h.finish();
+}
+
+/// A program that drops its NIXL agent: NIXL releases its memory, and the
+/// recording releases what that agent held — not ready, every endpoint
+/// agreeing.
+#[test]
+fn a_collected_agent_releases_its_holdings_and_readiness_follows() {
+    let mut h = Held::start(&["dropped", "--hold"], &[("NIXL_AGENT_EXPECT", "kv,aux")]);
+    let before = support::assert_projections_agree(h.addr);
+    assert_eq!(before["ready"], true, "{before}");
+    let agents = before["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 1, "{before}");
+    assert_eq!(agents[0]["released"], false);
+    h.resume();
+    h.until_hold();
+    let after = support::assert_projections_agree(h.addr);
+    assert_eq!(after["ready"], false, "{after}");
+    for g in ["kv", "aux"] {
+        let g = h.group(g);
+        assert_eq!(
+            (g["state"].as_str(), g["descriptors"].as_u64()),
+            (Some("deregistered"), Some(0)),
+            "{g}"
+        );
+    }
+    assert_eq!(after["agents"][0]["released"], true, "{after}");
+    assert_eq!(after["agents"][0]["descriptors"], 0, "{after}");
+    assert_eq!(h.readyz(), 503);
+    h.finish();
+}
+
+/// Calls A and C succeed, then B fails, then A is deregistered: a group is as good as
+/// its last registration call, and /metrics, /v1/status and /readyz say the
+/// same (they used to disagree here).
+#[test]
+fn a_partial_deregistration_reads_the_same_on_every_endpoint() {
+    let h = Held::start(&["partial", "--hold"], &[("NIXL_AGENT_EXPECT", "kv")]);
+    assert!(h.lines.iter().any(|l| l.starts_with("B failed")), "{:?}", h.lines);
+    let status = support::assert_projections_agree(h.addr);
+    let group = status["groups"].as_array().unwrap()[0].clone();
+    assert_eq!(group["state"], "failed", "{status}");
+    assert_eq!(group["descriptors"], 1, "C is still registered: {status}");
+    assert_eq!(status["ready"], false);
     h.finish();
 }
 

@@ -97,6 +97,8 @@ pub struct Applied {
     pub refused: bool,
     /// A deregistration of something the ledger never saw registered.
     pub unmatched: bool,
+    /// The backends' state may have changed.
+    pub backends: bool,
 }
 
 struct Shared {
@@ -254,8 +256,14 @@ impl State {
                 }
             }
             Event::AgentReleased { agent } => self.release_agent(*agent),
-            Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
-            Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
+            Event::BackendCreated { backend, .. } => {
+                out.backends = true;
+                self.backend(backend, true, None)
+            }
+            Event::BackendFailed { backend, failure } => {
+                out.backends = true;
+                self.backend(backend, false, Some(failure))
+            }
             Event::Attempted(a) => {
                 let Some(i) = self.group_index(&a.labels.group) else {
                     return out;
@@ -400,7 +408,10 @@ impl State {
     }
 
     fn declare(&mut self, d: &GroupDecl) -> Applied {
-        let mut out = Applied::default();
+        let mut out = Applied {
+            backends: true,
+            ..Applied::default()
+        };
         for b in &d.backends {
             if !self.status.backends.iter().any(|s| &s.name == b) {
                 self.status.backends.push(BackendStatus {

@@ -17,12 +17,12 @@
 use crate::config::{self, Config, ConfigError};
 use crate::lifecycle::group::{register_all, release_all, GroupFailure};
 use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
+use crate::model::{MemType, Reason};
 use crate::plan::{GroupSpec, Kind, Plan, Region, RegionSource};
 use crate::telemetry::exposition::{self, escape, Format};
 use crate::telemetry::metrics::{BuildInfo, Metrics};
 use crate::units;
 use crate::validate::{validate_group, DevicePointer, Memlock, MemoryProbe, Rejection};
-use crate::{MemType, Reason};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
 use std::cell::RefCell;

@@ -382,20 +382,28 @@ impl Metrics {
             .set(i64::from(s.stuck.is_some() || s.lifecycle_dead));
         self.memlock_limit
             .set(s.memlock_limit_bytes.map_or(f64::INFINITY, |b| b as f64));
-        if let Some(t) = s.time_to_ready_seconds {
+        // Label lookups only when what they show can have changed.
+        if let (Some(_), Some(t)) = (a.time_to_ready, s.time_to_ready_seconds) {
             self.time_to_ready.with_label_values::<&str>(&[]).set(t);
         }
-        for b in &s.backends {
-            self.backend_up.with_label_values(&[&b.name]).set(i64::from(b.up));
+        if a.backends {
+            for b in &s.backends {
+                self.backend_up.with_label_values(&[&b.name]).set(i64::from(b.up));
+            }
         }
-        let _ = a;
     }
 
     /// Every gauge from the ledger's current state (a fresh registry).
     pub(crate) fn project_all(&self, ledger: &Ledger) {
         ledger.read(|st| {
             self.project_groups(st, 0..st.meta.len());
-            self.project(st, &Applied::default());
+            self.project(
+                st,
+                &Applied {
+                    backends: true,
+                    ..Applied::default()
+                },
+            );
         });
     }
 

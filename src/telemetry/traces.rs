@@ -52,6 +52,11 @@ pub(crate) fn counters() -> &'static TraceCounters {
 /// exemplar or a log line refers to.
 pub fn current_ids() -> Option<(TraceId, SpanId)> {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+    // No OpenTelemetry layer in this process: no span has an id to give
+    // (and asking costs a context lookup on every recorded call).
+    if !EXPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
     let cx = tracing::Span::current().context();
     ids_of(&cx)
 }
@@ -74,9 +79,13 @@ impl TracingGuard {
     }
 }
 
+/// Set once a provider exists: spans may then carry trace ids.
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Builds the provider when an endpoint is configured; `None` otherwise.
 pub fn provider(cfg: &TracingConfig) -> Option<(SdkTracerProvider, TracingGuard)> {
     let endpoint = cfg.endpoint.clone()?;
+    EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
     let processor = BoundedProcessor::start(cfg.clone(), endpoint);
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)

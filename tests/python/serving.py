@@ -289,12 +289,49 @@ def forked(argv):
         hold()
 
 
+def dropped(argv):
+    """SGLang's shape, then the agent goes away (NIXL releases its memory)."""
+    import gc
+
+    mgr = NixlKVManager(KVArgs())
+    mgr.register_buffer_to_engine()
+    out("registered")
+    if "--hold" in argv:
+        hold()
+    del mgr
+    gc.collect()
+    out("dropped")
+    if "--hold" in argv:
+        hold()
+
+
+def partial(argv):
+    """Calls A and C succeed, then B fails, then A is deregistered."""
+    agent = nixl_agent(str(uuid.uuid4()), nixl_agent_config(backends=["UCX"]))
+    bufs = [np.zeros(4096, dtype=np.uint8) for _ in range(2)]
+    kv_addrs = [(bufs[0].ctypes.data, 4096, 0, "")]
+    kv_a = agent.register_memory(kv_addrs, "DRAM")
+    kv_addrs = [(bufs[1].ctypes.data, 4096, 0, "")]
+    kv_c = agent.register_memory(kv_addrs, "DRAM")
+    kv_addrs = [(0, 4096, 0, "")]
+    try:
+        agent.register_memory(kv_addrs, "DRAM")
+        out("B registered")
+    except Exception as e:
+        out("B failed", type(e).__name__)
+    agent.deregister_memory(kv_a)
+    out("A deregistered")
+    if "--hold" in argv:
+        hold()
+    agent.deregister_memory(kv_c)
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial}[
         mode
     ](sys.argv[2:])
 

@@ -358,3 +358,48 @@ pub fn library_config(agent_name: &str) -> nixl_agent::Config {
         ..nixl_agent::Config::default()
     }
 }
+
+/// What /metrics, /v1/status and /readyz say of an agent at `addr` is one
+/// truth: for every group, `group_registered` and `group_state` follow the
+/// status's state, the registered descriptors and bytes are the status's,
+/// and `nixl_agent_ready`, `status.ready` and /readyz agree. Read while the
+/// agent is idle (no call in flight). Returns the status it compared.
+pub fn assert_projections_agree(addr: SocketAddr) -> serde_json::Value {
+    let status: serde_json::Value = serde_json::from_str(&get(addr, "/v1/status").unwrap().body).unwrap();
+    let s = scrape(addr);
+    let readyz = get(addr, "/readyz").unwrap().status;
+    let ready = status["ready"].as_bool().unwrap();
+    assert_eq!(
+        s.metric("nixl_agent_ready").value(),
+        f64::from(u8::from(ready)),
+        "{status}"
+    );
+    assert_eq!(readyz == 200, ready, "/readyz {readyz} against status {status}");
+    for g in status["groups"].as_array().unwrap() {
+        let name = g["name"].as_str().unwrap();
+        let state = g["state"].as_str().unwrap();
+        let m = |family: &str| s.metric(family).label("group", name);
+        assert_eq!(
+            m("nixl_agent_group_registered").value(),
+            f64::from(u8::from(state == "registered")),
+            "{name}: {g}"
+        );
+        assert_eq!(
+            m("nixl_agent_group_state").label("state", state).value(),
+            1.0,
+            "{name}: {g}"
+        );
+        assert_eq!(m("nixl_agent_group_state").sum(), 1.0, "one state at a time: {g}");
+        assert_eq!(
+            m("nixl_agent_registered_descriptors").value(),
+            g["descriptors"].as_f64().unwrap(),
+            "{name}: {g}"
+        );
+        assert_eq!(
+            m("nixl_agent_registered_bytes").value(),
+            g["bytes"].as_f64().unwrap(),
+            "{name}: {g}"
+        );
+    }
+    status
+}
