@@ -16,6 +16,7 @@ const M_ATTEMPTS: &str = "nixl_agent_registration_attempts_total";
 fn default_plan_becomes_ready_with_descriptors_and_bytes_per_group() {
     let agent = AgentProcess::spawn(Spawn::default());
     agent.wait_ready(READY);
+    support::assert_projections_agree(agent.addr);
     let s = agent.scrape();
     assert_eq!(
         s.metric(M_REG_DESC)
@@ -207,6 +208,7 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
     let s = agent.scrape();
     assert_eq!(s.metric("nixl_agent_nixl_available").value(), 0.0);
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
+    support::assert_projections_agree(agent.addr);
     assert_eq!(
         s.metric("nixl_agent_build_info")
             .label("nixl_version", "unknown")

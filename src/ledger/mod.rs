@@ -16,13 +16,17 @@
 //! descriptor count): a deregistration finds the registration made on the
 //! same agent, and an agent that goes away releases exactly its own.
 
+pub mod counts;
 #[cfg(test)]
 mod tests;
+
+pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
 
 use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
 use crate::status::{observed_state, AgentStatus, BackendStatus, GroupStatus, Status, Stuck};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -65,8 +69,44 @@ pub struct State {
     pub status: Status,
     /// Parallel to `status.groups`.
     pub meta: Vec<GroupMeta>,
-    live: HashMap<LiveKey, Live>,
+    /// Parallel to `status.groups`: what the metric counters show.
+    pub counts: Vec<GroupCounts>,
+    pub process: ProcessCounts,
+    pub bounds: Bounds,
+    live: HashMap<LiveKey, Live, BuildHasherDefault<KeyHasher>>,
     draining: bool,
+}
+
+/// A multiply-rotate hasher for [`LiveKey`]s (integers only, chosen by
+/// nobody outside the process): SipHash's flood resistance buys nothing here
+/// and costs a third of an observed call.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
 }
 
 impl State {
@@ -87,8 +127,6 @@ impl State {
 pub struct Applied {
     /// The group the event was about, once resolved.
     pub group: Option<usize>,
-    /// The group's labels were fixed by this event (its first call).
-    pub labeled: bool,
     /// Readiness flipped: to this value.
     pub ready: Option<bool>,
     /// Set the first time readiness is reached.
@@ -97,8 +135,6 @@ pub struct Applied {
     pub refused: bool,
     /// A deregistration of something the ledger never saw registered.
     pub unmatched: bool,
-    /// The backends' state may have changed.
-    pub backends: bool,
 }
 
 struct Shared {
@@ -118,12 +154,15 @@ pub struct Ledger(Arc<Shared>);
 impl Ledger {
     /// A ledger starting from `initial`; `started` is what
     /// `time_to_ready_seconds` counts from.
-    pub fn new(initial: Status, started: Instant) -> Ledger {
+    pub fn new(initial: Status, started: Instant, bounds: Bounds) -> Ledger {
         Ledger(Arc::new(Shared {
             state: Mutex::new(State {
                 status: initial,
                 meta: Vec::new(),
-                live: HashMap::new(),
+                counts: Vec::new(),
+                process: ProcessCounts::default(),
+                bounds,
+                live: HashMap::default(),
                 draining: false,
             }),
             changed: watch::Sender::new(0),
@@ -144,8 +183,15 @@ impl Ledger {
         self.derive_ready(&mut st, &mut applied);
         st.status.generation += 1;
         project(e, &st, &applied);
-        self.0.changed.send_replace(st.status.generation);
+        self.notify(st.status.generation);
         applied
+    }
+
+    /// Wakes waiters, if any (waking none costs a lock per notifier).
+    fn notify(&self, generation: u64) {
+        if self.0.changed.receiver_count() > 0 {
+            self.0.changed.send_replace(generation);
+        }
     }
 
     /// Shutdown began: not ready from now on, whatever is applied later.
@@ -159,7 +205,7 @@ impl Ledger {
         self.derive_ready(&mut st, &mut applied);
         st.status.generation += 1;
         project(&st, &applied);
-        self.0.changed.send_replace(st.status.generation);
+        self.notify(st.status.generation);
         applied
     }
 
@@ -229,7 +275,10 @@ impl State {
         let s = &mut self.status;
         match e {
             Event::GroupDeclared(d) => return self.declare(d),
-            Event::MemlockObserved { soft_limit, .. } => s.memlock_limit_bytes = *soft_limit,
+            Event::MemlockObserved { soft_limit, exempt } => {
+                s.memlock_limit_bytes = *soft_limit;
+                self.process.memlock_exempt = *exempt;
+            }
             Event::NixlLoaded(f) => {
                 s.nixl.available = true;
                 s.nixl.reason = None;
@@ -256,20 +305,25 @@ impl State {
                 }
             }
             Event::AgentReleased { agent } => self.release_agent(*agent),
-            Event::BackendCreated { backend, .. } => {
-                out.backends = true;
-                self.backend(backend, true, None)
-            }
-            Event::BackendFailed { backend, failure } => {
-                out.backends = true;
-                self.backend(backend, false, Some(failure))
-            }
+            Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
+            Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
             Event::Attempted(a) => {
                 let Some(i) = self.group_index(&a.labels.group) else {
                     return out;
                 };
                 out.group = Some(i);
-                out.labeled = self.fix_labels(i, a.labels);
+                self.fix_labels(i, a.labels);
+                let bounds = self.bounds;
+                let c = &mut self.counts[i];
+                c.attempts += 1;
+                c.descriptors.observe(bounds.descriptors, a.descriptors as f64);
+                // An attempt that never reached NIXL has no duration.
+                if let Some(d) = a.elapsed {
+                    c.duration.observe(bounds.duration, d.as_secs_f64());
+                }
+                if let Err(f) = a.outcome {
+                    counts::count_reason(&mut c.failures, f.reason, counts::unix_now());
+                }
                 let g = &mut self.status.groups[i];
                 match a.outcome {
                     Ok(()) => g.failed_region = None,
@@ -311,11 +365,17 @@ impl State {
                     self.status.groups[i].next_retry_seconds = Some(after.as_secs_f64());
                 }
             }
-            Event::Deregistered { labels, holding, .. } => {
+            Event::Deregistered {
+                labels,
+                holding,
+                failure,
+                ..
+            } => {
                 let Some(i) = self.group_index(&labels.group) else {
                     return out;
                 };
                 out.group = Some(i);
+                self.count_deregistration(i, *failure);
                 let g = &mut self.status.groups[i];
                 g.descriptors = holding.descriptors;
                 g.bytes = holding.bytes;
@@ -337,6 +397,7 @@ impl State {
                     return out;
                 };
                 out.group = Some(live.group);
+                self.count_deregistration(live.group, *failure);
                 if failure.is_none() {
                     self.unhold(key, live, true);
                     self.derive_observed(live.group);
@@ -400,18 +461,23 @@ impl State {
                 if let Some(i) = self.group_index(&labels.group) {
                     out.group = Some(i);
                     self.status.groups[i].last_accepted_invalid = Some(format!("{reason}: {message}"));
+                    counts::count_reason(&mut self.counts[i].accepted_invalid, *reason, 0.0);
                 }
             }
-            Event::DrainFinished { .. } | Event::InstrumentationFailed { .. } => {}
+            Event::InstrumentationFailed { operation, .. } => {
+                let list = &mut self.process.instrumentation_errors;
+                match list.iter_mut().find(|(o, _)| o == operation) {
+                    Some((_, n)) => *n += 1,
+                    None => list.push((*operation, 1)),
+                }
+            }
+            Event::DrainFinished { .. } => {}
         }
         out
     }
 
     fn declare(&mut self, d: &GroupDecl) -> Applied {
-        let mut out = Applied {
-            backends: true,
-            ..Applied::default()
-        };
+        let mut out = Applied::default();
         for b in &d.backends {
             if !self.status.backends.iter().any(|s| &s.name == b) {
                 self.status.backends.push(BackendStatus {
@@ -461,7 +527,7 @@ impl State {
             last_accepted_invalid: None,
             next_retry_seconds: None,
         });
-        out.labeled = labels.is_some();
+        self.counts.push(GroupCounts::default());
         self.meta.push(GroupMeta {
             labels,
             placeholder,
@@ -474,8 +540,7 @@ impl State {
 
     /// The first call of a group fixes its labels; a later call that
     /// differs is recorded as such, and counted under the fixed labels.
-    /// `true` when this call fixed them.
-    fn fix_labels(&mut self, i: usize, call: &GroupLabels) -> bool {
+    fn fix_labels(&mut self, i: usize, call: &GroupLabels) {
         let m = &mut self.meta[i];
         let g = &mut self.status.groups[i];
         match &m.labels {
@@ -484,7 +549,6 @@ impl State {
                 g.device = Some(call.device.clone());
                 g.backend = Some(call.backend.clone());
                 m.labels = Some(Arc::new(call.clone()));
-                true
             }
             Some(l) => {
                 if l.mem_type != call.mem_type || l.device != call.device || l.backend != call.backend {
@@ -494,7 +558,6 @@ impl State {
                         call.mem_type, call.device, call.backend, l.mem_type, l.device, l.backend
                     ));
                 }
-                false
             }
         }
     }
@@ -569,6 +632,14 @@ impl State {
                 }
                 true
             });
+        }
+    }
+
+    fn count_deregistration(&mut self, i: usize, failure: Option<&Failure>) {
+        let c = &mut self.counts[i];
+        c.deregistrations += 1;
+        if let Some(f) = failure {
+            counts::count_reason(&mut c.deregistration_failures, f.reason, 0.0);
         }
     }
 

@@ -5,7 +5,11 @@ use crate::event::GroupProgress;
 use crate::model::{Kind, MemType, RuntimeFacts};
 
 fn ledger_with_kv() -> Ledger {
-    let ledger = Ledger::new(Status::empty(), Instant::now());
+    let bounds = Bounds {
+        duration: &[0.001, 1.0],
+        descriptors: &[1.0, 64.0],
+    };
+    let ledger = Ledger::new(Status::empty(), Instant::now(), bounds);
     let labels = GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".to_string()], 0);
     let decl = GroupDecl {
         group: "kv".into(),

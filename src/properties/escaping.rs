@@ -193,7 +193,12 @@ proptest! {
     /// the wheel's dist-info on disk.
     #[test]
     fn build_info_carries_any_nixl_version_through_both_encoders(version in "[\"\\\\\n{}, a]{1,12}|\\PC{1,16}") {
-        let m = Metrics::new(&BuildInfo::current(Some(&version)));
+        let rec = crate::record::Recorder::new(
+            &BuildInfo::current(Some(&version)),
+            crate::status::NixlStatus::default(),
+            std::time::Instant::now(),
+        );
+        let m = rec.metrics();
         for format in [Format::Text, Format::OpenMetrics] {
             let body = m.encode(format);
             let (samples, _) = parse_exposition(&body, format)

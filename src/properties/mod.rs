@@ -20,7 +20,7 @@ use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
 use crate::model::{MemType, Reason};
 use crate::plan::{GroupSpec, Kind, Plan, Region, RegionSource};
 use crate::telemetry::exposition::{self, escape, Format};
-use crate::telemetry::metrics::{BuildInfo, Metrics};
+use crate::telemetry::metrics::BuildInfo;
 use crate::units;
 use crate::validate::{validate_group, DevicePointer, Memlock, MemoryProbe, Rejection};
 use proptest::prelude::*;

@@ -15,7 +15,7 @@ mod attempt;
 pub use attempt::{attempt, Attempted, Capture, NoCapture};
 
 use crate::event::Event;
-use crate::ledger::{Applied, Ledger};
+use crate::ledger::{Applied, Bounds, Ledger};
 use crate::model::RuntimeFacts;
 use crate::status::{NixlStatus, Status};
 use crate::telemetry::metrics::BuildInfo;
@@ -37,9 +37,12 @@ impl Recorder {
         let mut status = Status::empty();
         status.nixl = nixl;
         status.nixl.binding_version = crate::telemetry::metrics::NIXL_SYS_VERSION;
-        let ledger = Ledger::new(status, started);
-        let metrics = Metrics::new(build);
-        metrics.project_all(&ledger);
+        let bounds = Bounds {
+            duration: crate::telemetry::metrics::DURATION_BUCKETS,
+            descriptors: crate::telemetry::metrics::DESCRIPTOR_BUCKETS,
+        };
+        let ledger = Ledger::new(status, started, bounds);
+        let metrics = Metrics::new(build, &ledger);
         Recorder { metrics, ledger }
     }
 
@@ -63,7 +66,7 @@ impl Recorder {
 
     /// Shutdown began: not ready from now on, whatever is recorded later.
     pub fn drain_started(&self) {
-        let applied = self.ledger.begin_drain(|st, a| self.metrics.project(st, a));
+        let applied = self.ledger.begin_drain(|st, _| self.metrics.touched(st));
         log::readiness(&applied);
         self.emit(&Event::DrainStarted);
     }

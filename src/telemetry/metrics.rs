@@ -11,7 +11,9 @@ use super::names::{self, Family};
 use crate::event::Event;
 use crate::ledger::{Applied, Ledger, State};
 use crate::model::{GroupLabels, GroupState};
-use prometheus::{Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::core::Desc;
+use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::{IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -109,79 +111,256 @@ impl BuildInfo {
     }
 }
 
-/// Label tuples of the per-group families: every one carries the same
-/// group labels (`names::GROUP_LABELS`), some one more (reason, state).
-trait GroupSeries {
-    fn group(&self) -> [&str; 5];
-    fn with<'a>(&'a self, extra: &'a str) -> [&'a str; 6];
+/// The labels of a group's series, sorted by name as the registry sorts
+/// them, with one more (`reason`, `state`) when given.
+fn group_labels(l: &GroupLabels, extra: Option<(&'static str, &str)>) -> Vec<LabelPair> {
+    let mut pairs: Vec<(&str, &str)> = vec![
+        ("group", &l.group),
+        ("kind", &l.kind),
+        ("mem_type", l.mem_type),
+        ("backend", &l.backend),
+        ("device", &l.device),
+    ];
+    if let Some(e) = extra {
+        pairs.push(e);
+    }
+    pairs.sort_unstable_by_key(|p| p.0);
+    pairs.into_iter().map(|(k, v)| pair(k, v)).collect()
 }
 
-impl GroupSeries for GroupLabels {
-    fn group(&self) -> [&str; 5] {
-        [&self.group, &self.kind, self.mem_type, &self.backend, &self.device]
+fn pair(k: &str, v: &str) -> LabelPair {
+    let mut p = LabelPair::default();
+    p.set_name(k.to_string());
+    p.set_value(v.to_string());
+    p
+}
+
+/// The families the ledger's state is rendered into, with their descs.
+struct LedgerCollector {
+    ledger: Ledger,
+    descs: Vec<Desc>,
+}
+
+/// Every family rendered from the ledger (the rest are the build info, the
+/// trace counters and the process collector).
+const LEDGER_FAMILIES: &[&str] = &[
+    names::REGISTRATION_ATTEMPTS_TOTAL,
+    names::REGISTRATION_FAILURES_TOTAL,
+    names::REGISTRATION_DESCRIPTORS,
+    names::REGISTRATION_DURATION_SECONDS,
+    names::REGISTERED_DESCRIPTORS,
+    names::REGISTERED_BYTES,
+    names::DEREGISTRATIONS_TOTAL,
+    names::DEREGISTRATION_FAILURES_TOTAL,
+    names::GROUP_REGISTERED,
+    names::GROUP_STATE,
+    names::MEMLOCK_EXEMPT,
+    names::READY,
+    names::NIXL_AVAILABLE,
+    names::BACKEND_UP,
+    names::LAST_FAILURE_TIMESTAMP_SECONDS,
+    names::MEMLOCK_LIMIT_BYTES,
+    names::TIME_TO_READY_SECONDS,
+    names::LIFECYCLE_STUCK,
+    names::ACCEPTED_INVALID_TOTAL,
+    names::INSTRUMENTATION_ERRORS_TOTAL,
+];
+
+impl LedgerCollector {
+    fn new(ledger: Ledger) -> LedgerCollector {
+        let descs = LEDGER_FAMILIES
+            .iter()
+            .map(|n| {
+                let f = Family::get(n);
+                Desc::new(
+                    f.name.to_string(),
+                    f.help.to_string(),
+                    f.labels.iter().map(|l| l.to_string()).collect(),
+                    HashMap::new(),
+                )
+                .expect("families are valid")
+            })
+            .collect();
+        LedgerCollector { ledger, descs }
+    }
+}
+
+impl prometheus::core::Collector for LedgerCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
     }
 
-    fn with<'a>(&'a self, extra: &'a str) -> [&'a str; 6] {
-        [
-            &self.group,
-            &self.kind,
-            self.mem_type,
-            &self.backend,
-            &self.device,
-            extra,
-        ]
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.ledger.read(render)
     }
 }
 
-/// One group's series, resolved once under the labels the ledger holds for
-/// it: an observed call then costs an index, not a label hash per family.
-struct Series {
-    labels: Arc<GroupLabels>,
-    /// The per-attempt families exist once the labels are fixed (a group
-    /// expected before its first call has only its gauges until then).
-    counted: Option<Counted>,
-    registered_descriptors: IntGauge,
-    registered_bytes: IntGauge,
-    group_registered: IntGauge,
-    /// One gauge per `GroupState`, in `GroupState::ALL` order.
-    state: Vec<IntGauge>,
+/// One family being rendered.
+struct Out {
+    mf: MetricFamily,
 }
 
-struct Counted {
-    attempts: prometheus::IntCounter,
-    descriptors: prometheus::Histogram,
-    duration: prometheus::Histogram,
-    deregistrations: prometheus::IntCounter,
+impl Out {
+    fn new(name: &str, kind: MetricType) -> Out {
+        let f = Family::get(name);
+        let mut mf = MetricFamily::default();
+        mf.set_name(f.name.to_string());
+        mf.set_help(f.help.to_string());
+        mf.set_field_type(kind);
+        Out { mf }
+    }
+
+    fn gauge(&mut self, labels: Vec<LabelPair>, v: f64) {
+        let mut g = prometheus::proto::Gauge::default();
+        g.set_value(v);
+        let mut m = Metric::from_label(labels);
+        m.set_gauge(g);
+        self.mf.mut_metric().push(m);
+    }
+
+    fn counter(&mut self, labels: Vec<LabelPair>, v: u64) {
+        let mut c = prometheus::proto::Counter::default();
+        c.set_value(v as f64);
+        let mut m = Metric::from_label(labels);
+        m.set_counter(c);
+        self.mf.mut_metric().push(m);
+    }
+
+    fn histogram(&mut self, labels: Vec<LabelPair>, bounds: &[f64], h: &crate::ledger::Histogram) {
+        let mut ph = prometheus::proto::Histogram::default();
+        ph.set_sample_count(h.count);
+        ph.set_sample_sum(h.sum);
+        let cumulative = h.cumulative(bounds);
+        ph.set_bucket(
+            bounds
+                .iter()
+                .zip(&cumulative)
+                .map(|(b, c)| {
+                    let mut bucket = prometheus::proto::Bucket::default();
+                    bucket.set_upper_bound(*b);
+                    bucket.set_cumulative_count(*c);
+                    bucket
+                })
+                .collect(),
+        );
+        let mut m = Metric::from_label(labels);
+        m.set_histogram(ph);
+        self.mf.mut_metric().push(m);
+    }
 }
 
-/// Every metric the agent owns, plus the process collector.
+/// The ledger's state as metric families: gauges copied from the state,
+/// counters and histograms from its counts — one moment, one truth.
+fn render(st: &State) -> Vec<MetricFamily> {
+    use MetricType::{COUNTER, GAUGE, HISTOGRAM};
+    let s = &st.status;
+    let mut attempts = Out::new(names::REGISTRATION_ATTEMPTS_TOTAL, COUNTER);
+    let mut failures = Out::new(names::REGISTRATION_FAILURES_TOTAL, COUNTER);
+    let mut last_failure = Out::new(names::LAST_FAILURE_TIMESTAMP_SECONDS, GAUGE);
+    let mut descriptors = Out::new(names::REGISTRATION_DESCRIPTORS, HISTOGRAM);
+    let mut duration = Out::new(names::REGISTRATION_DURATION_SECONDS, HISTOGRAM);
+    let mut registered_descriptors = Out::new(names::REGISTERED_DESCRIPTORS, GAUGE);
+    let mut registered_bytes = Out::new(names::REGISTERED_BYTES, GAUGE);
+    let mut deregistrations = Out::new(names::DEREGISTRATIONS_TOTAL, COUNTER);
+    let mut deregistration_failures = Out::new(names::DEREGISTRATION_FAILURES_TOTAL, COUNTER);
+    let mut group_registered = Out::new(names::GROUP_REGISTERED, GAUGE);
+    let mut group_state = Out::new(names::GROUP_STATE, GAUGE);
+    let mut accepted_invalid = Out::new(names::ACCEPTED_INVALID_TOTAL, COUNTER);
+    for (i, g) in s.groups.iter().enumerate() {
+        let l = st.labels(i);
+        let c = &st.counts[i];
+        let fixed = st.meta[i].labels.is_some();
+        registered_descriptors.gauge(group_labels(l, None), g.descriptors as f64);
+        registered_bytes.gauge(group_labels(l, None), g.bytes as f64);
+        group_registered.gauge(
+            group_labels(l, None),
+            f64::from(u8::from(g.state == GroupState::Registered)),
+        );
+        for state in GroupState::ALL {
+            group_state.gauge(
+                group_labels(l, Some(("state", state.as_str()))),
+                f64::from(u8::from(state == g.state)),
+            );
+        }
+        // A group expected before its first call has only its gauges: the
+        // per-attempt series carry the labels that call fixes.
+        if fixed {
+            attempts.counter(group_labels(l, None), c.attempts);
+            descriptors.histogram(group_labels(l, None), st.bounds.descriptors, &c.descriptors);
+            duration.histogram(group_labels(l, None), st.bounds.duration, &c.duration);
+            deregistrations.counter(group_labels(l, None), c.deregistrations);
+        }
+        for r in &c.failures {
+            failures.counter(group_labels(l, Some(("reason", r.reason.as_str()))), r.count);
+            last_failure.gauge(group_labels(l, Some(("reason", r.reason.as_str()))), r.last_unix);
+        }
+        for r in &c.deregistration_failures {
+            deregistration_failures.counter(group_labels(l, Some(("reason", r.reason.as_str()))), r.count);
+        }
+        for r in &c.accepted_invalid {
+            accepted_invalid.counter(group_labels(l, Some(("reason", r.reason.as_str()))), r.count);
+        }
+    }
+    let mut ready = Out::new(names::READY, GAUGE);
+    ready.gauge(Vec::new(), f64::from(u8::from(s.ready)));
+    let mut nixl = Out::new(names::NIXL_AVAILABLE, GAUGE);
+    nixl.gauge(Vec::new(), f64::from(u8::from(s.nixl.available)));
+    let mut stuck = Out::new(names::LIFECYCLE_STUCK, GAUGE);
+    stuck.gauge(Vec::new(), f64::from(u8::from(s.stuck.is_some() || s.lifecycle_dead)));
+    let mut memlock = Out::new(names::MEMLOCK_LIMIT_BYTES, GAUGE);
+    memlock.gauge(Vec::new(), s.memlock_limit_bytes.map_or(f64::INFINITY, |b| b as f64));
+    let mut exempt = Out::new(names::MEMLOCK_EXEMPT, GAUGE);
+    exempt.gauge(Vec::new(), f64::from(u8::from(st.process.memlock_exempt)));
+    // Absent until the first time readiness is reached.
+    let mut ttr = Out::new(names::TIME_TO_READY_SECONDS, GAUGE);
+    if let Some(t) = s.time_to_ready_seconds {
+        ttr.gauge(Vec::new(), t);
+    }
+    let mut backend_up = Out::new(names::BACKEND_UP, GAUGE);
+    for b in &s.backends {
+        backend_up.gauge(vec![pair("backend", &b.name)], f64::from(u8::from(b.up)));
+    }
+    // Appear on first use: most processes never wrap a foreign call.
+    let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL, COUNTER);
+    for (op, n) in &st.process.instrumentation_errors {
+        instrumentation.counter(vec![pair("operation", op.as_str())], *n);
+    }
+    [
+        attempts,
+        failures,
+        last_failure,
+        descriptors,
+        duration,
+        registered_descriptors,
+        registered_bytes,
+        deregistrations,
+        deregistration_failures,
+        group_registered,
+        group_state,
+        accepted_invalid,
+        ready,
+        nixl,
+        stuck,
+        memlock,
+        exempt,
+        ttr,
+        backend_up,
+        instrumentation,
+    ]
+    .into_iter()
+    .map(|o| o.mf)
+    .collect()
+}
+
+/// Every metric the agent owns, plus the process collector. The families
+/// of recorded state are rendered from the ledger at scrape time; this
+/// holds what is not state: the build info, exemplars, the scrape cache.
 #[derive(Clone)]
 pub struct Metrics {
-    /// By the ledger's group index.
-    series: Arc<Mutex<Vec<Option<Series>>>>,
     registry: Registry,
-    attempts: IntCounterVec,
-    failures: IntCounterVec,
-    descriptors: HistogramVec,
-    duration: HistogramVec,
-    registered_descriptors: IntGaugeVec,
-    registered_bytes: IntGaugeVec,
-    deregistrations: IntCounterVec,
-    deregistration_failures: IntCounterVec,
-    group_registered: IntGaugeVec,
-    ready: IntGauge,
-    nixl_available: IntGauge,
-    backend_up: IntGaugeVec,
-    last_failure: GaugeVec,
-    memlock_limit: Gauge,
-    memlock_exempt: IntGauge,
-    group_state: IntGaugeVec,
-    time_to_ready: GaugeVec,
-    lifecycle_stuck: IntGauge,
-    instrumentation_errors: IntCounterVec,
-    accepted_invalid: IntCounterVec,
     exemplars: Exemplars,
-    /// Bumped by every write; a cached exposition is reused while it holds.
+    /// The ledger generation last projected; a cached exposition is reused
+    /// while it holds.
     generation: Arc<std::sync::atomic::AtomicU64>,
     cache: Arc<Mutex<Vec<Cached>>>,
 }
@@ -198,90 +377,17 @@ struct Cached {
 /// memory, open fds) change without a write, so they are at most this old.
 pub const CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
-fn opts(f: &Family) -> Opts {
-    Opts::new(f.name, f.help)
-}
-
-fn register<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
-    r.register(Box::new(c.clone()))
-        .expect("metric families are declared once");
-    c
-}
-
 impl Metrics {
-    /// Builds the registry; per-group series are created when a group is
-    /// declared ([`Event::GroupDeclared`]).
-    pub(crate) fn new(build: &BuildInfo) -> Metrics {
+    /// The registry of one recording: the ledger's families, the build
+    /// info, the trace counters and the process collector.
+    pub(crate) fn new(build: &BuildInfo, ledger: &Ledger) -> Metrics {
         let r = Registry::new();
-        let counter = |name| {
-            register(
-                &r,
-                IntCounterVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap(),
-            )
-        };
-        let int_gauge_vec = |name| {
-            register(
-                &r,
-                IntGaugeVec::new(opts(Family::get(name)), Family::get(name).labels).unwrap(),
-            )
-        };
-        let histogram = |name, buckets: &[f64]| {
-            let f = Family::get(name);
-            let o = HistogramOpts::new(f.name, f.help).buckets(buckets.to_vec());
-            register(&r, HistogramVec::new(o, f.labels).unwrap())
-        };
-        let m = Metrics {
-            attempts: counter(names::REGISTRATION_ATTEMPTS_TOTAL),
-            failures: counter(names::REGISTRATION_FAILURES_TOTAL),
-            descriptors: histogram(names::REGISTRATION_DESCRIPTORS, DESCRIPTOR_BUCKETS),
-            duration: histogram(names::REGISTRATION_DURATION_SECONDS, DURATION_BUCKETS),
-            registered_descriptors: int_gauge_vec(names::REGISTERED_DESCRIPTORS),
-            registered_bytes: int_gauge_vec(names::REGISTERED_BYTES),
-            deregistrations: counter(names::DEREGISTRATIONS_TOTAL),
-            deregistration_failures: counter(names::DEREGISTRATION_FAILURES_TOTAL),
-            group_registered: int_gauge_vec(names::GROUP_REGISTERED),
-            ready: register(&r, IntGauge::with_opts(opts(Family::get(names::READY))).unwrap()),
-            nixl_available: register(
-                &r,
-                IntGauge::with_opts(opts(Family::get(names::NIXL_AVAILABLE))).unwrap(),
-            ),
-            backend_up: int_gauge_vec(names::BACKEND_UP),
-            last_failure: register(
-                &r,
-                GaugeVec::new(
-                    opts(Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS)),
-                    Family::get(names::LAST_FAILURE_TIMESTAMP_SECONDS).labels,
-                )
-                .unwrap(),
-            ),
-            memlock_limit: register(
-                &r,
-                Gauge::with_opts(opts(Family::get(names::MEMLOCK_LIMIT_BYTES))).unwrap(),
-            ),
-            memlock_exempt: register(
-                &r,
-                IntGauge::with_opts(opts(Family::get(names::MEMLOCK_EXEMPT))).unwrap(),
-            ),
-            group_state: int_gauge_vec(names::GROUP_STATE),
-            // No labels, no sample until set: absent until first readiness.
-            time_to_ready: register(
-                &r,
-                GaugeVec::new(opts(Family::get(names::TIME_TO_READY_SECONDS)), &[]).unwrap(),
-            ),
-            lifecycle_stuck: register(
-                &r,
-                IntGauge::with_opts(opts(Family::get(names::LIFECYCLE_STUCK))).unwrap(),
-            ),
-            // Appear on first use: most processes never wrap a foreign call.
-            instrumentation_errors: counter(names::INSTRUMENTATION_ERRORS_TOTAL),
-            accepted_invalid: counter(names::ACCEPTED_INVALID_TOTAL),
-            registry: r.clone(),
-            series: Default::default(),
-            exemplars: Exemplars::default(),
-            generation: Default::default(),
-            cache: Default::default(),
-        };
-        int_gauge_vec(names::BUILD_INFO)
+        r.register(Box::new(LedgerCollector::new(ledger.clone())))
+            .expect("the ledger's families are registered once");
+        let f = Family::get(names::BUILD_INFO);
+        let build_info = IntGaugeVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
+        r.register(Box::new(build_info.clone())).expect("registered once");
+        build_info
             .with_label_values(&[
                 build.version,
                 build.revision,
@@ -292,196 +398,37 @@ impl Metrics {
             .set(1);
         let traces = super::traces::counters();
         for c in [&traces.dropped, &traces.export_failures] {
-            m.registry
-                .register(Box::new(c.clone()))
+            r.register(Box::new(c.clone()))
                 .expect("trace counters register once per registry");
         }
         #[cfg(target_os = "linux")]
-        m.registry
-            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+        r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("process collector registers once");
-
-        m
+        Metrics {
+            registry: r,
+            exemplars: Exemplars::default(),
+            generation: Default::default(),
+            cache: Default::default(),
+        }
     }
 
-    /// The metrics projection, run inside the ledger's write: counts what
-    /// the event counts, then copies the gauges the event touched from the
-    /// state.
+    /// The metrics projection, run inside the ledger's write: the families
+    /// are rendered from the state at scrape time, so all that is left is
+    /// the exemplar of a traced attempt and the generation the scrape cache
+    /// keys on (a plain store, no read-modify-write on the hot path).
     pub(crate) fn on(&self, e: &Event<'_>, st: &State, a: &Applied) {
-        self.touch();
-        let mut all_groups = false;
-        match e {
-            Event::GroupDeclared(d) => {
-                for b in &d.backends {
-                    self.backend_up.with_label_values(&[b]);
-                }
-            }
-            Event::MemlockObserved { exempt, .. } => self.memlock_exempt.set(i64::from(*exempt)),
-            Event::Attempted(at) => {
-                let Some(i) = a.group else { return };
-                let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
-                let s = self.series_of(&mut series, st, i, a.labeled);
-                if let Some(c) = &s.counted {
-                    c.attempts.inc();
-                    c.descriptors.observe(at.descriptors as f64);
-                    // An attempt that never reached NIXL has no duration to observe.
-                    if let Some(d) = at.elapsed {
-                        c.duration.observe(d.as_secs_f64());
-                        self.exemplar(&s.labels, d.as_secs_f64());
-                    }
-                }
-                if let Err(f) = at.outcome {
-                    let l = s.labels.with(f.reason.as_str());
-                    self.failures.with_label_values(&l).inc();
-                    self.last_failure.with_label_values(&l).set(unix_now());
-                }
-            }
-            Event::Deregistered { failure, .. } | Event::CallDeregistered { failure, .. } => {
-                let Some(i) = a.group else { return };
-                let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
-                let s = self.series_of(&mut series, st, i, false);
-                if let Some(c) = &s.counted {
-                    c.deregistrations.inc();
-                }
-                if let Some(f) = failure {
-                    self.deregistration_failures
-                        .with_label_values(&s.labels.with(f.reason.as_str()))
-                        .inc();
-                }
-            }
-            Event::AcceptedInvalid { reason, .. } => {
-                if let Some(i) = a.group {
-                    self.accepted_invalid
-                        .with_label_values(&st.labels(i).with(reason.as_str()))
-                        .inc();
-                }
-            }
-            Event::InstrumentationFailed { operation, .. } => {
-                self.instrumentation_errors
-                    .with_label_values(&[operation.as_str()])
-                    .inc();
-            }
-            Event::Progress { .. } | Event::AgentReleased { .. } | Event::DrainStarted => all_groups = true,
-            _ => {}
-        }
-        if all_groups {
-            self.project_groups(st, 0..st.meta.len());
-        } else if let Some(i) = a.group {
-            self.project_groups(st, i..i + 1);
-        }
-        self.project(st, a);
-    }
-
-    /// Copies the process-wide gauges from the state.
-    pub(crate) fn project(&self, st: &State, a: &Applied) {
-        self.touch();
-        let s = &st.status;
-        self.ready.set(i64::from(s.ready));
-        self.nixl_available.set(i64::from(s.nixl.available));
-        self.lifecycle_stuck
-            .set(i64::from(s.stuck.is_some() || s.lifecycle_dead));
-        self.memlock_limit
-            .set(s.memlock_limit_bytes.map_or(f64::INFINITY, |b| b as f64));
-        // Label lookups only when what they show can have changed.
-        if let (Some(_), Some(t)) = (a.time_to_ready, s.time_to_ready_seconds) {
-            self.time_to_ready.with_label_values::<&str>(&[]).set(t);
-        }
-        if a.backends {
-            for b in &s.backends {
-                self.backend_up.with_label_values(&[&b.name]).set(i64::from(b.up));
+        self.touched(st);
+        if let (Event::Attempted(at), Some(i)) = (e, a.group) {
+            if let (Some(d), Some(_)) = (at.elapsed, &st.meta[i].labels) {
+                self.exemplar(st.labels(i), d.as_secs_f64());
             }
         }
     }
 
-    /// Every gauge from the ledger's current state (a fresh registry).
-    pub(crate) fn project_all(&self, ledger: &Ledger) {
-        ledger.read(|st| {
-            self.project_groups(st, 0..st.meta.len());
-            self.project(
-                st,
-                &Applied {
-                    backends: true,
-                    ..Applied::default()
-                },
-            );
-        });
-    }
-
-    /// Group `i`'s series, created (or moved from placeholder labels to the
-    /// fixed ones) as the ledger's labels say.
-    fn series_of<'s>(&self, series: &'s mut Vec<Option<Series>>, st: &State, i: usize, relabel: bool) -> &'s Series {
-        if series.len() <= i {
-            series.resize_with(i + 1, || None);
-        }
-        let labels = st.labels(i);
-        let stale = series[i]
-            .as_ref()
-            .is_some_and(|s| relabel || !Arc::ptr_eq(&s.labels, labels));
-        if stale {
-            if let Some(old) = series[i].take() {
-                self.remove(&old);
-            }
-        }
-        if series[i].is_none() {
-            let fixed = st.meta[i].labels.is_some();
-            series[i] = Some(self.create(labels.clone(), fixed));
-        }
-        series[i].as_ref().expect("created above")
-    }
-
-    fn create(&self, l: Arc<GroupLabels>, fixed: bool) -> Series {
-        // Failure series appear with the first failure (the rules count a
-        // series that appears as an increase): pre-creating one per reason
-        // would cost 36 series a group, most never used.
-        let counted = fixed.then(|| Counted {
-            attempts: self.attempts.with_label_values(&l.group()),
-            descriptors: self.descriptors.with_label_values(&l.group()),
-            duration: self.duration.with_label_values(&l.group()),
-            deregistrations: self.deregistrations.with_label_values(&l.group()),
-        });
-        Series {
-            counted,
-            registered_descriptors: self.registered_descriptors.with_label_values(&l.group()),
-            registered_bytes: self.registered_bytes.with_label_values(&l.group()),
-            group_registered: self.group_registered.with_label_values(&l.group()),
-            state: GroupState::ALL
-                .iter()
-                .map(|st| self.group_state.with_label_values(&l.with(st.as_str())))
-                .collect(),
-            labels: l,
-        }
-    }
-
-    /// Removes a group's placeholder series (its labels were fixed).
-    fn remove(&self, s: &Series) {
-        let l = &s.labels;
-        let _ = self.registered_descriptors.remove_label_values(&l.group());
-        let _ = self.registered_bytes.remove_label_values(&l.group());
-        let _ = self.group_registered.remove_label_values(&l.group());
-        for st in GroupState::ALL {
-            let _ = self.group_state.remove_label_values(&l.with(st.as_str()));
-        }
-        if s.counted.is_some() {
-            let _ = self.attempts.remove_label_values(&l.group());
-            let _ = self.descriptors.remove_label_values(&l.group());
-            let _ = self.duration.remove_label_values(&l.group());
-            let _ = self.deregistrations.remove_label_values(&l.group());
-        }
-    }
-
-    /// Copies groups' gauges from the state.
-    fn project_groups(&self, st: &State, range: std::ops::Range<usize>) {
-        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
-        for i in range {
-            let s = self.series_of(&mut series, st, i, false);
-            let g = &st.status.groups[i];
-            s.registered_descriptors.set(g.descriptors as i64);
-            s.registered_bytes.set(g.bytes as i64);
-            s.group_registered.set(i64::from(g.state == GroupState::Registered));
-            for (gauge, state) in s.state.iter().zip(GroupState::ALL) {
-                gauge.set(i64::from(state == g.state));
-            }
-        }
+    /// The state moved to a new generation: a cached exposition is stale.
+    pub(crate) fn touched(&self, st: &State) {
+        self.generation
+            .store(st.status.generation, std::sync::atomic::Ordering::Release);
     }
 
     /// Encodes every metric; OpenMetrics carries exemplars.
@@ -489,7 +436,7 @@ impl Metrics {
         super::exposition::encode_with(&self.registry, format, Some(&self.exemplars))
     }
 
-    /// What /metrics serves: the last encoding while no metric was written
+    /// What /metrics serves: the last encoding while nothing was recorded
     /// and it is younger than [`CACHE_TTL`], else a fresh one. A scrape then
     /// costs a clone of a reference-counted buffer, not an encode.
     pub(crate) fn exposition(&self, format: super::exposition::Format) -> bytes::Bytes {
@@ -512,13 +459,10 @@ impl Metrics {
         body
     }
 
-    /// Bumped by every write of a metric: unchanged means nothing to publish.
+    /// The ledger generation last recorded: unchanged means nothing to
+    /// publish.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn touch(&self) {
-        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// The trace behind a duration observation, when one is sampled.
