@@ -107,7 +107,7 @@ impl Reason {
             Reason::InvalidArgument => {
                 "the caller passed NIXL's Python API something it cannot take (wrong type or shape, unknown mem type or backend name, empty list)"
             }
-            Reason::Timeout => "a lifecycle step did not finish within its deadline",
+            Reason::Timeout => "a lifecycle step did not finish within its deadline (the group's `last_reason` while the call runs; the attempt counts with the reason it ends with)",
             Reason::Unknown => "an error the agent does not classify; see the log and /v1/status",
         }
     }
