@@ -17,38 +17,22 @@
 //! same agent, and an agent that goes away releases exactly its own.
 
 pub mod counts;
+mod live;
 #[cfg(test)]
 mod tests;
 
 pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
+use live::{Live, LiveKey, LiveTable};
 
 use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
 use crate::status::{observed_state, AgentStatus, BackendStatus, GroupStatus, Status, Stuck};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Released agents kept in /v1/status (the live ones are all listed).
 pub const RELEASED_AGENTS_KEPT: usize = 8;
-
-/// What one registration call left on one agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct LiveKey {
-    agent: AgentId,
-    first: Region,
-    descriptors: usize,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Live {
-    group: usize,
-    bytes: u64,
-    /// The same list registered more than once and not deregistered yet.
-    times: u32,
-}
 
 /// What the ledger keeps about a group beside its status.
 #[derive(Debug, Clone)]
@@ -73,40 +57,8 @@ pub struct State {
     pub counts: Vec<GroupCounts>,
     pub process: ProcessCounts,
     pub bounds: Bounds,
-    live: HashMap<LiveKey, Live, BuildHasherDefault<KeyHasher>>,
+    live: LiveTable,
     draining: bool,
-}
-
-/// A multiply-rotate hasher for [`LiveKey`]s (integers only, chosen by
-/// nobody outside the process): SipHash's flood resistance buys nothing here
-/// and costs a third of an observed call.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
 }
 
 impl State {
@@ -162,7 +114,7 @@ impl Ledger {
                 counts: Vec::new(),
                 process: ProcessCounts::default(),
                 bounds,
-                live: HashMap::default(),
+                live: LiveTable::default(),
                 draining: false,
             }),
             changed: watch::Sender::new(0),
@@ -392,14 +344,20 @@ impl State {
                     first: *first,
                     descriptors: *descriptors,
                 };
-                let Some(live) = self.live.get(&key).copied() else {
+                // A failed deregistration leaves the registration in place.
+                let found = if failure.is_none() {
+                    self.live.take(&key)
+                } else {
+                    self.live.find(&key)
+                };
+                let Some(live) = found else {
                     out.unmatched = true;
                     return out;
                 };
                 out.group = Some(live.group);
                 self.count_deregistration(live.group, *failure);
                 if failure.is_none() {
-                    self.unhold(key, live, true);
+                    self.unhold(live);
                     self.derive_observed(live.group);
                 }
             }
@@ -563,54 +521,35 @@ impl State {
     }
 
     fn hold(&mut self, group: usize, key: LiveKey, bytes: u64) {
-        let descriptors = key.descriptors;
-        let agent = key.agent;
-        let entry = self.live.entry(key).or_insert(Live { group, bytes, times: 0 });
-        entry.times += 1;
+        self.live.push(Live { key, group, bytes });
         self.meta[group].live_calls += 1;
         let g = &mut self.status.groups[group];
-        g.descriptors = g.descriptors.saturating_add(descriptors);
+        g.descriptors = g.descriptors.saturating_add(key.descriptors);
         g.bytes = g.bytes.saturating_add(bytes);
-        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == agent) {
-            a.descriptors = a.descriptors.saturating_add(descriptors);
+        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == key.agent) {
+            a.descriptors = a.descriptors.saturating_add(key.descriptors);
             a.bytes = a.bytes.saturating_add(bytes);
         }
     }
 
-    /// Drops one registration of `key` (all of them with `all == false`:
-    /// the agent went away).
-    fn unhold(&mut self, key: LiveKey, live: Live, one: bool) {
-        let times = if one { 1 } else { live.times };
-        let descriptors = key.descriptors.saturating_mul(times as usize);
-        let bytes = live.bytes.saturating_mul(u64::from(times));
-        if one && live.times > 1 {
-            if let Some(l) = self.live.get_mut(&key) {
-                l.times -= 1;
-            }
-        } else {
-            self.live.remove(&key);
-        }
+    /// Accounts for one registration taken out of the live table.
+    fn unhold(&mut self, live: Live) {
+        let (key, bytes) = (live.key, live.bytes);
         let m = &mut self.meta[live.group];
-        m.live_calls = m.live_calls.saturating_sub(times as usize);
+        m.live_calls = m.live_calls.saturating_sub(1);
         let g = &mut self.status.groups[live.group];
-        g.descriptors = g.descriptors.saturating_sub(descriptors);
+        g.descriptors = g.descriptors.saturating_sub(key.descriptors);
         g.bytes = g.bytes.saturating_sub(bytes);
         if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == key.agent) {
-            a.descriptors = a.descriptors.saturating_sub(descriptors);
+            a.descriptors = a.descriptors.saturating_sub(key.descriptors);
             a.bytes = a.bytes.saturating_sub(bytes);
         }
     }
 
     fn release_agent(&mut self, agent: AgentId) {
-        let keys: Vec<(LiveKey, Live)> = self
-            .live
-            .iter()
-            .filter(|(k, _)| k.agent == agent)
-            .map(|(k, l)| (*k, *l))
-            .collect();
         let mut touched: Vec<usize> = Vec::new();
-        for (k, l) in keys {
-            self.unhold(k, l, false);
+        for l in self.live.take_agent(agent) {
+            self.unhold(l);
             if !touched.contains(&l.group) {
                 touched.push(l.group);
             }
