@@ -103,8 +103,9 @@ struct Inner {
     /// The backends each agent was seen creating (its calls' `backend`
     /// label when a call does not name them).
     agent_backends: Mutex<HashMap<AgentId, Arc<[String]>>>,
-    /// `settings.backends`, shared.
-    default_backends: Arc<[String]>,
+    /// Set once an agent reported a backend (then `agent_backends` is read).
+    any_agent_backends: AtomicBool,
+    default_backends: Vec<String>,
 }
 
 /// Records registration calls the caller makes itself. Cheap to clone and
@@ -184,7 +185,7 @@ impl Observer {
             }
         }
         let seen_nixl = rec.ledger().read(|st| st.status.nixl.available);
-        let settings_backends: Arc<[String]> = settings.backends.clone().into();
+        let settings_backends = settings.backends.clone();
         let o = Observer(Arc::new(Inner {
             rec,
             settings,
@@ -195,6 +196,7 @@ impl Observer {
             capture: None,
             hook_failures: Mutex::new(HashSet::new()),
             agent_backends: Mutex::new(HashMap::new()),
+            any_agent_backends: AtomicBool::new(false),
             default_backends: settings_backends,
         }));
         for e in &o.0.settings.expect {
@@ -247,6 +249,7 @@ impl Observer {
                 }
                 map.insert(agent, list.into());
                 drop(map);
+                self.0.any_agent_backends.store(true, Ordering::Release);
                 self.0.rec.emit(&Event::BackendCreated {
                     backend: name,
                     elapsed: *elapsed,
@@ -345,18 +348,24 @@ impl Observer {
         }
     }
 
-    /// The backends a call's `backend` label says.
-    fn backends_of(&self, call: &Call<'_>) -> Arc<[String]> {
+    /// Runs `f` with the backends a call's `backend` label says: those it
+    /// names, else those its agent was seen creating, else the settings'.
+    /// No lock and no reference count when no agent reported a backend
+    /// (a Rust embedder's calls).
+    fn with_backends<T>(&self, call: &Call<'_>, f: impl FnOnce(&[String]) -> T) -> T {
         if let Some(b) = call
             .backends
             .filter(|b| !b.is_empty() && config::validate_backends(b, "backends").is_ok())
         {
-            return b.into();
+            return f(b);
+        }
+        if !self.0.any_agent_backends.load(Ordering::Acquire) {
+            return f(&self.0.default_backends);
         }
         let map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
         match map.get(&call.agent) {
-            Some(list) if !list.is_empty() => list.clone(),
-            _ => self.0.default_backends.clone(),
+            Some(list) if !list.is_empty() => f(list),
+            _ => f(&self.0.default_backends),
         }
     }
 
@@ -379,20 +388,21 @@ impl Observer {
                 name = OVERFLOW_GROUP;
             }
         }
-        let backends = self.backends_of(call);
         if let Some(n) = names.get_mut(name) {
             n.attempts = n.attempts.saturating_add(1);
-            let l = &n.labels;
-            if l.mem_type != call.mem_type.as_str() || n.device != call.device || !joined(&l.backend, &backends) {
-                n.labels = Arc::new(GroupLabels::new(
-                    name,
-                    &Kind::parse(&l.kind),
-                    call.mem_type,
-                    &backends,
-                    call.device,
-                ));
-                n.device = call.device;
-            }
+            self.with_backends(call, |backends| {
+                let l = &n.labels;
+                if l.mem_type != call.mem_type.as_str() || n.device != call.device || !joined(&l.backend, backends) {
+                    n.labels = Arc::new(GroupLabels::new(
+                        name,
+                        &Kind::parse(&l.kind),
+                        call.mem_type,
+                        backends,
+                        call.device,
+                    ));
+                    n.device = call.device;
+                }
+            });
             return (n.labels.clone(), n.attempts);
         }
         let kind = if name == OVERFLOW_GROUP {
@@ -400,7 +410,9 @@ impl Observer {
         } else {
             call.kind.clone()
         };
-        let labels = Arc::new(GroupLabels::new(name, &kind, call.mem_type, &backends, call.device));
+        let labels = self.with_backends(call, |backends| {
+            Arc::new(GroupLabels::new(name, &kind, call.mem_type, backends, call.device))
+        });
         // An expected group is declared already (without labels); its
         // first call fixes them.
         self.declare(name, &kind, Some((*labels).clone()), false);
