@@ -86,6 +86,7 @@ impl Expected {
 /// A group name in use, with the labels of its last call (reused while the
 /// next call carries the same).
 struct Named {
+    name: String,
     labels: Arc<GroupLabels>,
     device: u32,
     attempts: u32,
@@ -94,7 +95,9 @@ struct Named {
 struct Inner {
     rec: Recorder,
     settings: ObserveSettings,
-    names: Mutex<HashMap<String, Named>>,
+    /// The groups in use, searched by name (at most `max_groups` and
+    /// `other`: a scan of short names beats hashing them on every call).
+    names: Mutex<Vec<Named>>,
     overflow_logged: AtomicBool,
     seen_nixl: AtomicBool,
     probe: Box<dyn MemoryProbe + Send + Sync>,
@@ -189,7 +192,7 @@ impl Observer {
         let o = Observer(Arc::new(Inner {
             rec,
             settings,
-            names: Mutex::new(HashMap::new()),
+            names: Mutex::new(Vec::new()),
             overflow_logged: AtomicBool::new(false),
             seen_nixl: AtomicBool::new(seen_nixl),
             probe,
@@ -333,7 +336,7 @@ impl Observer {
 
     /// Whether `name` may be recorded as its own group: it follows the label
     /// rules and the cap is not reached.
-    fn admissible(&self, names: &HashMap<String, Named>, name: &str, kind: &Kind) -> bool {
+    fn admissible(&self, names: &[Named], name: &str, kind: &Kind) -> bool {
         config::validate_group_words(name, kind.as_str(), &self.0.settings.backends, &|f| f.to_string()).is_ok()
             && names.len() < self.0.settings.max_groups
     }
@@ -374,7 +377,7 @@ impl Observer {
     fn begin_group(&self, call: &Call<'_>) -> (Arc<GroupLabels>, u32) {
         let mut names = self.0.names.lock().unwrap_or_else(|e| e.into_inner());
         let mut name = call.group;
-        if !names.contains_key(name) {
+        if !names.iter().any(|n| n.name == name) {
             let known = self.0.rec.ledger().source_of(name);
             if known == Some(Source::Planned) {
                 tracing::error!(
@@ -388,7 +391,7 @@ impl Observer {
                 name = OVERFLOW_GROUP;
             }
         }
-        if let Some(n) = names.get_mut(name) {
+        if let Some(n) = names.iter_mut().find(|n| n.name == name) {
             n.attempts = n.attempts.saturating_add(1);
             self.with_backends(call, |backends| {
                 let l = &n.labels;
@@ -416,14 +419,12 @@ impl Observer {
         // An expected group is declared already (without labels); its
         // first call fixes them.
         self.declare(name, &kind, Some((*labels).clone()), false);
-        names.insert(
-            name.to_string(),
-            Named {
-                labels: labels.clone(),
-                device: call.device,
-                attempts: 1,
-            },
-        );
+        names.push(Named {
+            name: name.to_string(),
+            labels: labels.clone(),
+            device: call.device,
+            attempts: 1,
+        });
         (labels, 1)
     }
 
