@@ -146,11 +146,28 @@ pub fn judge(r: &Results) -> Vec<Target> {
             .filter(|row| row.contender == "observe" && row.n >= 64)
             .filter_map(|row| Some((row.register_ms / e.get(row.n, "direct")?.register_ms, row.n)))
             .max_by(|a, b| a.0.total_cmp(&b.0));
+        let max = e.rows.iter().map(|r| r.n).max().unwrap_or(0);
+        let cold = e
+            .get(max, "observe")
+            .and_then(|o| o.cold_register_ms)
+            .zip(e.get(max, "direct").and_then(|d| d.cold_register_ms));
+        t.push(target(
+            "embedding.observe_cold",
+            "observe mode's cold first registration ≤ 1.10× direct nixl-sys cold (fresh processes, largest N)",
+            cold.map_or("not measured".into(), |(o, d)| {
+                format!(
+                    "{:.2}× at N={max} ({:+.0} ns a region)",
+                    o / d,
+                    (o - d) * 1e6 / max as f64
+                )
+            }),
+            cold.map(|(o, d)| o / d <= 1.10),
+        ));
         t.push(target(
             "embedding.observe_vs_direct",
-            "observe mode registration ≤ 1.05× direct nixl-sys at N ≥ 64",
+            "observe mode warm registration ≤ 1.10× direct nixl-sys at N ≥ 64",
             worst.map_or("not measured".into(), |(x, n)| format!("worst {x:.2}× at N={n}")),
-            worst.map(|(x, _)| x <= 1.05),
+            worst.map(|(x, _)| x <= 1.10),
         ));
         let added = e
             .get(1, "observe")
@@ -158,9 +175,9 @@ pub fn judge(r: &Results) -> Vec<Target> {
             .map(|(o, d)| (o.register_ms - d.register_ms) * 1000.0);
         t.push(target(
             "embedding.observe_added_n1",
-            "observe mode adds ≤ 15 µs to one registration (N = 1)",
-            added.map_or("not measured".into(), |us| format!("{us:+.1} µs")),
-            added.map(|us| us <= 15.0),
+            "observe mode adds ≤ 1 µs to one registration call (N = 1, warm)",
+            added.map_or("not measured".into(), |us| format!("{us:+.2} µs")),
+            added.map(|us| us <= 1.0),
         ));
         t.push(target(
             "embedding.observer_rss",
@@ -406,15 +423,17 @@ pub fn render(r: &Results) -> String {
         );
         let _ = writeln!(
             o,
-            "| N | direct nixl-sys | observe mode | observe / direct | added per call | direct cold | observe cold |"
+            "| N | direct nixl-sys | observe mode | observe / direct | recording, ns a region | direct cold | observe cold |"
         );
         let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|");
         let mut ns: Vec<usize> = e.rows.iter().map(|r| r.n).collect();
         ns.dedup();
         for n in ns {
             let (d, ob) = (e.get(n, "direct"), e.get(n, "observe"));
+            // One call per region in this section: the added time a call is
+            // the recording's cost a region.
             let per_call = d.zip(ob).map_or("–".into(), |(d, ob)| {
-                format!("{:+.1} µs", (ob.register_ms - d.register_ms) * 1000.0 / n as f64)
+                format!("{:+.0}", (ob.register_ms - d.register_ms) * 1e6 / n as f64)
             });
             let cold = |r: Option<&crate::embedding::Row>| r.and_then(|r| r.cold_register_ms).map_or("–".into(), f);
             let _ = writeln!(
