@@ -40,21 +40,24 @@ impl Publisher {
         let stop = Arc::new(AtomicBool::new(false));
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.
-        let mut last = write(&path, &tmp, rank, &metrics, &status())?;
+        let mut last = write(&path, &tmp, rank, &metrics, &status)?;
         let stop2 = stop.clone();
         std::thread::Builder::new()
             .name("nixl-agent-publish".into())
             .spawn(move || {
                 let mut touched = Instant::now();
+                // Rewritten at least this often even when nothing was
+                // recorded: the process_* series keep moving.
+                let mut rewritten = Instant::now();
                 while !stop2.load(Ordering::Acquire) {
                     std::thread::sleep(super::PUBLISH_EVERY);
-                    let st = status();
-                    let changed = metrics.generation() != last.generation || st.ready != last.ready;
-                    if changed || touched.elapsed() >= super::HEARTBEAT * 4 {
-                        if let Ok(w) = write(&path, &tmp, rank, &metrics, &st) {
+                    let changed = metrics.generation() != last.generation;
+                    if changed || rewritten.elapsed() >= super::HEARTBEAT * 4 {
+                        if let Ok(w) = write(&path, &tmp, rank, &metrics, &status) {
                             last = w;
                         }
                         touched = Instant::now();
+                        rewritten = touched;
                     } else if touched.elapsed() >= super::HEARTBEAT {
                         let _ = File::options()
                             .write(true)
@@ -76,26 +79,47 @@ impl Drop for Publisher {
 
 struct Written {
     generation: u64,
-    ready: bool,
 }
 
-fn write(path: &Path, tmp: &Path, rank: u32, metrics: &Metrics, status: &Status) -> std::io::Result<Written> {
-    let generation = metrics.generation();
+/// The status and the exposition read at one ledger generation (read again
+/// when an event landed in between, at most a few times).
+fn consistent(metrics: &Metrics, status: &impl Fn() -> Arc<Status>) -> (Arc<Status>, String) {
+    let mut st = status();
+    let mut text = metrics.encode(Format::Text);
+    for _ in 0..3 {
+        let after = status();
+        if after.generation == st.generation {
+            break;
+        }
+        st = after;
+        text = metrics.encode(Format::Text);
+    }
+    (st, text)
+}
+
+fn write(
+    path: &Path,
+    tmp: &Path,
+    rank: u32,
+    metrics: &Metrics,
+    status: &impl Fn() -> Arc<Status>,
+) -> std::io::Result<Written> {
+    let (status, text) = consistent(metrics, status);
+    let generation = status.generation;
     let doc = serde_json::json!({
+        // The ledger generation both halves were read at.
+        "generation": status.generation,
         "version": VERSION,
         "rank": rank,
         "pid": std::process::id(),
         "written_unix": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         "ready": status.ready,
-        "status": status,
-        "metrics": metrics.encode(Format::Text),
+        "status": &*status,
+        "metrics": text,
     });
     let mut f = File::create(tmp)?;
     f.write_all(doc.to_string().as_bytes())?;
     drop(f);
     fs::rename(tmp, path)?;
-    Ok(Written {
-        generation,
-        ready: status.ready,
-    })
+    Ok(Written { generation })
 }
