@@ -227,6 +227,7 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
         let thread = std::thread::spawn(move || driver.run());
         let t0 = Instant::now();
         let mut saw_stuck = false;
+        let mut checked_while_running = false;
         loop {
             watchdog.check(Instant::now(), &rec);
             let s = rec.ledger().snapshot();
@@ -240,10 +241,18 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
                 );
                 let text = rec.metrics().encode(crate::telemetry::exposition::Format::Text);
                 assert!(text.contains("nixl_agent_lifecycle_stuck 1"), "{text}");
-                assert!(
-                    !text.contains("nixl_agent_registration_failures_total{"),
-                    "stuck is not a failure:\n{text}"
-                );
+                // While the call runs (its attempt not counted yet), being
+                // stuck has counted no failure either.
+                let running = text
+                    .lines()
+                    .any(|l| l.starts_with("nixl_agent_registration_attempts_total{") && l.ends_with(" 0"));
+                if running {
+                    checked_while_running = true;
+                    assert!(
+                        !text.contains("nixl_agent_registration_failures_total{"),
+                        "stuck is not a failure:\n{text}"
+                    );
+                }
             }
             if s.groups[0].attempts == 1 && s.groups[0].state != GroupState::Registering && s.stuck.is_none() {
                 break;
@@ -252,6 +261,7 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(saw_stuck, "the call overran its deadline");
+        assert!(checked_while_running, "looked while the stuck call ran");
         let text = rec.metrics().encode(crate::telemetry::exposition::Format::Text);
         let failures: f64 = text
             .lines()
