@@ -371,6 +371,10 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
     );
     let raised = line_with(&h.lines, "raised");
     assert!(
+        raised.contains("nixl_agent_instrument.RegistrationRefused"),
+        "named after the package, not its extension: {raised}"
+    );
+    assert!(
         raised.contains("RegistrationRefused")
             && raised.contains("region 0")
             && raised.contains("unmapped_address")
@@ -555,6 +559,41 @@ fn stdout_and_stderr_are_byte_identical_when_capture_is_off() {
             text(&outs[1].0)
         );
     }
+}
+
+/// A KeyboardInterrupt or SystemExit raised by a signal handler while the
+/// instrumentation works reaches the program, as it would have from the
+/// bare call, and NIXL's call does not go ahead; nothing is counted as a
+/// failure of the wrapping.
+#[test]
+fn a_signal_handlers_exception_is_never_swallowed() {
+    for (where_, which, class) in [
+        ("start", "kbd", "KeyboardInterrupt"),
+        ("start", "exit", "SystemExit"),
+        ("site", "kbd", "KeyboardInterrupt"),
+        ("site", "exit", "SystemExit"),
+    ] {
+        let addr = support::free_port().to_string();
+        let (out, _) = run(
+            true,
+            &["interrupted", where_, which],
+            &[("NIXL_AGENT_LISTEN", &addr)],
+        );
+        assert!(out.contains(&format!("caught {class}")), "{where_}/{which}: {out}");
+        if where_ == "site" {
+            assert!(out.contains("metadata grew False"), "{where_}/{which}: NIXL's call went ahead: {out}");
+        }
+    }
+}
+
+/// One `nai.group` instance entered by interleaving threads and asyncio
+/// tasks: every exit resets its own entry, no `ValueError` reaches the
+/// user's block, and the group is unset after the last exit.
+#[test]
+fn a_group_block_is_per_entry_across_threads_and_tasks() {
+    let addr = support::free_port().to_string();
+    let (out, _) = run(false, &["groups"], &[("NIXL_AGENT_LISTEN", &addr)]);
+    assert!(out.contains("groups clean [] True None"), "{out}");
 }
 
 #[test]

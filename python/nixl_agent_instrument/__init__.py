@@ -56,9 +56,13 @@ def instrument():
 class group:
     """Records the ``register_memory`` calls made inside the block under
     group ``name`` (and ``kind``: kv, aux, state or a word of your own;
-    derived from the name when omitted). A context manager; nests."""
+    derived from the name when omitted). A context manager; nests, and one
+    instance may be entered by several threads or asyncio tasks at once:
+    each entry keeps its own token in its own context."""
 
     def __init__(self, name, kind=None):
+        import contextvars
+
         from . import _native
 
         for what, v in (("name", name), ("kind", kind)):
@@ -69,18 +73,23 @@ class group:
         if kind is None:
             _, kind = _native.name_call("", name, name)
         self._chosen = (name, kind)
-        self._tokens = []
+        # The tokens of this instance's open entries, per context (thread,
+        # task): an exit resets the token its own entry set.
+        self._entries = contextvars.ContextVar(f"nixl_agent_instrument.group:{name}", default=())
 
     def __enter__(self):
         from . import _site
 
-        self._tokens.append(_site.explicit.set(self._chosen))
+        token = _site.explicit.set(self._chosen)
+        self._entries.set(self._entries.get() + (token,))
         return self
 
     def __exit__(self, *exc):
         from . import _site
 
-        _site.explicit.reset(self._tokens.pop())
+        entries = self._entries.get()
+        self._entries.set(entries[:-1])
+        _site.explicit.reset(entries[-1])
         return False
 
 

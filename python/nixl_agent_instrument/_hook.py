@@ -6,6 +6,11 @@ hands its call to ``_native``, which records it on nixl-agent's recording
 path and calls the original; what the original returns or raises reaches
 the caller unchanged. A failure of the wrapping itself is counted, logged
 once and swallowed: the original is called as if nothing were here.
+
+Only ``Exception`` is ever caught. A ``KeyboardInterrupt`` or ``SystemExit``
+(raised by a signal handler while the wrapper works) propagates exactly as
+it would have from the bare call: the caller's control flow is never ours
+to swallow.
 """
 
 import _thread
@@ -34,7 +39,7 @@ def _hook_failed(operation, exc):
         return
     try:
         _native.hook_failed(operation, f"{type(exc).__name__}: {exc}")
-    except BaseException:
+    except Exception:
         pass
 
 
@@ -56,14 +61,14 @@ def wrap_class(cls):
     def __init__(self, *args, **kwargs):
         try:
             _native.start(_frameworks())
-        except BaseException as e:
+        except Exception as e:
             _hook_failed("init", e)
         try:
             init(self, *args, **kwargs)
-        except BaseException as e:
+        except Exception as e:
             try:
                 _native.agent_failed(e)
-            except BaseException as inner:
+            except Exception as inner:
                 _hook_failed("init", inner)
             raise
         try:
@@ -77,7 +82,7 @@ def wrap_class(cls):
                 import weakref
 
                 weakref.finalize(self, _native.agent_released, token).atexit = False
-        except BaseException as e:
+        except Exception as e:
             _hook_failed("init", e)
 
     @functools.wraps(create_backend)
@@ -85,15 +90,15 @@ def wrap_class(cls):
         t0 = time.perf_counter()
         try:
             result = create_backend(self, *args, **kwargs)
-        except BaseException as e:
+        except Exception as e:
             try:
                 _native.backend(self, _backend_name(args, kwargs), time.perf_counter() - t0, e)
-            except BaseException as inner:
+            except Exception as inner:
                 _hook_failed("create_backend", inner)
             raise
         try:
             _native.backend(self, _backend_name(args, kwargs), time.perf_counter() - t0)
-        except BaseException as e:
+        except Exception as e:
             _hook_failed("create_backend", e)
         return result
 
@@ -101,7 +106,7 @@ def wrap_class(cls):
     def register_memory_(self, *args, **kwargs):
         try:
             group, kind = _site.group_of(sys._getframe(1), args, kwargs)
-        except BaseException as e:
+        except Exception as e:
             _hook_failed("register_memory", e)
             return register_memory(self, *args, **kwargs)
         return _native.register(group, kind, register_memory, self, args, kwargs)
@@ -160,7 +165,7 @@ def _patch(module):
         cls = getattr(module, "nixl_agent", None)
         if isinstance(cls, type) and _load():
             wrap_class(cls)
-    except BaseException as e:
+    except Exception as e:
         _hook_failed("import", e)
 
 
@@ -213,7 +218,7 @@ class _Finder:
                     break
             else:
                 return None
-        except BaseException as e:
+        except Exception as e:
             _hook_failed("import", e)
             return None
         finally:

@@ -326,12 +326,89 @@ def partial(argv):
     agent.deregister_memory(kv_c)
 
 
+def interrupted(argv):
+    """A signal handler's exception (KeyboardInterrupt, SystemExit) landing
+    while the instrumentation works: at its start with the first agent, or
+    while the first call site is read. The program must see it, as it would
+    have from the bare call, and NIXL's call must not go ahead."""
+    import nixl_agent_instrument._hook as hook
+
+    where, which = argv[0], argv[1]
+    exc = {"kbd": KeyboardInterrupt, "exit": SystemExit}[which]
+
+    def signalled(*args, **kwargs):
+        raise exc("from a signal handler")
+
+    if where == "start":
+        hook._native.start = signalled
+        try:
+            nixl_agent("interrupted", nixl_agent_config(backends=["UCX"]))
+            out("no exception")
+        except BaseException as e:
+            out("caught", type(e).__name__)
+        return
+    agent = nixl_agent("interrupted", nixl_agent_config(backends=["UCX"]))
+    hook._site.group_of = signalled
+    buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+    before = len(agent.get_agent_metadata())
+    try:
+        agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+        out("no exception")
+    except BaseException as e:
+        out("caught", type(e).__name__)
+    out("metadata grew", len(agent.get_agent_metadata()) > before)
+
+
+def groups(argv):
+    """One nai.group instance entered by interleaving threads and tasks:
+    each exit resets its own entry's token, nothing leaks into the block."""
+    import asyncio
+    import threading
+
+    import nixl_agent_instrument as nai
+    from nixl_agent_instrument import _site
+
+    g = nai.group("scratch_pad", kind="aux")
+    errors = []
+    gate = threading.Barrier(2)
+
+    def thread_body():
+        try:
+            with g:
+                gate.wait(timeout=5)  # both inside at once
+                gate.wait(timeout=5)  # and out in the other order
+        except BaseException as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=thread_body) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    async def task_body(delay):
+        with g:
+            await asyncio.sleep(delay)
+            if _site.explicit.get() != ("scratch_pad", "aux"):
+                errors.append("wrong group inside a task")
+
+    async def tasks():
+        await asyncio.gather(task_body(0.02), task_body(0.01), task_body(0.0))
+
+    asyncio.run(tasks())
+    with g:
+        with g:
+            pass
+        inner_ok = _site.explicit.get() == ("scratch_pad", "aux")
+    out("groups", "errors" if errors else "clean", errors, inner_ok, _site.explicit.get())
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups}[
         mode
     ](sys.argv[2:])
 

@@ -30,8 +30,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+// Named after the package, as tracebacks show it
+// (`nixl_agent_instrument.RegistrationRefused`).
 pyo3::create_exception!(
-    _native,
+    nixl_agent_instrument,
     RegistrationRefused,
     PyValueError,
     "nixl-agent refused a registration before NIXL saw it (NIXL_AGENT_VALIDATE=enforce)."
