@@ -574,14 +574,13 @@ fn a_signal_handlers_exception_is_never_swallowed() {
         ("site", "exit", "SystemExit"),
     ] {
         let addr = support::free_port().to_string();
-        let (out, _) = run(
-            true,
-            &["interrupted", where_, which],
-            &[("NIXL_AGENT_LISTEN", &addr)],
-        );
+        let (out, _) = run(true, &["interrupted", where_, which], &[("NIXL_AGENT_LISTEN", &addr)]);
         assert!(out.contains(&format!("caught {class}")), "{where_}/{which}: {out}");
         if where_ == "site" {
-            assert!(out.contains("metadata grew False"), "{where_}/{which}: NIXL's call went ahead: {out}");
+            assert!(
+                out.contains("metadata grew False"),
+                "{where_}/{which}: NIXL's call went ahead: {out}"
+            );
         }
     }
 }

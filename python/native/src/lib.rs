@@ -72,6 +72,47 @@ fn running() -> Option<Arc<Running>> {
     guard.as_ref().filter(|r| r.pid == std::process::id()).cloned()
 }
 
+thread_local! {
+    /// A `BaseException` that is not an `Exception` (`KeyboardInterrupt`,
+    /// `SystemExit` from a signal handler) raised while reading a call's
+    /// arguments: the caller's control flow, re-raised before NIXL's call.
+    static INTERRUPT: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The value of a Python call made while reading arguments, or `None` when
+/// it raised. An `Exception` means "cannot read this" (NIXL will say what is
+/// wrong); anything else is kept for [`interrupted`] to raise.
+fn soft<T>(r: PyResult<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let ours = Python::attach(|py| e.is_instance_of::<pyo3::exceptions::PyException>(py));
+            if !ours {
+                INTERRUPT.with(|slot| {
+                    slot.borrow_mut().get_or_insert(e);
+                });
+            }
+            None
+        }
+    }
+}
+
+/// [`soft`] as a method.
+trait Soft<T> {
+    fn soft(self) -> Option<T>;
+}
+
+impl<T> Soft<T> for PyResult<T> {
+    fn soft(self) -> Option<T> {
+        soft(self)
+    }
+}
+
+/// The interrupt [`soft`] kept, if any: raised as the bare call would have.
+fn interrupted() -> Option<PyErr> {
+    INTERRUPT.with(|slot| slot.borrow_mut().take())
+}
+
 /// Runs `f`, turning a panic into a counted instrumentation failure.
 fn guarded<T>(operation: Hooked, f: impl FnOnce() -> Option<T>) -> Option<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -291,12 +332,12 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         return Some(list_regions(l, mem, named_type.is_some()));
     }
     // A nixlRegDList carries its own type.
-    if reg_list.hasattr(intern!(py, "descCount")).unwrap_or(false) {
+    if soft(reg_list.hasattr(intern!(py, "descCount"))).unwrap_or(false) {
         let t = reg_list
             .call_method0(intern!(py, "getType"))
-            .ok()?
+            .soft()?
             .str()
-            .ok()?
+            .soft()?
             .to_string();
         let mem = if t.contains("VRAM") {
             MemType::Vram
@@ -305,10 +346,14 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         } else {
             return None;
         };
-        let n: usize = reg_list.call_method0(intern!(py, "descCount")).ok()?.extract().ok()?;
+        let n: usize = reg_list
+            .call_method0(intern!(py, "descCount"))
+            .soft()?
+            .extract()
+            .soft()?;
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
-            match reg_list.get_item(i).ok().and_then(|d| tuple_region(&d)) {
+            match reg_list.get_item(i).soft().and_then(|d| tuple_region(&d)) {
                 Some(r) => out.push(r),
                 None => return Some((mem, Vec::new())),
             }
@@ -320,8 +365,8 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         return Some((mem, vec![r]));
     }
     // An N×3 array: its rows as Python ints.
-    if reg_list.hasattr(intern!(py, "tolist")).unwrap_or(false) {
-        let list = reg_list.call_method0(intern!(py, "tolist")).ok()?;
+    if soft(reg_list.hasattr(intern!(py, "tolist"))).unwrap_or(false) {
+        let list = reg_list.call_method0(intern!(py, "tolist")).soft()?;
         return Some(match list.cast::<PyList>() {
             Ok(l) => list_regions(l, mem, named_type.is_some()),
             Err(_) => (mem, Vec::new()),
@@ -329,7 +374,7 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
     }
     if let Ok(t) = reg_list.cast::<PyTuple>() {
         return Some(list_regions(
-            &PyList::new(py, t.iter()).ok()?,
+            &PyList::new(py, t.iter()).soft()?,
             mem,
             named_type.is_some(),
         ));
@@ -345,7 +390,7 @@ fn list_regions(items: &Bound<'_, PyList>, mem: MemType, named: bool) -> (MemTyp
             tuple_region(&item)
         } else if is_tensor(&item) {
             // A list of tensors: their device says the type.
-            return match (tensors(items), items.get_item(0).ok().and_then(|t| tensor_region(&t))) {
+            return match (tensors(items), items.get_item(0).soft().and_then(|t| tensor_region(&t))) {
                 (Some(all), Some((m, _))) if !named => (m, all),
                 (Some(all), _) => (mem, all),
                 _ => (mem, Vec::new()),
@@ -370,14 +415,14 @@ fn tensors(items: &Bound<'_, PyList>) -> Option<Vec<Region>> {
 fn tuple_region(item: &Bound<'_, PyAny>) -> Option<Region> {
     let (addr, len, dev): (u64, u64, i64) = match item.cast::<PyTuple>() {
         Ok(t) if t.len() >= 3 => (
-            t.get_borrowed_item(0).ok()?.extract().ok()?,
-            t.get_borrowed_item(1).ok()?.extract().ok()?,
-            t.get_borrowed_item(2).ok()?.extract().ok()?,
+            t.get_borrowed_item(0).soft()?.extract().soft()?,
+            t.get_borrowed_item(1).soft()?.extract().soft()?,
+            t.get_borrowed_item(2).soft()?.extract().soft()?,
         ),
         _ => (
-            item.get_item(0).ok()?.extract().ok()?,
-            item.get_item(1).ok()?.extract().ok()?,
-            item.get_item(2).ok()?.extract().ok()?,
+            item.get_item(0).soft()?.extract().soft()?,
+            item.get_item(1).soft()?.extract().soft()?,
+            item.get_item(2).soft()?.extract().soft()?,
         ),
     };
     Some(Region::new(
@@ -391,28 +436,29 @@ fn tuple_region(item: &Bound<'_, PyAny>) -> Option<Region> {
 /// (a `nixlRegDList` from `register_memory`; one pybind call each).
 fn first_and_count(list: &Bound<'_, PyAny>) -> Option<(Region, usize)> {
     let py = list.py();
-    if !list.hasattr(intern!(py, "descCount")).unwrap_or(false) {
+    if !soft(list.hasattr(intern!(py, "descCount"))).unwrap_or(false) {
         let (_, regions) = regions_of(list, None)?;
         return regions.first().map(|r| (*r, regions.len()));
     }
-    let n: usize = list.call_method0(intern!(py, "descCount")).ok()?.extract().ok()?;
+    let n: usize = list.call_method0(intern!(py, "descCount")).soft()?.extract().soft()?;
     if n == 0 {
         return None;
     }
-    Some((tuple_region(&list.get_item(0).ok()?)?, n))
+    Some((tuple_region(&list.get_item(0).soft()?)?, n))
 }
 
 fn is_tensor(obj: &Bound<'_, PyAny>) -> bool {
     let py = obj.py();
-    obj.hasattr(intern!(py, "data_ptr")).unwrap_or(false) && obj.hasattr(intern!(py, "element_size")).unwrap_or(false)
+    soft(obj.hasattr(intern!(py, "data_ptr"))).unwrap_or(false)
+        && soft(obj.hasattr(intern!(py, "element_size"))).unwrap_or(false)
 }
 
 fn tensor_region(t: &Bound<'_, PyAny>) -> Option<(MemType, Region)> {
     let py = t.py();
-    let addr: u64 = t.call_method0(intern!(py, "data_ptr")).ok()?.extract().ok()?;
-    let numel: u64 = t.call_method0(intern!(py, "numel")).ok()?.extract().ok()?;
-    let size: u64 = t.call_method0(intern!(py, "element_size")).ok()?.extract().ok()?;
-    let dev: i64 = t.call_method0(intern!(py, "get_device")).ok()?.extract().ok()?;
+    let addr: u64 = t.call_method0(intern!(py, "data_ptr")).soft()?.extract().soft()?;
+    let numel: u64 = t.call_method0(intern!(py, "numel")).soft()?.extract().soft()?;
+    let size: u64 = t.call_method0(intern!(py, "element_size")).soft()?.extract().soft()?;
+    let dev: i64 = t.call_method0(intern!(py, "get_device")).soft()?.extract().soft()?;
     let mem = if dev >= 0 { MemType::Vram } else { MemType::Dram };
     Some((
         mem,
@@ -443,7 +489,7 @@ fn arg<'py>(
     if let Ok(a) = args.get_item(index) {
         return Some(a);
     }
-    kwargs.and_then(|k| k.get_item(name).ok().flatten())
+    kwargs.and_then(|k| k.get_item(name).soft().flatten())
 }
 
 /// `nixl_agent.register_memory(self_, *args, **kwargs)` through `func`
@@ -466,10 +512,15 @@ fn register<'py>(
         let (mem_type, regions) = regions_of(&reg_list, mem_type.as_ref())?;
         // `backends=[...]` as the call names them (vLLM passes it).
         let backends = kwargs
-            .and_then(|k| k.get_item(intern!(py, "backends")).ok().flatten())
+            .and_then(|k| k.get_item(intern!(py, "backends")).soft().flatten())
             .and_then(|b| b.extract::<Vec<String>>().ok());
         Some((r, mem_type, regions, backends))
     });
+    // A signal handler raised while the arguments were read: the program
+    // gets it now, before NIXL's call, as the bare call would have raised it.
+    if let Some(e) = interrupted() {
+        return Err(e);
+    }
     let Some((r, mem_type, regions, backends)) = prepared else {
         return call_through(func, self_, args, kwargs);
     };
@@ -534,6 +585,9 @@ fn deregister<'py>(
         let list = arg(args, kwargs, 0, "dereg_list")?;
         Some((r, first_and_count(&list)?))
     });
+    if let Some(e) = interrupted() {
+        return Err(e);
+    }
     let t0 = Instant::now();
     let result = call_through(func, self_, args, kwargs);
     let elapsed = t0.elapsed();
