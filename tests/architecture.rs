@@ -30,119 +30,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+
+#[path = "support/rust_source.rs"]
+mod rust_source;
+use rust_source::{mask, repo, rust_files};
 
 // ---- Masking -------------------------------------------------------------
-
-/// The source with comments and the contents of string, byte-string, raw
-/// string and char literals replaced by spaces; newlines are kept so lines
-/// still line up.
-fn mask(src: &str) -> String {
-    let b: Vec<char> = src.chars().collect();
-    let mut out = String::with_capacity(src.len());
-    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        let next = b.get(i + 1).copied();
-        // Line comments, `///` and `//!` included.
-        if c == '/' && next == Some('/') {
-            while i < b.len() && b[i] != '\n' {
-                out.push(' ');
-                i += 1;
-            }
-            continue;
-        }
-        // Block comments, nested as Rust nests them.
-        if c == '/' && next == Some('*') {
-            let mut depth = 0usize;
-            while i < b.len() {
-                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    out.push_str("  ");
-                    i += 2;
-                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    out.push_str("  ");
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    blank(&mut out, b[i]);
-                    i += 1;
-                }
-            }
-            continue;
-        }
-        // Raw strings: r"..", r#".."#, br#".."# (not raw identifiers r#type).
-        let prev_ident = i > 0 && (b[i - 1].is_alphanumeric() || b[i - 1] == '_');
-        if !prev_ident && (c == 'r' || (c == 'b' && next == Some('r'))) {
-            let start = if c == 'b' { i + 2 } else { i + 1 };
-            let mut j = start;
-            while j < b.len() && b[j] == '#' {
-                j += 1;
-            }
-            if b.get(j) == Some(&'"') {
-                let hashes = j - start;
-                out.extend(&b[i..=j]);
-                i = j + 1;
-                while i < b.len() {
-                    if b[i] == '"' && (1..=hashes).all(|h| b.get(i + h) == Some(&'#')) {
-                        out.push('"');
-                        out.extend(std::iter::repeat_n('#', hashes));
-                        i += 1 + hashes;
-                        break;
-                    }
-                    blank(&mut out, b[i]);
-                    i += 1;
-                }
-                continue;
-            }
-        }
-        // Plain and byte strings.
-        if c == '"' {
-            out.push('"');
-            i += 1;
-            while i < b.len() && b[i] != '"' {
-                let n = if b[i] == '\\' && i + 1 < b.len() { 2 } else { 1 };
-                for &x in &b[i..i + n] {
-                    blank(&mut out, x);
-                }
-                i += n;
-            }
-            if i < b.len() {
-                out.push('"');
-                i += 1;
-            }
-            continue;
-        }
-        // Char literals ('x', '\n', '\u{..}'), but not lifetimes ('a).
-        if c == '\'' {
-            let lit_len = if next == Some('\\') {
-                b.get(i + 3..)
-                    .and_then(|rest| rest.iter().position(|&x| x == '\''))
-                    .map(|p| p + 4)
-            } else if b.get(i + 2) == Some(&'\'') {
-                Some(3)
-            } else {
-                None
-            };
-            if let Some(n) = lit_len {
-                out.push('\'');
-                for &x in &b[i + 1..i + n - 1] {
-                    blank(&mut out, x);
-                }
-                out.push('\'');
-                i += n;
-                continue;
-            }
-        }
-        out.push(c);
-        i += 1;
-    }
-    out
-}
 
 // ---- Tokens --------------------------------------------------------------
 
@@ -760,25 +653,6 @@ fn report(g: &Graph, reexports: &BTreeMap<String, String>) -> String {
 }
 
 // ---- The real tree -------------------------------------------------------
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// The module path of a file from its path inside `src/` without `.rs`:
 /// `x` and `x/mod` are `[x]`, `x/y` is `[x, y]`.

@@ -13,7 +13,9 @@
 //! `unsafe` keyword, so prose and test strings never count. Failures print
 //! `file:line: what`.
 
-use std::path::{Path, PathBuf};
+#[path = "support/rust_source.rs"]
+mod rust_source;
+use rust_source::{mask, repo, rust_files};
 
 /// The folder where unsafe code is allowed.
 const FFI_ROOM: &str = "src/nixl/";
@@ -29,123 +31,6 @@ impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}: {}", self.file, self.line, self.what)
     }
-}
-
-/// The source with comments and the contents of string, byte-string and char
-/// literals replaced by spaces; newlines are kept so lines still line up.
-fn mask(src: &str) -> String {
-    let b: Vec<char> = src.chars().collect();
-    let mut out = String::with_capacity(src.len());
-    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        let next = b.get(i + 1).copied();
-        // Line comment.
-        if c == '/' && next == Some('/') {
-            while i < b.len() && b[i] != '\n' {
-                out.push(' ');
-                i += 1;
-            }
-            continue;
-        }
-        // Block comment, nested as Rust nests them.
-        if c == '/' && next == Some('*') {
-            let mut depth = 0usize;
-            while i < b.len() {
-                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    out.push_str("  ");
-                    i += 2;
-                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    out.push_str("  ");
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    blank(&mut out, b[i]);
-                    i += 1;
-                }
-            }
-            continue;
-        }
-        // Raw strings: r"..", r#".."#, br#".."#.
-        let prev_ident = i > 0 && (b[i - 1].is_alphanumeric() || b[i - 1] == '_');
-        if !prev_ident && (c == 'r' || (c == 'b' && next == Some('r'))) {
-            let start = if c == 'b' { i + 2 } else { i + 1 };
-            let mut j = start;
-            while j < b.len() && b[j] == '#' {
-                j += 1;
-            }
-            if b.get(j) == Some(&'"') {
-                let hashes = j - start;
-                out.extend(&b[i..=j]);
-                i = j + 1;
-                loop {
-                    if i >= b.len() {
-                        break;
-                    }
-                    if b[i] == '"' && (1..=hashes).all(|h| b.get(i + h) == Some(&'#')) {
-                        out.push('"');
-                        for _ in 0..hashes {
-                            out.push('#');
-                        }
-                        i += 1 + hashes;
-                        break;
-                    }
-                    blank(&mut out, b[i]);
-                    i += 1;
-                }
-                continue;
-            }
-        }
-        // Plain and byte strings.
-        if c == '"' {
-            out.push('"');
-            i += 1;
-            while i < b.len() && b[i] != '"' {
-                if b[i] == '\\' && i + 1 < b.len() {
-                    blank(&mut out, b[i]);
-                    blank(&mut out, b[i + 1]);
-                    i += 2;
-                } else {
-                    blank(&mut out, b[i]);
-                    i += 1;
-                }
-            }
-            if i < b.len() {
-                out.push('"');
-                i += 1;
-            }
-            continue;
-        }
-        // Char literals ('x', '\n', '\u{..}'), but not lifetimes ('a).
-        if c == '\'' {
-            let lit_len = if next == Some('\\') {
-                b.get(i + 3..)
-                    .and_then(|rest| rest.iter().position(|&x| x == '\''))
-                    .map(|p| p + 4)
-            } else if b.get(i + 2) == Some(&'\'') {
-                Some(3)
-            } else {
-                None
-            };
-            if let Some(n) = lit_len {
-                out.push('\'');
-                for &x in &b[i + 1..i + n - 1] {
-                    blank(&mut out, x);
-                }
-                out.push('\'');
-                i += n;
-                continue;
-            }
-        }
-        out.push(c);
-        i += 1;
-    }
-    out
 }
 
 /// What follows an `unsafe` keyword.
@@ -321,25 +206,6 @@ fn audit_roots(lib_rs: &str, nixl_mod_rs: &str) -> Vec<Finding> {
         });
     }
     out
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 fn report(findings: &[Finding]) -> String {
