@@ -7,14 +7,17 @@
 //! the task state and hands out updates.
 //!
 //! Architecture Invariant: the ledger imports only the event vocabulary,
-//! the snapshot's shape (`status`) and `model`. Projections that must move
-//! in step with the state (the metric registry) are handed in as a closure
-//! run inside the write that applies the event, so a gauge can never be
-//! overtaken by a concurrent event.
+//! the snapshot's shape (`status`) and `model`. It keeps the counts the
+//! metric counters and histograms show (`counts`) beside the state the
+//! gauges show; the registry renders both from here at scrape time, under
+//! this lock ([`Ledger::read`]), so no metric can be read from another
+//! moment than /v1/status. The closure [`Ledger::apply`] runs inside the
+//! write only tells the registry a new generation exists.
 //!
 //! Architecture Invariant: holdings are keyed by (NIXL agent, first region,
-//! descriptor count): a deregistration finds the registration made on the
-//! same agent, and an agent that goes away releases exactly its own.
+//! descriptor count) in a flat table in registration order (`live`): a
+//! deregistration finds the registration made on the same agent, and an
+//! agent that goes away releases exactly its own.
 
 pub mod counts;
 mod live;
