@@ -30,7 +30,8 @@ use live::{Live, LiveKey, LiveTable};
 use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
 use crate::status::{observed_state, AgentStatus, BackendStatus, GroupStatus, Status, Stuck};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -94,10 +95,14 @@ pub struct Applied {
 
 struct Shared {
     state: Mutex<State>,
+    /// The generation of the last write (a plain store in the write), so a
+    /// reader can tell whether the cached snapshot is current without the
+    /// state's lock.
+    generation: AtomicU64,
     /// The generation of the last write, for waiters.
     changed: watch::Sender<u64>,
-    /// The last snapshot built, by generation.
-    cache: Mutex<Option<Arc<Status>>>,
+    /// The last snapshot built: probes read it concurrently.
+    cache: RwLock<Option<Arc<Status>>>,
     started: Instant,
 }
 
@@ -120,8 +125,9 @@ impl Ledger {
                 live: LiveTable::default(),
                 draining: false,
             }),
+            generation: AtomicU64::new(0),
             changed: watch::Sender::new(0),
-            cache: Mutex::new(None),
+            cache: RwLock::new(None),
             started,
         }))
     }
@@ -142,8 +148,10 @@ impl Ledger {
         applied
     }
 
-    /// Wakes waiters, if any (waking none costs a lock per notifier).
+    /// Publishes the new generation and wakes waiters, if any (waking none
+    /// costs a lock per notifier).
     fn notify(&self, generation: u64) {
+        self.0.generation.store(generation, Ordering::Release);
         if self.0.changed.receiver_count() > 0 {
             self.0.changed.send_replace(generation);
         }
@@ -185,14 +193,18 @@ impl Ledger {
 
     /// An immutable snapshot of the state: built once per generation and
     /// shared by every reader until the next event.
+    /// The probes' path takes no lock of the state's while nothing changed.
     pub fn snapshot(&self) -> Arc<Status> {
-        let st = self.lock();
-        let mut cache = self.0.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = cache.as_ref().filter(|s| s.generation == st.status.generation) {
-            return s.clone();
+        let current = self.0.generation.load(Ordering::Acquire);
+        {
+            let cache = self.0.cache.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = cache.as_ref().filter(|s| s.generation == current) {
+                return s.clone();
+            }
         }
+        let st = self.lock();
         let s = Arc::new(st.status.clone());
-        *cache = Some(s.clone());
+        *self.0.cache.write().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         s
     }
 
