@@ -176,6 +176,11 @@ pub enum Event<'a> {
         operation: CallKind,
         elapsed: Duration,
     },
+    /// Observed calls in flight, as the watchdog last saw them: the oldest
+    /// per operation (empty: none in flight).
+    CallsInFlight {
+        oldest: &'a [(CallKind, Duration)],
+    },
     /// NIXL accepted an observed call whose regions validation rejects
     /// (the seed's corrupted pointers that NIXL registers silently).
     AcceptedInvalid {

@@ -34,6 +34,9 @@ pub const ENV_MAX_GROUPS: &str = "NIXL_AGENT_MAX_GROUPS";
 pub const ENV_CAPTURE: &str = "NIXL_AGENT_CAPTURE";
 /// The `backend` label of observed groups (`UCX` by default).
 pub const ENV_BACKEND: &str = "NIXL_AGENT_BACKEND";
+/// Deadline on every observed NIXL call (`60s` by default): a call past it
+/// fails /livez until it returns.
+pub const ENV_CALL_TIMEOUT: &str = "NIXL_AGENT_CALL_TIMEOUT";
 /// `NIXL_AGENT_LISTEN=off`: record, serve nothing (the metrics are still
 /// readable through the explicit API).
 pub const LISTEN_OFF: &str = "off";
@@ -83,6 +86,8 @@ pub struct Settings {
     pub max_groups: usize,
     pub capture: bool,
     pub backends: Vec<String>,
+    /// The deadline on every observed NIXL call.
+    pub call_timeout: std::time::Duration,
     /// Publish to the pod directory as this rank (`NIXL_AGENT_MULTIPROC_DIR`,
     /// rank from `LOCAL_RANK` / `RANK` / `NIXL_AGENT_RANK_ENV`, else 0).
     pub publish: Option<(std::path::PathBuf, u32)>,
@@ -166,6 +171,18 @@ impl Settings {
             Some("on") | Some("1") | Some("true") => true,
             Some(v) => return Err(invalid(ENV_CAPTURE, format!("`{v}` is neither on nor off"))),
         };
+        let call_timeout = match env.var(ENV_CALL_TIMEOUT) {
+            None => config::DEFAULT_NIXL_CALL_TIMEOUT,
+            Some(v) => match crate::units::parse_duration(v.trim()) {
+                Ok(d) if (config::MIN_NIXL_CALL_TIMEOUT..=config::MAX_DURATION).contains(&d) => d,
+                _ => {
+                    return Err(invalid(
+                        ENV_CALL_TIMEOUT,
+                        format!("`{v}` is not a duration from 10ms to 24h (e.g. 60s)"),
+                    ))
+                }
+            },
+        };
         if let Some(e) = &expect {
             if e.len() > max_groups {
                 return Err(invalid(
@@ -183,6 +200,7 @@ impl Settings {
             max_groups,
             capture,
             backends,
+            call_timeout,
             publish,
         })
     }
@@ -196,6 +214,7 @@ impl Settings {
             enforce: self.validation == Validation::Enforce,
             max_groups: self.max_groups,
             backends: self.backends.clone(),
+            call_timeout: Some(self.call_timeout),
         }
     }
 }

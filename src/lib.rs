@@ -14,7 +14,7 @@
 //! type of axum, prometheus or tokio other than [`Router`].
 //!
 //! - lifecycle: [`Lifecycle`], [`Prepared`], [`LifecycleHandle`], [`StartError`], [`ShutdownError`], [`UnknownGroup`], [`DrainReport`]
-//! - observe mode: [`Observer`], [`ObservedAgent`], [`ObserveSettings`], [`Expected`], [`Call`], [`Outcome`], [`Pending`], [`GroupConflict`]
+//! - observe mode: [`Observer`], [`ObservedAgent`], [`ObserveSettings`], [`Expected`], [`Call`], [`CallMark`], [`Outcome`], [`Pending`], [`GroupConflict`]
 //! - domain words: [`AgentId`], [`Kind`], [`MemType`], [`Reason`], [`Region`], [`Hooked`], [`Failure`], [`Rejection`], [`Descriptor`]
 //! - configuration: [`config`], [`Config`], [`Plan`], [`GroupSpec`], [`RegionSource`]
 //! - recorded state: [`status`], [`Metrics`], [`Format`], [`names`], [`endpoints`], [`Publisher`]
@@ -51,7 +51,7 @@ pub use config::Config;
 pub use lifecycle::driver::DrainReport;
 pub use model::{AgentId, Failure, Hooked, Kind, MemType, Reason, Region};
 pub use nixl::{cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, StderrTap};
-pub use observe::{Call, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
+pub use observe::{Call, CallMark, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
 pub use plan::{GroupSpec, Plan, RegionSource};
 pub use pod::publish::Publisher;
 pub use record::Capture;

@@ -12,7 +12,7 @@
 //! name, a full group table) changes the call or its result.
 
 use crate::config::{self, DEFAULT_BACKEND};
-use crate::event::{Event, GroupDecl, Leaves, Source};
+use crate::event::{CallKind, Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Hooked, Kind, MemType, Phase, Region, RuntimeFacts};
 use crate::record::{self, Capture, NoCapture, Recorder};
 use crate::status::{NixlStatus, Status};
@@ -52,6 +52,10 @@ pub struct ObserveSettings {
     /// The `backend` label of a call that does not say which backends it
     /// uses, on an agent whose backends were not reported.
     pub backends: Vec<String>,
+    /// A deadline on every observed NIXL call: a call past it makes /livez
+    /// fail and `nixl_agent_lifecycle_stuck` 1 until it returns (a watchdog
+    /// thread looks). `None`: no watchdog.
+    pub call_timeout: Option<Duration>,
 }
 
 impl Default for ObserveSettings {
@@ -62,6 +66,7 @@ impl Default for ObserveSettings {
             enforce: false,
             max_groups: DEFAULT_MAX_GROUPS,
             backends: vec![DEFAULT_BACKEND.to_string()],
+            call_timeout: None,
         }
     }
 }
@@ -87,6 +92,8 @@ impl Expected {
 /// next call carries the same).
 struct Named {
     name: String,
+    /// The name's index in the in-flight table.
+    flight: u32,
     labels: Arc<GroupLabels>,
     device: u32,
     attempts: u32,
@@ -106,6 +113,8 @@ struct Inner {
     /// The backends each agent was seen creating (its calls' `backend`
     /// label when a call does not name them).
     agent_backends: Mutex<HashMap<AgentId, Arc<[String]>>>,
+    /// The observed calls in flight, for the watchdog.
+    inflight: Arc<InFlight>,
     /// Set once an agent reported a backend (then `agent_backends` is read).
     any_agent_backends: AtomicBool,
     default_backends: Vec<String>,
@@ -148,7 +157,14 @@ pub enum Outcome {
 pub struct Pending {
     labels: Arc<GroupLabels>,
     attempt: record::Attempted,
+    /// The call in flight, for the watchdog, until it ends.
+    _mark: inflight::Mark,
 }
+
+/// An observed NIXL call in flight (a deregistration), for the watchdog:
+/// the call is watched until this is dropped.
+#[must_use = "the call is watched until the mark is dropped"]
+pub struct CallMark(#[allow(dead_code)] inflight::Mark);
 
 /// A group name an observer cannot take: a group of the lifecycle's plan
 /// already has it.
@@ -199,11 +215,15 @@ impl Observer {
             capture: None,
             hook_failures: Mutex::new(HashSet::new()),
             agent_backends: Mutex::new(HashMap::new()),
+            inflight: Arc::new(InFlight::new()),
             any_agent_backends: AtomicBool::new(false),
             default_backends: settings_backends,
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
+        }
+        if let Some(timeout) = o.0.settings.call_timeout {
+            inflight::watch(&o.0.inflight, o.0.rec.clone(), timeout);
         }
         Ok(o)
     }
@@ -374,7 +394,7 @@ impl Observer {
 
     /// The group's labels for this call (declared on first use) and the
     /// attempt number.
-    fn begin_group(&self, call: &Call<'_>) -> (Arc<GroupLabels>, u32) {
+    fn begin_group(&self, call: &Call<'_>) -> (Arc<GroupLabels>, u32, u32) {
         let mut names = self.0.names.lock().unwrap_or_else(|e| e.into_inner());
         let mut name = call.group;
         if !names.iter().any(|n| n.name == name) {
@@ -406,7 +426,7 @@ impl Observer {
                     n.device = call.device;
                 }
             });
-            return (n.labels.clone(), n.attempts);
+            return (n.labels.clone(), n.attempts, n.flight);
         }
         let kind = if name == OVERFLOW_GROUP {
             Kind::Custom(OVERFLOW_GROUP.into())
@@ -419,13 +439,15 @@ impl Observer {
         // An expected group is declared already (without labels); its
         // first call fixes them.
         self.declare(name, &kind, Some((*labels).clone()), false);
+        let flight = self.0.inflight.group_index(name);
         names.push(Named {
             name: name.to_string(),
+            flight,
             labels: labels.clone(),
             device: call.device,
             attempts: 1,
         });
-        (labels, 1)
+        (labels, 1, flight)
     }
 
     /// Starts recording one registration call: declares its group on first
@@ -433,12 +455,17 @@ impl Observer {
     /// Follow with [`Observer::check`] (optional), the call itself, then
     /// [`Observer::end`] on the same thread.
     pub fn begin(&self, call: &Call<'_>) -> Pending {
-        let (labels, attempt) = self.begin_group(call);
+        let (labels, attempt, flight) = self.begin_group(call);
         let bytes = call.regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
         let mut a = record::attempt(&labels, attempt, call.regions.len(), bytes, self.capture());
         // Timed like a lifecycle attempt: validation plus NIXL.
-        a.start_clock();
-        Pending { labels, attempt: a }
+        let t0 = a.start_clock();
+        let mark = self.0.inflight.begin(CallKind::Register, Some(flight), t0);
+        Pending {
+            labels,
+            attempt: a,
+            _mark: mark,
+        }
     }
 
     /// nixl-agent's region checks for the call, when validation is on:
@@ -462,7 +489,8 @@ impl Observer {
     /// is what [`Observer::check`] said; it names the cause of a failure more
     /// precisely than NIXL's error code does.
     pub fn end(&self, pending: Pending, call: &Call<'_>, finding: Option<Rejection>, outcome: Outcome) {
-        let Pending { labels, attempt } = pending;
+        let Pending { labels, attempt, _mark } = pending;
+        drop(_mark);
         let outcome = match outcome {
             Outcome::Registered => Ok(()),
             Outcome::Refused => {
@@ -529,6 +557,13 @@ impl Observer {
         result
     }
 
+    /// Marks a deregistration call in flight (for the watchdog); make the
+    /// call, then drop the mark and record it with
+    /// [`Observer::deregistered`].
+    pub fn deregistration_started(&self) -> CallMark {
+        CallMark(self.0.inflight.begin(CallKind::Deregister, None, Instant::now()))
+    }
+
     /// Records a deregistration call of what one registration call on
     /// `agent` registered (`descriptors` regions from `first`). A list
     /// nobody recorded registering on that agent is left alone. `failure`
@@ -564,5 +599,8 @@ fn joined(label: &str, backends: &[String]) -> bool {
     backends.iter().all(|b| parts.next() == Some(b.as_str())) && parts.next().is_none()
 }
 
+mod inflight;
 #[cfg(test)]
 mod tests;
+
+use inflight::InFlight;

@@ -127,6 +127,14 @@ pub struct Stuck {
     pub seconds: f64,
 }
 
+/// The oldest observed NIXL call in flight of one operation, as the
+/// watchdog last saw it (at most a second ago).
+#[derive(Debug, Clone, Serialize)]
+pub struct InFlightCall {
+    pub operation: &'static str,
+    pub seconds: f64,
+}
+
 /// The whole snapshot served at /v1/status.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -139,8 +147,11 @@ pub struct Status {
     pub time_to_ready_seconds: Option<f64>,
     pub memlock_limit_bytes: Option<u64>,
     pub nixl: NixlStatus,
-    /// A lifecycle NIXL call past `nixl_call_timeout` (/livez fails).
+    /// A NIXL call past `nixl_call_timeout`, the lifecycle's or an observed
+    /// one (/livez fails).
     pub stuck: Option<Stuck>,
+    /// Observed calls in flight (oldest per operation).
+    pub in_flight: Vec<InFlightCall>,
     /// The lifecycle thread died (/livez fails).
     pub lifecycle_dead: bool,
     pub backends: Vec<BackendStatus>,
@@ -169,6 +180,7 @@ impl Status {
             memlock_limit_bytes: None,
             nixl: NixlStatus::default(),
             stuck: None,
+            in_flight: Vec::new(),
             lifecycle_dead: false,
             backends: Vec::new(),
             groups: Vec::new(),

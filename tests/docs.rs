@@ -190,6 +190,7 @@ fn python_settings_are_the_ones_read() {
         i::ENV_MAX_GROUPS.to_string(),
         i::ENV_CAPTURE.to_string(),
         i::ENV_BACKEND.to_string(),
+        i::ENV_CALL_TIMEOUT.to_string(),
         "NIXL_AGENT_LOG".to_string(),
     ];
     read_by_code.sort();

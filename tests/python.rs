@@ -585,6 +585,52 @@ fn a_signal_handlers_exception_is_never_swallowed() {
     }
 }
 
+/// A hung NIXL call in the program's own `deregister_memory` is seen as in
+/// the binary: past `NIXL_AGENT_CALL_TIMEOUT` /livez is 503 naming the call,
+/// `nixl_agent_lifecycle_stuck` is 1 and `nixl_agent_oldest_call_seconds`
+/// says for how long; it all clears when the call returns. Real NIXL: a
+/// deregistration of 524,288 regions (~0.4 s here) under a 10 ms deadline.
+#[test]
+fn a_hung_call_fails_livez_until_it_returns() {
+    let mut h = Held::start(
+        &["hung", "524288", "--hold"],
+        &[("NIXL_AGENT_CALL_TIMEOUT", "10ms"), ("NIXL_AGENT_EXPECT", "kv")],
+    );
+    support::wait_for(Duration::from_secs(10), "/livez 200 once registered", || {
+        (support::get(h.addr, "/livez").unwrap().status == 200).then_some(())
+    });
+    h.resume();
+    // Read in one look while the call runs (it lasts a few hundred ms):
+    // the gauges, then /livez and /readyz.
+    let (s, livez, ready) = support::wait_for(Duration::from_secs(30), "stuck while deregistering", || {
+        let s = h.scrape();
+        (s.metric("nixl_agent_lifecycle_stuck").value() == 1.0)
+            .then(|| (s, support::get(h.addr, "/livez").unwrap(), h.readyz()))
+    });
+    assert!(
+        s.metric("nixl_agent_oldest_call_seconds")
+            .label("operation", "deregister")
+            .value()
+            > 0.0
+    );
+    assert_eq!(livez.status, 503, "{livez:?}");
+    assert!(
+        livez.body.contains("NIXL deregister past its deadline"),
+        "{}",
+        livez.body
+    );
+    assert_eq!(ready, 503, "not ready while stuck");
+    h.until_hold();
+    assert!(line_with(&h.lines, "deregistered in").len() > 3);
+    support::wait_for(Duration::from_secs(5), "/livez 200 once the call returned", || {
+        (support::get(h.addr, "/livez").unwrap().status == 200).then_some(())
+    });
+    let s = h.scrape();
+    assert_eq!(s.metric("nixl_agent_lifecycle_stuck").value(), 0.0);
+    assert!(s.metric("nixl_agent_oldest_call_seconds").get().is_none());
+    h.finish();
+}
+
 /// One `nai.group` instance entered by interleaving threads and asyncio
 /// tasks: every exit resets its own entry, no `ValueError` reaches the
 /// user's block, and the group is unset after the last exit.

@@ -425,6 +425,15 @@ impl State {
                 }
             }
             Event::Unstuck { .. } => s.stuck = None,
+            Event::CallsInFlight { oldest } => {
+                s.in_flight = oldest
+                    .iter()
+                    .map(|(op, d)| crate::status::InFlightCall {
+                        operation: op.as_str(),
+                        seconds: d.as_secs_f64(),
+                    })
+                    .collect();
+            }
             Event::LifecycleDied => s.lifecycle_dead = true,
             Event::AcceptedInvalid {
                 labels,

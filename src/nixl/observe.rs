@@ -99,9 +99,11 @@ impl ObservedAgent {
         if mem_type.is_none() {
             return handle.deregister();
         }
+        let mark = self.observer.deregistration_started();
         let t0 = std::time::Instant::now();
         let result = handle.deregister();
         let elapsed = t0.elapsed();
+        drop(mark);
         self.observer
             .deregistered(self.id, region, 1, elapsed, result.as_ref().err().map(failure));
         result

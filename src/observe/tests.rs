@@ -274,3 +274,50 @@ fn a_planned_group_name_is_not_taken_by_observed_calls() {
     assert_eq!(s.group("kv").unwrap().attempts, 0, "the planned group is untouched");
     assert_eq!(s.group(OVERFLOW_GROUP).unwrap().descriptors, 1);
 }
+
+/// Observe mode's watchdog: a call past `call_timeout` is stuck while it
+/// runs (not live, `lifecycle_stuck` 1, its age shown) and clears when it
+/// returns; it is no failure.
+#[test]
+fn a_call_past_its_deadline_is_stuck_until_it_returns() {
+    let o = Observer::with_probe(
+        ObserveSettings {
+            expect: vec![Expected::new("kv", Kind::Kv)],
+            call_timeout: Some(Duration::from_millis(40)),
+            ..Default::default()
+        },
+        Box::new(NullProbe),
+    );
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "a", Vec::new);
+    let r = [Region::new(0x1000, 64, 0)];
+    let c = call(agent, "kv", &Kind::Kv, &r);
+    let p = o.begin(&c);
+    let t0 = Instant::now();
+    let stuck = loop {
+        let s = o.status();
+        if let Some(st) = s.stuck.clone() {
+            break (st, s);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never flagged stuck");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        (stuck.0.operation.as_str(), stuck.0.group.as_deref()),
+        ("register", Some("kv"))
+    );
+    assert!(stuck
+        .1
+        .liveness_failure()
+        .is_some_and(|w| w.contains("register of group kv")));
+    assert_eq!(value(&o, "nixl_agent_lifecycle_stuck", &[]), Some(1.0));
+    o.end(p, &c, None, Outcome::Registered);
+    let t0 = Instant::now();
+    while o.status().stuck.is_some() || !o.status().in_flight.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never cleared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(o.status().ready);
+    assert_eq!(value(&o, "nixl_agent_lifecycle_stuck", &[]), Some(0.0));
+    assert_eq!(value(&o, "nixl_agent_registration_failures_total", &[]), None);
+}

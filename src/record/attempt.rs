@@ -73,8 +73,10 @@ pub fn attempt(labels: &GroupLabels, attempt: u32, descriptors: usize, bytes: u6
 
 impl Attempted {
     /// From here on the attempt is timed: validation and NIXL.
-    pub fn start_clock(&mut self) {
-        self.t0 = Some(Instant::now());
+    pub fn start_clock(&mut self) -> Instant {
+        let t0 = Instant::now();
+        self.t0 = Some(t0);
+        t0
     }
 
     /// How long the timed part has run so far.

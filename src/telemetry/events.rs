@@ -151,7 +151,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             elapsed_us = elapsed.as_micros() as u64,
             "group deregistered"
         ),
-        Event::Progress { .. } => {}
+        Event::Progress { .. } | Event::CallsInFlight { .. } => {}
         Event::Stuck {
             operation,
             group,

@@ -164,6 +164,7 @@ const LEDGER_FAMILIES: &[&str] = &[
     names::LIFECYCLE_STUCK,
     names::ACCEPTED_INVALID_TOTAL,
     names::INSTRUMENTATION_ERRORS_TOTAL,
+    names::OLDEST_CALL_SECONDS,
 ];
 
 impl LedgerCollector {
@@ -320,6 +321,10 @@ fn render(st: &State) -> Vec<MetricFamily> {
     for b in &s.backends {
         backend_up.gauge(vec![pair("backend", &b.name)], f64::from(u8::from(b.up)));
     }
+    let mut oldest = Out::new(names::OLDEST_CALL_SECONDS, GAUGE);
+    for c in &s.in_flight {
+        oldest.gauge(vec![pair("operation", c.operation)], c.seconds);
+    }
     // Appear on first use: most processes never wrap a foreign call.
     let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL, COUNTER);
     for (op, n) in &st.process.instrumentation_errors {
@@ -346,6 +351,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
         ttr,
         backend_up,
         instrumentation,
+        oldest,
     ]
     .into_iter()
     .map(|o| o.mf)

@@ -27,6 +27,7 @@ pub const LAST_FAILURE_TIMESTAMP_SECONDS: &str = "nixl_agent_last_failure_timest
 pub const MEMLOCK_LIMIT_BYTES: &str = "nixl_agent_memlock_limit_bytes";
 pub const TIME_TO_READY_SECONDS: &str = "nixl_agent_time_to_ready_seconds";
 pub const LIFECYCLE_STUCK: &str = "nixl_agent_lifecycle_stuck";
+pub const OLDEST_CALL_SECONDS: &str = "nixl_agent_oldest_call_seconds";
 pub const BUILD_INFO: &str = "nixl_agent_build_info";
 pub const TRACE_SPANS_DROPPED_TOTAL: &str = "nixl_agent_trace_spans_dropped_total";
 pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_total";
@@ -148,7 +149,13 @@ pub const FAMILIES: &[Family] = &[
         LIFECYCLE_STUCK,
         Type::Gauge,
         &[],
-        "1 while a NIXL call of the lifecycle is past nixl_call_timeout or the lifecycle thread died (/livez fails), else 0.",
+        "1 while a NIXL call, the lifecycle's or an observed one, is past its deadline (nixl_call_timeout) or the lifecycle thread died (/livez fails), else 0.",
+    ),
+    Family::new(
+        OLDEST_CALL_SECONDS,
+        Type::Gauge,
+        &["operation"],
+        "Age of the oldest observed NIXL call in flight, by operation (register, deregister), as the watchdog last saw it (at most a second ago); absent while none is in flight.",
     ),
     Family::new(
         BUILD_INFO,
@@ -201,6 +208,7 @@ pub const FAMILIES: &[Family] = &[
 /// else a group has exists from its declaration (the series budget is in
 /// docs/metrics.md, "Metrics").
 pub const ON_FIRST_USE: &[&str] = &[
+    OLDEST_CALL_SECONDS,
     REGISTRATION_FAILURES_TOTAL,
     DEREGISTRATION_FAILURES_TOTAL,
     LAST_FAILURE_TIMESTAMP_SECONDS,

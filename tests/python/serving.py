@@ -403,12 +403,31 @@ def groups(argv):
     out("groups", "errors" if errors else "clean", errors, inner_ok, _site.explicit.get())
 
 
+def hung(argv):
+    """A deregistration that outlives a short deadline: 65,536 regions in one
+    list (NIXL removes them one by one from a sorted list)."""
+    n = int(argv[0]) if argv and argv[0].isdigit() else 65536
+    agent = nixl_agent(str(uuid.uuid4()), nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(n * 4096, dtype=np.uint8)
+    base = buf.ctypes.data
+    kv_addrs = [(base + i * 4096, 4096, 0, "") for i in range(n)]
+    kv_descs = agent.register_memory(kv_addrs, "DRAM")
+    out("registered", n)
+    if "--hold" in argv:
+        hold()
+    t0 = time.time()
+    agent.deregister_memory(kv_descs)
+    out("deregistered in", round(time.time() - t0, 1))
+    if "--hold" in argv:
+        hold()
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung}[
         mode
     ](sys.argv[2:])
 

@@ -588,9 +588,11 @@ fn deregister<'py>(
     if let Some(e) = interrupted() {
         return Err(e);
     }
+    let mark = prepared.as_ref().map(|(r, _)| r.observer().deregistration_started());
     let t0 = Instant::now();
     let result = call_through(func, self_, args, kwargs);
     let elapsed = t0.elapsed();
+    drop(mark);
     if let Some((r, (first, count))) = prepared {
         let failure = result
             .as_ref()
