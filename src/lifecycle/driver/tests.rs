@@ -1,5 +1,5 @@
-//! The driver against a registrar whose every registration fails: timers and
-//! retries, timed against the control channel.
+//! The driver against scripted registrars: timers and retries timed against
+//! the control channel, the duration's scope, a call past its deadline.
 
 use super::*;
 use crate::model::{Failure, GroupState, Kind, MemType, Region, RuntimeFacts};
@@ -9,9 +9,25 @@ use crate::telemetry::metrics::BuildInfo;
 use crate::validate::{MemoryProbe, NullProbe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-struct Failing(Arc<AtomicUsize>);
+/// A registrar whose every registration takes `delay`, is counted, and
+/// fails when `fail` says so.
+struct Scripted {
+    calls: Arc<AtomicUsize>,
+    delay: Duration,
+    fail: bool,
+}
 
-impl Registrar for Failing {
+impl Scripted {
+    fn failing(calls: Arc<AtomicUsize>) -> Scripted {
+        Scripted {
+            calls,
+            delay: Duration::ZERO,
+            fail: true,
+        }
+    }
+}
+
+impl Registrar for Scripted {
     type Handle = ();
     type Backing = ();
     fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
@@ -27,8 +43,12 @@ impl Registrar for Failing {
         &NullProbe
     }
     fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Err(Failure::new(Reason::NixlBackendError, "always"))
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        if self.fail {
+            return Err(Failure::new(Reason::NixlBackendError, "scripted to fail"));
+        }
+        Ok(())
     }
     fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
         Ok(())
@@ -54,7 +74,7 @@ fn reregistering_a_failed_group_drops_its_stale_retry_timer() {
     };
     let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
     let (tx, rx) = std::sync::mpsc::channel();
-    let registrar = Failing(attempts.clone());
+    let registrar = Scripted::failing(attempts.clone());
     let thread = std::thread::spawn(move || Driver::new(registrar, plan, retry, rec, rx).run());
     let t0 = Instant::now();
     let wait_until = |ms: u64| std::thread::sleep(Duration::from_millis(ms).saturating_sub(t0.elapsed()));
@@ -164,39 +184,6 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
     );
 }
 
-/// Registers after `delay`; `fail` says whether it then fails.
-struct Slow {
-    delay: Duration,
-    fail: bool,
-}
-
-impl Registrar for Slow {
-    type Handle = ();
-    type Backing = ();
-    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
-        Ok(RuntimeFacts::default())
-    }
-    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
-        Ok(None)
-    }
-    fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
-        Ok((vec![], ()))
-    }
-    fn probe(&self) -> &dyn MemoryProbe {
-        &NullProbe
-    }
-    fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
-        std::thread::sleep(self.delay);
-        if self.fail {
-            return Err(Failure::new(Reason::NixlBackendError, "failed after the deadline"));
-        }
-        Ok(())
-    }
-    fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
-        Ok(())
-    }
-}
-
 /// A call past its deadline is stuck while it runs and counted once, when
 /// it ends, with the reason it ends with: 0 failures when it then
 /// succeeds, 1 when it then fails.
@@ -218,7 +205,8 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
         let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
         let beat = Arc::new(Heartbeat::default());
         let mut watchdog = Watchdog::new(beat.clone(), Duration::from_millis(50), vec!["kv".into()]);
-        let registrar = Slow {
+        let registrar = Scripted {
+            calls: Arc::default(),
             delay: Duration::from_millis(400),
             fail,
         };
