@@ -631,6 +631,28 @@ fn a_hung_call_fails_livez_until_it_returns() {
     h.finish();
 }
 
+/// Another wrapper on `nixl_agent.register_memory` (a tracer installed after
+/// the instrumentation) does not hide SGLang's call sites: kv and aux are
+/// named from the framework's frame above it, and with SGLang loaded and no
+/// `NIXL_AGENT_EXPECT` the process is ready.
+#[test]
+fn another_wrapper_on_the_class_keeps_the_frameworks_groups() {
+    let h = Held::start(&["wrapped", "--hold"], &[]);
+    let status = support::assert_projections_agree(h.addr);
+    let names: Vec<&str> = status["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"kv") && names.contains(&"aux"), "{names:?}");
+    assert!(!names.contains(&"traced"), "the wrapper's name is no group: {names:?}");
+    assert_eq!(h.group("kv")["state"], "registered");
+    assert_eq!(h.group("aux")["state"], "registered");
+    assert_eq!(h.readyz(), 200, "{status}");
+    h.finish();
+}
+
 /// One `nai.group` instance entered by interleaving threads and asyncio
 /// tasks: every exit resets its own entry, no `ValueError` reaches the
 /// user's block, and the group is unset after the last exit.

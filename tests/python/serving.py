@@ -422,12 +422,34 @@ def hung(argv):
         hold()
 
 
+def wrapped(argv):
+    """SGLang's shape with the framework loaded and no NIXL_AGENT_EXPECT, and
+    another wrapper (a tracer) installed on nixl_agent.register_memory after
+    the instrumentation: its frame sits between SGLang's and ours."""
+    import functools
+    import types
+
+    sys.modules.setdefault("sglang", types.ModuleType("sglang"))
+    original = nixl_agent.register_memory
+
+    @functools.wraps(original)
+    def traced(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    nixl_agent.register_memory = traced
+    mgr = NixlKVManager(KVArgs())
+    mgr.register_buffer_to_engine()
+    out("registered")
+    if "--hold" in argv:
+        hold()
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped}[
         mode
     ](sys.argv[2:])
 
