@@ -206,6 +206,7 @@ fn a_nixl_call_past_its_deadline_fails_livez_until_it_returns() {
         (a.get("/livez").status == 200).then_some(())
     });
     a.wait_ready(WAIT);
+    support::assert_projections_agree(a.addr);
     let s = a.scrape();
     assert_eq!(s.metric("nixl_agent_lifecycle_stuck").value(), 0.0);
     // A stuck deregistration is no registration failure: the family counts

@@ -225,6 +225,7 @@ fn vllm_shaped_process_records_kv_under_its_default_name() {
     assert_eq!(group_value(&s, "nixl_agent_registered_bytes", "kv"), 8.0 * 65536.0);
     // A framework of its own: ready on no expected groups, kv observed.
     assert_eq!(h.readyz(), 200);
+    support::assert_projections_agree(h.addr);
     h.finish();
 
     // The operator renames it; readiness waits for the new name.
@@ -243,6 +244,7 @@ fn vllm_shaped_process_records_kv_under_its_default_name() {
         .get()
         .is_none());
     assert_eq!(h.readyz(), 200);
+    support::assert_projections_agree(h.addr);
     h.finish();
 }
 
@@ -331,6 +333,7 @@ fn seed_null_aux_raises_what_nixl_raises_and_is_recorded_with_its_reason() {
     assert_eq!(h.readyz(), 503, "aux is expected and failed");
     let verbose = support::get(h.addr, "/readyz?verbose").unwrap().body;
     assert!(verbose.contains("group:aux"), "{verbose}");
+    support::assert_projections_agree(h.addr);
     h.finish();
 }
 
@@ -363,6 +366,7 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
             .starts_with("unmapped_address"),
         "{aux}"
     );
+    support::assert_projections_agree(h.addr);
     h.finish();
 
     let h = Held::start(
@@ -389,6 +393,7 @@ fn corrupted_pointer_is_recorded_or_refused_before_nixl() {
         aux["last_error"].as_str().unwrap().contains("refused before NIXL"),
         "{aux}"
     );
+    support::assert_projections_agree(h.addr);
     h.finish();
 }
 
