@@ -36,7 +36,9 @@ impl Publisher {
     ) -> std::io::Result<Publisher> {
         fs::create_dir_all(dir)?;
         let path = dir.join(super::file_name(rank));
-        let tmp = dir.join(format!(".{}.tmp", super::file_name(rank)));
+        // Each writer its own temporary file: two processes publishing the
+        // same rank never write into one half-written file.
+        let tmp = dir.join(format!(".{}.{}.tmp", super::file_name(rank), std::process::id()));
         let stop = Arc::new(AtomicBool::new(false));
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.

@@ -90,9 +90,13 @@ pub fn read_dir(dir: &Path, now: SystemTime) -> Vec<Rank> {
         })
         .filter_map(|e| {
             let modified = e.metadata().ok()?.modified().ok()?;
-            let alive = now
-                .duration_since(modified)
-                .map_or(true, |age| age < super::STALE_AFTER);
+            let alive = match now.duration_since(modified) {
+                Ok(age) => age < super::STALE_AFTER,
+                // A modification time in the future (a clock step, a file
+                // planted by hand): within a second it is a write that
+                // raced this read; beyond it, it never counts as alive.
+                Err(ahead) => ahead.duration() <= std::time::Duration::from_secs(1),
+            };
             Rank::parse(&std::fs::read_to_string(e.path()).ok()?, alive)
         })
         .collect();
@@ -196,4 +200,41 @@ pub async fn serve(
     let watcher = tokio::spawn(watch_dir(dir, expected, tx));
     http::server::serve(listener, router(rx), limits, stop).await;
     watcher.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A rank file whose modification time is in the future is stale, not
+    /// alive for ever; one just written is alive.
+    #[test]
+    fn a_future_modification_time_is_not_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = crate::observe::Observer::new(crate::observe::ObserveSettings::default());
+        let publisher = o.publish(dir.path(), 0).unwrap();
+        drop(publisher);
+        // The publisher's thread may touch the file once more as it stops.
+        std::thread::sleep(Duration::from_millis(700));
+        let path = dir.path().join(super::super::file_name(0));
+        let now = SystemTime::now();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(now)
+            .unwrap();
+        let ranks = read_dir(dir.path(), now);
+        assert_eq!(ranks.len(), 1);
+        assert!(ranks[0].alive, "just written");
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(now + Duration::from_secs(3600))
+            .unwrap();
+        let ranks = read_dir(dir.path(), now);
+        assert!(!ranks[0].alive, "an hour in the future is stale");
+    }
 }
