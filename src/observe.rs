@@ -108,7 +108,8 @@ struct Inner {
     overflow_logged: AtomicBool,
     seen_nixl: AtomicBool,
     probe: Box<dyn MemoryProbe + Send + Sync>,
-    capture: Option<Box<dyn Capture + Send + Sync>>,
+    /// Set once, before or after the observer is shared.
+    capture: std::sync::OnceLock<Box<dyn Capture + Send + Sync>>,
     hook_failures: Mutex<HashSet<Hooked>>,
     /// The backends each agent was seen creating (its calls' `backend`
     /// label when a call does not name them).
@@ -212,7 +213,7 @@ impl Observer {
             overflow_logged: AtomicBool::new(false),
             seen_nixl: AtomicBool::new(seen_nixl),
             probe,
-            capture: None,
+            capture: std::sync::OnceLock::new(),
             hook_failures: Mutex::new(HashSet::new()),
             agent_backends: Mutex::new(HashMap::new()),
             inflight: Arc::new(InFlight::new()),
@@ -230,15 +231,10 @@ impl Observer {
 
     /// Attributes what NIXL/UCX print during each call to it (e.g. a
     /// `StderrTap`): the failure's reason is refined by those words and they
-    /// are kept with it in /v1/status. Only before the observer is shared.
+    /// are kept with it in /v1/status. The first capture set stays.
     pub fn with_capture(self, capture: Box<dyn Capture + Send + Sync>) -> Observer {
-        match Arc::try_unwrap(self.0) {
-            Ok(mut inner) => {
-                inner.capture = Some(capture);
-                Observer(Arc::new(inner))
-            }
-            Err(shared) => Observer(shared),
-        }
+        let _ = self.0.capture.set(capture);
+        self
     }
 
     pub(crate) fn recorder(&self) -> &Recorder {
@@ -586,7 +582,7 @@ impl Observer {
     }
 
     fn capture(&self) -> &dyn Capture {
-        match &self.0.capture {
+        match self.0.capture.get() {
             Some(c) => c.as_ref(),
             None => &NoCapture,
         }

@@ -16,13 +16,6 @@ use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// Upper bounds of the registration duration histogram, in seconds: from
 /// 25 µs to a minute, about 4× apart, 9 bounds (the series budget: 12
@@ -487,7 +480,7 @@ impl Metrics {
             trace_id: trace.to_string(),
             span_id: span.to_string(),
             value: seconds,
-            unix_seconds: unix_now(),
+            unix_seconds: crate::ledger::counts::unix_now(),
         };
         self.exemplars.record(&labels, seconds, ex);
     }
