@@ -316,8 +316,8 @@ impl Capture for Timed<'_> {
         self.marks.set(m);
         self.inner.capture().begin();
     }
-    fn end(&self) -> Vec<String> {
-        let lines = self.inner.capture().end();
+    fn end(&self, wanted: bool) -> Vec<String> {
+        let lines = self.inner.capture().end(wanted);
         // Queued now, read by the driver once the attempt is recorded: the
         // drain then follows at once.
         let _ = self.shutdown.send(Control::Shutdown);

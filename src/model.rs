@@ -24,6 +24,7 @@ pub enum Reason {
     ZeroLength,
     UnmappedAddress,
     OverlappingRegions,
+    DuplicateRegions,
     MemTypeMismatch,
     DeviceMismatch,
     MemlockLimit,
@@ -37,7 +38,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order docs/metrics.md documents them.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::NixlUnavailable,
         Reason::PluginUnavailable,
         Reason::BackendInitFailed,
@@ -47,6 +48,7 @@ impl Reason {
         Reason::ZeroLength,
         Reason::UnmappedAddress,
         Reason::OverlappingRegions,
+        Reason::DuplicateRegions,
         Reason::MemTypeMismatch,
         Reason::DeviceMismatch,
         Reason::MemlockLimit,
@@ -70,6 +72,7 @@ impl Reason {
             Reason::ZeroLength => "zero_length",
             Reason::UnmappedAddress => "unmapped_address",
             Reason::OverlappingRegions => "overlapping_regions",
+            Reason::DuplicateRegions => "duplicate_regions",
             Reason::MemTypeMismatch => "mem_type_mismatch",
             Reason::DeviceMismatch => "device_mismatch",
             Reason::MemlockLimit => "memlock_limit",
@@ -96,6 +99,9 @@ impl Reason {
             Reason::ZeroLength => "a region has length 0",
             Reason::UnmappedAddress => "a DRAM region is not (fully) mapped in the process",
             Reason::OverlappingRegions => "two regions of the group overlap",
+            Reason::DuplicateRegions => {
+                "one registration list holds the same region twice: NIXL (1.5, UCX) accepts it and the process dies with SIGSEGV when that list is deregistered"
+            }
             Reason::MemTypeMismatch => {
                 "a region's memory is not of the group's mem_type (e.g. a host pointer in a VRAM group)"
             }
@@ -126,6 +132,7 @@ impl Reason {
             Reason::ZeroLength => "a buffer length is 0: skip empty tensors before registering",
             Reason::UnmappedAddress => "the pointer is stale or from another process: register buffers while they are allocated",
             Reason::OverlappingRegions => "two buffers of the group overlap: register each allocation once",
+            Reason::DuplicateRegions => "drop the repeated (addr, len) from the list before register_memory; until then never deregister that list (the process would crash)",
             Reason::MemTypeMismatch => "use the right mem_type; for VRAM, UCX needs CUDA support (libcudart.so.12 loadable, UCX_TLS with cuda)",
             Reason::DeviceMismatch => "set the group's device to the GPU the buffers live on (CUDA_VISIBLE_DEVICES renumbers GPUs)",
             Reason::MemlockLimit => "raise the memlock limit: ulimit -l unlimited, docker --ulimit memlock=-1, systemd LimitMEMLOCK=infinity",

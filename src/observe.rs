@@ -581,6 +581,14 @@ impl Observer {
         });
     }
 
+    /// After a failed NIXL call, before [`Observer::end`]: waits (briefly)
+    /// until what NIXL printed during the call can be attributed, so that
+    /// `end` itself waits no more. A front-end holding an interpreter lock
+    /// calls this without it.
+    pub fn settle_capture(&self) {
+        self.capture().settle();
+    }
+
     fn capture(&self) -> &dyn Capture {
         match self.0.capture.get() {
             Some(c) => c.as_ref(),

@@ -230,33 +230,46 @@ pub fn validate_regions(
 }
 
 fn check_overlap(regions: &[Region]) -> Result<(), Rejection> {
-    // Usually registered in address order: then neighbours are all to check.
-    let order: Vec<usize> = if regions.windows(2).all(|w| w[0].addr <= w[1].addr) {
-        if regions.windows(2).all(|w| w[0].addr + w[0].len <= w[1].addr) {
-            return Ok(());
-        }
-        (0..regions.len()).collect()
-    } else {
-        let mut order: Vec<usize> = (0..regions.len()).collect();
-        order.sort_unstable_by_key(|&i| regions[i].addr);
-        order
-    };
+    // Usually registered in address order and disjoint: then neighbours are
+    // all to check, and nothing is sorted.
+    if regions.windows(2).all(|w| w[0].addr + w[0].len <= w[1].addr) {
+        return Ok(());
+    }
+    // By (address, length): a region listed twice sits beside its twin.
+    let mut order: Vec<usize> = (0..regions.len()).collect();
+    order.sort_by_key(|&i| (regions[i].addr, regions[i].len, i));
+    let mut first_overlap = None;
     for pair in order.windows(2) {
         let (a, b) = (&regions[pair[0]], &regions[pair[1]]);
-        // Ends cannot overflow: checked above.
-        if a.addr + a.len > b.addr {
-            let (lo, hi) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+        let (lo, hi) = (pair[0].min(pair[1]), pair[0].max(pair[1]));
+        if a.addr == b.addr && a.len == b.len {
+            // NIXL accepts this list and crashes when it is deregistered:
+            // the finding that matters most, whatever else overlaps.
             return Err(reject(
-                Reason::OverlappingRegions,
+                Reason::DuplicateRegions,
                 Some(hi),
                 format!(
-                    "region {hi} [{:#x}, +{}) overlaps region {lo} [{:#x}, +{})",
-                    regions[hi].addr, regions[hi].len, regions[lo].addr, regions[lo].len
+                    "region {hi} repeats region {lo} [{:#x}, +{}): NIXL accepts the list, and deregistering it crashes the process (SIGSEGV)",
+                    regions[lo].addr, regions[lo].len
                 ),
             ));
         }
+        // Ends cannot overflow: checked above.
+        if first_overlap.is_none() && a.addr + a.len > b.addr {
+            first_overlap = Some((lo, hi));
+        }
     }
-    Ok(())
+    match first_overlap {
+        Some((lo, hi)) => Err(reject(
+            Reason::OverlappingRegions,
+            Some(hi),
+            format!(
+                "region {hi} [{:#x}, +{}) overlaps region {lo} [{:#x}, +{})",
+                regions[hi].addr, regions[hi].len, regions[lo].addr, regions[lo].len
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn is_mapped(ranges: &[(usize, usize)], r: &Region) -> bool {

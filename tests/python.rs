@@ -275,16 +275,74 @@ fn a_failure_of_the_instrumentation_is_counted_logged_once_and_swallowed() {
 
 /// A forked child that creates its own agent records on its own (the
 /// parent keeps the port); neither hangs nor crashes.
+/// A forked child records on its own: its recording holds what it
+/// registered (not its parent's kv), the parent's is untouched.
 #[test]
 fn a_forked_child_records_on_its_own() {
     let h = Held::start(&["fork", "--hold"], &[("NIXL_AGENT_EXPECT", "kv:DRAM,aux")]);
     assert!(h.lines.iter().any(|l| l == "child registered"), "{:?}", h.lines);
+    assert_eq!(
+        line_with(&h.lines, "child recorded"),
+        "child recorded [('aux', 1)]",
+        "the child's own recording"
+    );
     assert_eq!(line_with(&h.lines, "child exit"), "child exit 0");
-    // The parent's recording is untouched by the child's.
     let s = h.scrape();
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "aux"), 1.0);
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 4.0);
     assert_eq!(h.readyz(), 200);
+    assert!(
+        !h.stderr().contains("cannot serve"),
+        "the child says nothing of the port its parent holds: {}",
+        h.stderr()
+    );
     h.finish();
+}
+
+/// A child that outlives its parent does not keep the parent's port: once
+/// the parent has exited, the port can be bound while the child lives.
+#[test]
+fn a_forked_child_does_not_keep_its_parents_port() {
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let mut parent = command(true, &["fork", "--orphan"], &[("NIXL_AGENT_LISTEN", listen.as_str())])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child_stdin = parent.stdin.take().unwrap();
+    let mut stdout = BufReader::new(parent.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let mut child_pid = None;
+    while child_pid.is_none() || !lines.iter().any(|l: &String| l == "parent exits") {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended early: {lines:?}");
+        let line = line.trim_end().to_string();
+        if let Some(pid) = line.strip_prefix("child pid ") {
+            child_pid = Some(pid.parse::<u32>().unwrap());
+        }
+        lines.push(line);
+    }
+    assert!(parent.wait().unwrap().success(), "{lines:?}");
+    let child = child_pid.unwrap();
+    // Not a zombie waiting for a reaper either.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    assert!(alive(), "the child lives on");
+    // The parent's listening socket is gone with the parent.
+    let bound = support::wait_for(Duration::from_secs(5), "the parent's port free", || {
+        std::net::TcpListener::bind(addr).ok()
+    });
+    assert!(alive(), "while the child still lives");
+    drop(bound);
+    drop(child_stdin);
+    support::wait_for(Duration::from_secs(10), "the child exits", || (!alive()).then_some(()));
 }
 
 /// The seed: an aux list with a null pointer.
@@ -811,5 +869,78 @@ fn each_observed_call_is_its_own_trace() {
     assert_eq!(
         kv.resource.get("service.name").map(String::as_str),
         Some("prefill-worker")
+    );
+}
+
+/// NIXL 1.5 (UCX) accepts one list holding the same region twice and dies
+/// with SIGSEGV when it is deregistered. Bare and instrumented in `record`
+/// the program meets the same end (nixl-agent never hides what NIXL does),
+/// but the instrumented one has said so first: one error line naming the
+/// group and both indexes, and `accepted_invalid{reason="duplicate_regions"}`.
+/// In `enforce` the list is refused before NIXL sees it, and nothing crashes.
+#[test]
+fn a_duplicate_region_crash_is_announced_in_record_and_refused_in_enforce() {
+    use std::os::unix::process::ExitStatusExt;
+    let bare = command(false, &["duplicate"], &[])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(bare.status.signal(), Some(11), "bare: {:?}", bare);
+    let bare_out = String::from_utf8_lossy(&bare.stdout).into_owned();
+    assert!(
+        bare_out.contains("registered 2") && !bare_out.contains("deregistered"),
+        "{bare_out}"
+    );
+
+    let mut h = Held::start(&["duplicate", "--hold"], &[("NIXL_AGENT_EXPECT", "aux")]);
+    let s = h.scrape();
+    assert_eq!(
+        s.metric("nixl_agent_accepted_invalid_total")
+            .label("group", "aux")
+            .label("reason", "duplicate_regions")
+            .value(),
+        1.0
+    );
+    let line = h
+        .stderr()
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("same region twice"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no error line before the crash: {}", h.stderr()));
+    assert!(
+        line.contains("aux") && line.contains("region 1 repeats region 0") && line.contains("SIGSEGV"),
+        "{line}"
+    );
+    let g = h.group("aux");
+    assert!(
+        g["last_accepted_invalid"]
+            .as_str()
+            .unwrap()
+            .starts_with("duplicate_regions"),
+        "{g}"
+    );
+    h.resume();
+    let status = h.child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(11),
+        "instrumented in record: the same end as bare"
+    );
+    // The same stdout, but for the line naming the kinds of fds 1 and 2.
+    let program = |lines: Vec<String>| lines.into_iter().filter(|l| !l.starts_with("fds ")).collect::<Vec<_>>();
+    assert_eq!(
+        program(std::mem::take(&mut h.lines)),
+        program(bare_out.lines().map(str::to_string).collect()),
+        "same stdout"
+    );
+
+    let (out, _) = run(
+        true,
+        &["duplicate"],
+        &[("NIXL_AGENT_VALIDATE", "enforce"), ("NIXL_AGENT_LISTEN", "off")],
+    );
+    assert!(
+        out.contains("raised nixl_agent_instrument.RegistrationRefused") && out.contains("duplicate_regions"),
+        "{out}"
     );
 }

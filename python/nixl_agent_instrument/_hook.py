@@ -154,8 +154,16 @@ def _load():
         return False
     if not _settings_checked:
         import atexit
+        import os
 
         atexit.register(_native.shutdown)
+        # A forked child drops what it inherited (the parent's socket,
+        # exporter, tap) and records on its own from its first NIXL agent.
+        os.register_at_fork(
+            before=_native.before_fork,
+            after_in_parent=_native.after_fork_in_parent,
+            after_in_child=_native.after_fork_in_child,
+        )
     _settings_checked = True
     return True
 

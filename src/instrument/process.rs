@@ -19,6 +19,10 @@ pub struct Instrumentation {
     addr: Option<SocketAddr>,
     /// The HTTP threads; they end with the process.
     _http: Option<tokio::runtime::Runtime>,
+    /// The listening socket's descriptor (closed by a forked child).
+    listener_fd: Option<std::os::fd::RawFd>,
+    /// The fd tap, when capturing (undone by a forked child).
+    tap: Option<StderrTap>,
     _publisher: Option<Publisher>,
     traces: std::sync::Mutex<Option<TracingGuard>>,
 }
@@ -48,19 +52,25 @@ impl Instrumentation {
             DEFAULT_LOG_FILTER,
         );
         let mut observer = Observer::new(settings.observe(frameworks));
-        if let Some(t) = tap {
-            observer = observer.with_capture(Box::new(t));
+        if let Some(t) = &tap {
+            observer = observer.with_capture(Box::new(t.clone()));
         }
-        let (http, addr) = if settings.serve {
+        let (http, addr, listener_fd) = if settings.serve {
             match serve(&observer, settings) {
-                Ok((rt, addr)) => (Some(rt), Some(addr)),
+                Ok((rt, addr, fd)) => (Some(rt), Some(addr), Some(fd)),
+                // A forked child whose parent serves this address: expected,
+                // and not the child's to say on the program's stderr.
+                Err(e) if crate::telemetry::traces::forked_away() => {
+                    tracing::debug!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "a forked child records without HTTP: its parent serves this address");
+                    (None, None, None)
+                }
                 Err(e) => {
                     tracing::warn!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
-                    (None, None)
+                    (None, None, None)
                 }
             }
         } else {
-            (None, None)
+            (None, None, None)
         };
         let publisher = settings.publish.as_ref().and_then(|(dir, rank)| {
             Publisher::start(dir, *rank, observer.metrics().clone(), observer.status_source())
@@ -73,6 +83,8 @@ impl Instrumentation {
             observer,
             addr,
             _http: http,
+            listener_fd,
+            tap,
             _publisher: publisher,
             traces: std::sync::Mutex::new(traces),
         }
@@ -87,6 +99,23 @@ impl Instrumentation {
         self.addr
     }
 
+    /// In a forked child, the instrumentation it inherited from its parent:
+    /// whose threads (HTTP, publisher, exporter) did not survive the fork.
+    /// The child closes the parent's listening socket (so the port is the
+    /// parent's alone and is freed when the parent exits), exports no span
+    /// through the parent's exporter, and never drops what it inherited
+    /// (dropping would wait on threads that do not exist here).
+    pub fn abandon_in_child(self) {
+        crate::telemetry::traces::forked();
+        if let Some(fd) = self.listener_fd {
+            crate::nixl::close_inherited(fd);
+        }
+        if let Some(t) = &self.tap {
+            t.restore_in_child();
+        }
+        std::mem::forget(self);
+    }
+
     /// Flushes the traces, waiting at most `timeout` (at interpreter exit).
     pub fn flush_traces(&self, timeout: Duration) {
         let guard = self.traces.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -98,7 +127,10 @@ impl Instrumentation {
 
 /// Binds the listen address and serves the observer's routes on a runtime
 /// of its own (one worker thread, no interpreter lock).
-fn serve(observer: &Observer, settings: &Settings) -> std::io::Result<(tokio::runtime::Runtime, SocketAddr)> {
+fn serve(
+    observer: &Observer,
+    settings: &Settings,
+) -> std::io::Result<(tokio::runtime::Runtime, SocketAddr, std::os::fd::RawFd)> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .max_blocking_threads(1)
@@ -107,6 +139,7 @@ fn serve(observer: &Observer, settings: &Settings) -> std::io::Result<(tokio::ru
         .build()?;
     let listener = rt.block_on(tokio::net::TcpListener::bind(settings.config.listen))?;
     let addr = listener.local_addr()?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Served until the process ends.
     std::mem::forget(stop_tx);
@@ -116,5 +149,5 @@ fn serve(observer: &Observer, settings: &Settings) -> std::io::Result<(tokio::ru
         settings.config.http.clone(),
         stop_rx,
     ));
-    Ok((rt, addr))
+    Ok((rt, addr, fd))
 }

@@ -6,16 +6,18 @@
 //! unchanged, and while a capture window is open it also keeps the lines for
 //! attribution.
 //!
-//! How misattribution is bounded: a window is open only while the lifecycle
-//! thread is inside a NIXL call for one group attempt; it is closed by an
-//! in-band marker written through the same pipes, so every line that thread
-//! printed before the marker is in the window and nothing after it. glog
-//! lines (NIXL's own) carry a thread id and are kept only when it is the
-//! lifecycle thread's; UCX lines carry none, so a UCX line printed by another
-//! thread during the same window could be attributed. At most
-//! `diagnose::MAX_LINES` lines of `diagnose::MAX_LINE` bytes are kept.
-//! The agent's own log lines go to the real stderr directly, never through
-//! the pipe.
+//! How misattribution is bounded: a window is open only while a thread is
+//! inside a NIXL call for one attempt, and each thread has its own: calls
+//! on several threads at once never clear or read each other's lines.
+//! glog lines (NIXL's own) carry a thread id and go to that thread's window
+//! only; UCX lines carry none and are kept only while exactly one window is
+//! open (with two open, nobody can say whose they are). A window that is
+//! wanted (the call failed) is closed by an in-band marker written through
+//! the same pipes, so every line printed before the marker is in it; one
+//! that is not wanted (the call succeeded) is dropped at once, with no
+//! marker and no wait. At most `diagnose::MAX_LINES` lines of
+//! `diagnose::MAX_LINE` bytes are kept per window. The agent's own log
+//! lines go to the real stderr directly, never through the pipe.
 
 use crate::diagnose;
 use std::fs::File;
@@ -28,13 +30,38 @@ const MARKER: &str = "\u{1e}nixl-agent-capture-end ";
 /// How long closing a window waits for the reader to see its marker.
 const CLOSE_WAIT: Duration = Duration::from_millis(200);
 
-#[derive(Default)]
-struct State {
-    open: bool,
+/// One thread's capture window.
+struct Window {
     tid: u64,
     lines: Vec<String>,
+    /// [`StderrTap::settle`] ran on this thread since the window opened.
+    settled: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// The open windows, one per thread inside a NIXL call (a few at most).
+    windows: Vec<Window>,
     /// The last marker each stream's reader has seen: [stdout, stderr].
     closed: [u64; 2],
+}
+
+impl State {
+    fn take(&mut self, tid: u64) -> Vec<String> {
+        match self.windows.iter().position(|w| w.tid == tid) {
+            Some(i) => self.windows.swap_remove(i).lines,
+            None => Vec::new(),
+        }
+    }
+
+    /// The window a line belongs to: its glog thread's, or the only one.
+    fn window_for(&mut self, line: &str) -> Option<&mut Window> {
+        match diagnose::glog_thread(line) {
+            Some(tid) => self.windows.iter_mut().find(|w| w.tid == tid),
+            None if self.windows.len() == 1 => self.windows.first_mut(),
+            None => None,
+        }
+    }
 }
 
 struct Shared {
@@ -47,6 +74,8 @@ struct Shared {
 pub struct StderrTap {
     shared: Arc<Shared>,
     original: Arc<File>,
+    /// Each tapped fd and the real stream it pointed at.
+    originals: Arc<[(i32, Arc<File>)]>,
     seq: Arc<Mutex<u64>>,
 }
 
@@ -67,21 +96,59 @@ impl StderrTap {
         })
     }
 
+    /// In a forked child: points fds 1 and 2 back at the real streams. The
+    /// pipes' readers are the parent's threads; the child's output must not
+    /// depend on the parent living (a pipe with no reader is EPIPE).
+    pub fn restore_in_child(&self) {
+        for (fd, original) in self.originals.iter() {
+            restore(*fd, original);
+        }
+    }
+
     /// The real stderr, for the agent's own log lines.
     pub fn original(&self) -> Arc<File> {
         self.original.clone()
     }
 
-    /// Opens a capture window for the calling thread.
+    /// Opens a capture window for the calling thread (a window it had open
+    /// starts again empty).
     pub fn open(&self) {
+        let tid = thread_id();
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.open = true;
-        st.tid = thread_id();
-        st.lines.clear();
+        let _ = st.take(tid);
+        st.windows.push(Window {
+            tid,
+            lines: Vec::new(),
+            settled: false,
+        });
     }
 
-    /// Closes the window and returns what it caught.
+    /// Closes the calling thread's window and returns what it caught,
+    /// waiting (at most [`CLOSE_WAIT`]) until the readers have copied
+    /// everything printed before now.
     pub fn close(&self) -> Vec<String> {
+        let tid = thread_id();
+        let settled = {
+            let st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.windows.iter().any(|w| w.tid == tid && w.settled)
+        };
+        if !settled {
+            self.settle();
+        }
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.take(tid)
+    }
+
+    /// Drops the calling thread's window unread: no marker, no wait.
+    pub fn discard(&self) {
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = st.take(thread_id());
+    }
+
+    /// Waits (at most [`CLOSE_WAIT`]) until the readers have copied
+    /// everything printed so far; the windows stay open. A front-end that
+    /// holds an interpreter lock calls this without it, then closes.
+    pub fn settle(&self) {
         let seq = {
             let mut s = self.seq.lock().unwrap_or_else(|e| e.into_inner());
             *s += 1;
@@ -100,14 +167,15 @@ impl StderrTap {
             .cv
             .wait_timeout_while(st, CLOSE_WAIT, |st| st.closed.iter().any(|c| *c < seq))
             .unwrap_or_else(|e| e.into_inner());
-        st.open = false;
-        std::mem::take(&mut st.lines)
+        let tid = thread_id();
+        if let Some(w) = st.windows.iter_mut().find(|w| w.tid == tid) {
+            w.settled = true;
+        }
     }
 
     /// Waits until everything written to stderr so far is copied through.
     pub fn flush(&self) {
-        self.open();
-        let _ = self.close();
+        self.settle();
     }
 }
 
@@ -151,6 +219,7 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
     Ok(StderrTap {
         shared,
         original: originals[1].1.clone(),
+        originals: originals.into(),
         seq: Arc::new(Mutex::new(0)),
     })
 }
@@ -220,10 +289,11 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
         let line = String::from_utf8_lossy(&buf);
         let _ = out.write_all(&buf);
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.open && st.lines.len() < diagnose::MAX_LINES {
-            let tid = st.tid;
-            if let Some(l) = diagnose::keep(&line, tid) {
-                st.lines.push(l);
+        if let Some(w) = st.window_for(&line) {
+            if w.lines.len() < diagnose::MAX_LINES {
+                if let Some(l) = diagnose::keep(&line, w.tid) {
+                    w.lines.push(l);
+                }
             }
         }
     }
@@ -250,8 +320,17 @@ impl crate::record::Capture for StderrTap {
         self.open();
     }
 
-    fn end(&self) -> Vec<String> {
-        self.close()
+    fn end(&self, wanted: bool) -> Vec<String> {
+        if wanted {
+            self.close()
+        } else {
+            self.discard();
+            Vec::new()
+        }
+    }
+
+    fn settle(&self) {
+        StderrTap::settle(self)
     }
 }
 
@@ -294,6 +373,69 @@ mod tests {
         // A look-alike without a sequence number is the program's.
         let fake = format!("{MARKER}x\n");
         assert_eq!(split_marker(fake.as_bytes()).1, None);
+    }
+
+    /// Polls until `f` holds (the reader threads copy asynchronously).
+    fn until(tap: &StderrTap, f: impl Fn(&State) -> bool) {
+        let t0 = std::time::Instant::now();
+        while !f(&tap.shared.state.lock().unwrap()) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the reader never got there");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn glog(tid: u64, text: &str) -> String {
+        format!("E1130 15:17:19.574804 {tid:>8} ucx_utils.cpp:659] {text}\n")
+    }
+
+    #[test]
+    fn each_thread_has_its_own_window() {
+        let (_out_real, out_fd) = fake_stream();
+        let (_err_real, err_fd) = fake_stream();
+        let tap = install_on([out_fd, err_fd], &|_, f| {
+            std::thread::spawn(f);
+            Ok(())
+        })
+        .unwrap();
+        let (to_b, b_rx) = std::sync::mpsc::channel::<()>();
+        let (to_a, a_rx) = std::sync::mpsc::channel::<u64>();
+        let b_tap = tap.clone();
+        let b = std::thread::spawn(move || {
+            b_tap.open();
+            to_a.send(thread_id()).unwrap();
+            b_rx.recv().unwrap();
+            b_tap.close()
+        });
+        tap.open();
+        let b_tid = a_rx.recv().unwrap();
+        let a_tid = thread_id();
+        // Two windows open: a line with no thread id is nobody's. (One
+        // pipe, read in order: once the glog lines are in, so is this.)
+        write_fd(
+            err_fd,
+            b"[1796051839.574782] [vm:4699 :0] ucp_mm.c:1221 UCX  ERROR whose\n",
+        );
+        write_fd(err_fd, glog(a_tid, "a's line").as_bytes());
+        write_fd(err_fd, glog(b_tid, "b's line").as_bytes());
+        until(&tap, |st| st.windows.iter().all(|w| w.lines.len() == 1));
+        // b closes first: a's window is neither cleared nor read.
+        to_b.send(()).unwrap();
+        let b_lines = b.join().unwrap();
+        assert_eq!(b_lines.len(), 1, "{b_lines:?}");
+        assert!(b_lines[0].ends_with("b's line"));
+        // Now a's is the only window: an id-less line is a's.
+        write_fd(out_fd, b"UCX  ERROR mine now\n");
+        until(&tap, |st| st.windows[0].lines.len() == 2);
+        let a_lines = tap.close();
+        assert!(
+            a_lines[0].ends_with("a's line") && a_lines[1].ends_with("mine now"),
+            "{a_lines:?}"
+        );
+        // A window not wanted is dropped at once, unread.
+        tap.open();
+        write_fd(err_fd, glog(a_tid, "not wanted").as_bytes());
+        crate::record::Capture::end(&tap, false);
+        assert!(tap.shared.state.lock().unwrap().windows.is_empty());
     }
 
     #[test]

@@ -135,12 +135,14 @@ pub(super) fn real_nixl_registers_random_region_sets_all_or_nothing() {
         // is far below any memlock limit a test runs under).
         let first_bad = regions.iter().position(|r| r.len == 0 || r.addr == 0);
         let overlap = (0..regions.len()).any(|i| (i + 1..regions.len()).any(|j| overlaps(&regions[i], &regions[j])));
+        let twins = (0..regions.len()).any(|i| (i + 1..regions.len()).any(|j| regions[i] == regions[j]));
         let outcome = if validate {
             match validate_group(&spec, &regions, reg.probe(), 0) {
                 Err(rej) => {
                     let want = match first_bad {
                         Some(i) if regions[i].len == 0 => (Reason::ZeroLength, Some(i)),
                         Some(i) => (Reason::InvalidAddress, Some(i)),
+                        None if twins => (Reason::DuplicateRegions, rej.region),
                         None => (Reason::OverlappingRegions, rej.region),
                     };
                     prop_assert!(first_bad.is_some() || overlap, "rejected a valid set: {:?}", rej);

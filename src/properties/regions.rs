@@ -159,6 +159,10 @@ pub(super) fn justified(c: &RegionCase, rej: &Rejection) -> Result<(), String> {
             let i = one()?;
             (0..c.regions.len()).any(|j| j != i && overlaps(&r(i), &r(j)))
         }
+        Reason::DuplicateRegions => {
+            let i = one()?;
+            (0..c.regions.len()).any(|j| j != i && r(i).addr == r(j).addr && r(i).len == r(j).len)
+        }
         Reason::DeviceMismatch => {
             let i = one()?;
             r(i).device != c.spec.device
@@ -324,7 +328,8 @@ proptest! {
                 let j = if j >= k { j + 1 } else { j };
                 regions[k].addr = regions[j].addr;
                 regions[k].len = regions[k].len.min(regions[j].len);
-                (Reason::OverlappingRegions, Some(k.max(j)))
+                let twin = regions[k].len == regions[j].len;
+                (if twin { Reason::DuplicateRegions } else { Reason::OverlappingRegions }, Some(k.max(j)))
             }
             Violation::Gap => {
                 // The page just below the first mapping is never mapped.

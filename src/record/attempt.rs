@@ -13,10 +13,15 @@ use tracing::field::Empty;
 use tracing::span::EnteredSpan;
 
 /// Collects what the NIXL runtime prints during an attempt.
+/// Windows are the calling thread's own: `begin` and `end` on one thread.
 pub trait Capture {
     fn begin(&self);
-    /// The lines printed since `begin`.
-    fn end(&self) -> Vec<String>;
+    /// The lines printed since `begin` when `wanted` (the attempt failed);
+    /// otherwise the window is dropped unread, at no wait.
+    fn end(&self, wanted: bool) -> Vec<String>;
+    /// Waits until what was printed so far can be read; `end` then waits
+    /// no more. For a front-end that must not wait holding a lock.
+    fn settle(&self) {}
 }
 
 /// No capture: what NIXL prints is left alone.
@@ -24,7 +29,7 @@ pub struct NoCapture;
 
 impl Capture for NoCapture {
     fn begin(&self) {}
-    fn end(&self) -> Vec<String> {
+    fn end(&self, _wanted: bool) -> Vec<String> {
         Vec::new()
     }
 }
@@ -100,7 +105,7 @@ impl Attempted {
         region: impl Fn(usize) -> Option<Region>,
     ) -> Result<T, GroupFailure> {
         let elapsed = self.elapsed();
-        let lines = capture.end();
+        let lines = capture.end(result.is_err());
         let span = self.span;
         let mut result = result;
         if let Err(f) = &mut result {

@@ -171,6 +171,20 @@ fn line(e: &Event<'_>, applied: &Applied) {
         Event::LifecycleDied => {
             tracing::error!("the lifecycle thread died: nothing registers or drains; /livez failing")
         }
+        // A crash to come: said where a serving process's default log
+        // filter shows it (the instrumentation's target), before it happens.
+        Event::AcceptedInvalid {
+            labels,
+            reason: reason @ Reason::DuplicateRegions,
+            message,
+        } => tracing::error!(
+            target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+            group = %labels.group,
+            kind = %labels.kind,
+            reason = reason.as_str(),
+            finding = *message,
+            "NIXL accepted a registration list that holds the same region twice; deregistering that list will crash this process (SIGSEGV in NIXL): remove the repeated region before register_memory"
+        ),
         Event::AcceptedInvalid {
             labels,
             reason,

@@ -37,6 +37,11 @@ pub fn init_filtered(
     stderr: Option<Arc<File>>,
     default_filter: &str,
 ) -> Option<super::traces::TracingGuard> {
+    if tracing::dispatcher::has_been_set() {
+        // The first subscriber of the process stays (a forked child's is
+        // its parent's): no second exporter that nothing would feed.
+        return None;
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let ansi = match &stderr {
@@ -60,8 +65,10 @@ pub fn init_filtered(
     let otel = provider.as_ref().map(|p| {
         // Only the agent's own spans: never the HTTP/gRPC client's, which
         // would trace the export itself.
-        super::traces::layer(p).with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.target().starts_with("nixl_agent")
+        // Asked at each span, not cached per call site: a forked child
+        // stops sending to its parent's exporter (whose thread it lacks).
+        super::traces::layer(p).with_filter(tracing_subscriber::filter::dynamic_filter_fn(|m, _| {
+            m.target().starts_with("nixl_agent") && !super::traces::forked_away()
         }))
     });
     let _ = tracing_subscriber::registry().with(otel).with(fmt).try_init();

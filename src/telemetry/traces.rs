@@ -79,6 +79,21 @@ impl TracingGuard {
     }
 }
 
+/// Set in a forked child: the exporter's thread is its parent's, so this
+/// process exports nothing through it (and never flushes it).
+static FORKED_AWAY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// In a forked child, before anything else records: spans stop going to
+/// the exporter the child inherited.
+pub fn forked() {
+    FORKED_AWAY.store(true, std::sync::atomic::Ordering::Relaxed);
+    EXPORTING.store(false, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn forked_away() -> bool {
+    FORKED_AWAY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Set once a provider exists: spans may then carry trace ids.
 static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

@@ -65,6 +65,25 @@ fn each_rule_names_its_reason_and_region() {
         reason(&[(0x3000, 0x1000), (0x1000, 0x2001)], &p, 0),
         Err((Reason::OverlappingRegions, Some(1)))
     );
+    // The same region twice (NIXL accepts it, then crashes on deregistration)
+    // is named as such, even beside a partial overlap, by the later index.
+    assert_eq!(
+        reason(&[(0x1000, 0x1000), (0x3000, 0x100), (0x1000, 0x1000)], &p, 0),
+        Err((Reason::DuplicateRegions, Some(2)))
+    );
+    assert_eq!(
+        reason(
+            &[(0x1000, 0x800), (0x1000, 0x1000), (0x1400, 0x10), (0x1000, 0x800)],
+            &p,
+            0
+        ),
+        Err((Reason::DuplicateRegions, Some(3)))
+    );
+    // Same start, other length: an overlap, not a duplicate.
+    assert_eq!(
+        reason(&[(0x1000, 0x800), (0x1000, 0x1000)], &p, 0),
+        Err((Reason::OverlappingRegions, Some(1)))
+    );
     // Straddles the gap between two mappings.
     assert_eq!(
         reason(&[(0xf000, 0x2000)], &p, 0),

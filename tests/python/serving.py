@@ -12,6 +12,8 @@ is deterministic so that both runs can be compared byte for byte.
     python serving.py badcalls [--hold]
     python serving.py evil [--hold]  (nixl-agent's own lookup fails)
     python serving.py fork [--hold]  (registers, forks, the child registers)
+    python serving.py duplicate [--hold]  (one list with a region twice, then
+                                           deregistered: NIXL crashes)
 """
 
 import ctypes
@@ -271,8 +273,20 @@ def evil(argv):
         hold()
 
 
+def recorded_groups():
+    """What this process's own recording holds, when instrumented."""
+    import nixl_agent_instrument as nai
+
+    st = nai.status()
+    if st is None:
+        return None
+    return sorted((g["name"], g["descriptors"]) for g in st["groups"] if g["descriptors"])
+
+
 def forked(argv):
-    """Registers, forks; the child creates its own agent and registers."""
+    """Registers, forks; the child creates its own agent and registers.
+    ``--orphan``: the parent exits at once, the child lives on until its
+    stdin closes."""
     mgr = NixlKVManager(KVArgs())
     mgr.register_buffer_to_engine()
     pid = os.fork()
@@ -282,7 +296,14 @@ def forked(argv):
         aux_addrs = [(buf.ctypes.data, buf.nbytes, 0, "")]
         child.register_memory(aux_addrs, "DRAM")
         out("child registered")
+        out("child recorded", recorded_groups())
+        if "--orphan" in argv:
+            out("child pid", os.getpid())
+            sys.stdin.read()
         os._exit(0)
+    if "--orphan" in argv:
+        out("parent exits")
+        return
     _, status = os.waitpid(pid, 0)
     out("child exit", os.waitstatus_to_exitcode(status))
     if "--hold" in argv:
@@ -444,12 +465,30 @@ def wrapped(argv):
         hold()
 
 
+def duplicate(argv):
+    """One aux list that holds the same 4 KiB region twice: NIXL 1.5 (UCX)
+    accepts it, and deregistering it kills the process with SIGSEGV."""
+    agent = nixl_agent("duplicate", nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+    aux_addrs = [(buf.ctypes.data, buf.nbytes, 0, ""), (buf.ctypes.data, buf.nbytes, 0, "")]
+    try:
+        descs = agent.register_memory(aux_addrs, "DRAM")
+    except Exception as e:
+        out("raised", describe(e))
+        return
+    out("registered", descs.descCount())
+    if "--hold" in argv:
+        hold()
+    agent.deregister_memory(descs)
+    out("deregistered")
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate}[
         mode
     ](sys.argv[2:])
 

@@ -27,6 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -148,35 +149,94 @@ fn start(py: Python<'_>, frameworks: Vec<String>) -> Option<String> {
     py.detach(|| guarded(Hooked::Init, || start_running(&frameworks)).flatten())
 }
 
+/// The pid of the process one of whose threads is starting the
+/// instrumentation, or 0. Not a lock held across the slow start (bind,
+/// runtime, publisher): a fork from another thread meanwhile would leave
+/// the child's copy held for ever.
+static STARTING: AtomicU32 = AtomicU32::new(0);
+
 fn start_running(frameworks: &[String]) -> Option<Option<String>> {
     let Ok(settings) = settings() else { return None };
-    let mut slot = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(r) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
-        return Some(r.inst.addr().map(|a| a.to_string()));
-    }
-    // A forked child inherits its parent's recording, whose threads did not
-    // survive the fork: it is leaked, never dropped (dropping would wait on
-    // threads that do not exist here).
-    if let Some(old) = slot.take() {
-        std::mem::forget(old);
+    let me = std::process::id();
+    loop {
+        if let Some(r) = running() {
+            return Some(r.inst.addr().map(|a| a.to_string()));
+        }
+        match STARTING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            // Another thread of this process is starting it: wait for it.
+            Err(other) if other == me => std::thread::sleep(Duration::from_millis(1)),
+            // A parent's thread was starting it when this process forked.
+            Err(other) => {
+                if STARTING
+                    .compare_exchange(other, me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        }
     }
     let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
     let inst = Instrumentation::start(settings, &names);
     let addr = inst.addr();
-    *slot = Some(Arc::new(Running {
+    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
         agents: Mutex::new(HashMap::new()),
-        pid: std::process::id(),
+        pid: me,
     }));
+    STARTING.store(0, Ordering::Release);
     Some(addr.map(|a| a.to_string()))
+}
+
+thread_local! {
+    /// [`RUNNING`], held by the forking thread across `fork()` (between
+    /// [`before_fork`] and the `after_*` hooks): the child never inherits it
+    /// held by a thread that does not exist there.
+    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<Arc<Running>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `os.register_at_fork(before=...)`.
+#[pyfunction]
+fn before_fork() {
+    // Held only for moments by other threads, never across a Python call
+    // or while waiting for the GIL: taken here with the GIL held.
+    let guard = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
+}
+
+/// `os.register_at_fork(after_in_parent=...)`.
+#[pyfunction]
+fn after_fork_in_parent() {
+    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
+}
+
+/// `os.register_at_fork(after_in_child=...)`: the parent's instrumentation
+/// is abandoned here (its listening socket closed, its exporter unused, its
+/// tap undone); the child starts its own with its first NIXL agent.
+#[pyfunction]
+fn after_fork_in_child() {
+    let inherited = FORK_GUARD.with(|g| g.borrow_mut().take()).map(|mut slot| slot.take());
+    let inherited = match inherited {
+        Some(r) => r,
+        // Forked without `before_fork` (os.fork from C): take it now.
+        None => RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take(),
+    };
+    if let Some(parent) = inherited {
+        match Arc::try_unwrap(parent) {
+            Ok(r) => r.inst.abandon_in_child(),
+            // Another reference lived on a thread that is gone: leaked.
+            Err(r) => std::mem::forget(r),
+        }
+    }
 }
 
 /// Flushes the traces (at interpreter exit).
 #[pyfunction]
 fn shutdown(py: Python<'_>) {
     py.detach(|| {
-        let slot = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = slot.as_ref().filter(|r| r.pid == std::process::id()) {
+        if let Some(r) = running() {
             r.inst.flush_traces(Duration::from_secs(2));
         }
     })
@@ -560,7 +620,12 @@ fn register<'py>(
     let result = call_through(func, self_, args, kwargs);
     let outcome = match &result {
         Ok(_) => Outcome::Registered,
-        Err(e) => Outcome::Failed(failure_of(e.value(py).as_any(), Reason::Unknown)),
+        Err(e) => {
+            // What NIXL printed is read for the failure: waited for here,
+            // without the GIL, never inside `end` with it.
+            py.detach(|| r.observer().settle_capture());
+            Outcome::Failed(failure_of(e.value(py).as_any(), Reason::Unknown))
+        }
     };
     guarded(Hooked::RegisterMemory, || {
         r.observer().end(pending, &call, finding, outcome);
@@ -615,6 +680,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings_error, m)?)?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(after_fork_in_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(address, m)?)?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(status_json, m)?)?;
