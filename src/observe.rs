@@ -464,6 +464,23 @@ impl Observer {
         }
     }
 
+    /// The device a call is recorded under: for VRAM, the first region's
+    /// own ordinal as CUDA reports it for the pointer (no context touched);
+    /// otherwise, or when CUDA cannot say, the descriptor's device id. A
+    /// descriptor that names another device (a rank passed as a device id)
+    /// is then a `device_mismatch` finding, not the group's label.
+    pub fn device_of(&self, mem_type: MemType, regions: &[Region]) -> u32 {
+        let Some(first) = regions.first() else { return 0 };
+        if mem_type == MemType::Vram {
+            if let Ok(p) = self.0.probe.device_pointer(first.addr, first.device) {
+                if p.is_device {
+                    return p.device;
+                }
+            }
+        }
+        first.device
+    }
+
     /// nixl-agent's region checks for the call, when validation is on:
     /// what they reject, or `None`. Takes no lock and touches nothing but
     /// the call's regions, so a front-end may run it without its

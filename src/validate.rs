@@ -73,9 +73,11 @@ pub trait MemoryProbe {
         let ranges = self.mapped_ranges()?;
         Ok(regions.iter().position(|r| !is_mapped(&ranges, r)))
     }
-    /// CUDA's view of a pointer; `Err(CudaUnavailable)` without a driver.
-    /// `device` is the group's: the CUDA context the query runs in (and
-    /// that stays retained) is that device's, never another GPU's.
+    /// CUDA's view of a pointer, asked of the pointer itself (its memory
+    /// type and its own device ordinal); `Err(CudaUnavailable)` without a
+    /// driver. Never makes, binds or retains a CUDA context: in observe mode
+    /// it runs on the serving process's thread. `device` is what the
+    /// descriptor says, for the caller to compare with the answer.
     fn device_pointer(&self, addr: usize, device: u32) -> Result<DevicePointer, Reason>;
     /// The memlock limit of the process.
     fn memlock(&self) -> Memlock;

@@ -1028,3 +1028,38 @@ fn a_root_reexport_still_counts_as_the_edge_it_hides() {
     assert!(text.contains("      b -> a: src/b/tests.rs:1 (test)\n"), "{text}");
     assert!(g.without_tests().edges.get("b").is_none_or(|m| m.is_empty()));
 }
+
+/// Observe mode validates VRAM from the serving process's own threads: the
+/// CUDA query it makes (`src/nixl/cuda.rs` `pointer`) asks the pointer for
+/// its attributes and never makes, binds, retains or switches a context —
+/// which would move the caller's current device. Checked on the code (with
+/// comments and strings masked) so that it holds on machines without a GPU;
+/// the GPU test `a_pointer_query_leaves_the_callers_context_alone` checks it
+/// on a device.
+#[test]
+fn the_observe_paths_cuda_query_touches_no_context() {
+    let src = std::fs::read_to_string(repo().join("src/nixl/cuda.rs")).unwrap();
+    let masked = mask(&src);
+    let start = masked.find("pub fn pointer(").expect("cuda::pointer");
+    let body_open = start + masked[start..].find('{').unwrap();
+    let mut depth = 0;
+    let mut end = body_open;
+    for (i, c) in masked[body_open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = body_open + i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let body = &masked[body_open..end];
+    for forbidden in ["context(", "CudaContext", "bind_to_thread", "cuCtx", "PrimaryCtx", "cuDevicePrimary"] {
+        assert!(!body.contains(forbidden), "cuda::pointer calls {forbidden}");
+    }
+    assert!(body.contains("cuPointerGetAttribute"), "the pointer is asked itself");
+}

@@ -48,15 +48,17 @@ pub fn driver_present() -> bool {
     })
 }
 
-/// CUDA's view of a pointer, asked from `device`'s primary context (pointer
-/// queries need a current context on the thread; with unified addressing
-/// any device's would answer, so the group's own is used and no other GPU's
-/// context is created or retained on its behalf).
-pub fn pointer(addr: usize, device: u32) -> Result<DevicePointer, Reason> {
+/// CUDA's view of a pointer, asked of the pointer itself: its memory type
+/// and its own device ordinal (unified addressing answers these with no
+/// current context). Nothing here makes, binds, retains or switches a
+/// context: the calling thread — a serving process's, in observe mode —
+/// keeps the context it had, and no GPU gets a context on our account.
+/// `_device` (what the descriptor says) is not asked about: the caller
+/// compares it with the pointer's own ordinal.
+pub fn pointer(addr: usize, _device: u32) -> Result<DevicePointer, Reason> {
     if !driver_present() {
         return Err(Reason::CudaUnavailable);
     }
-    let _ = context(device);
     let mut mem_type: u32 = 0;
     // Safety: the driver is initialised (driver_present); the out pointer is
     // a live u32, the size CU_POINTER_ATTRIBUTE_MEMORY_TYPE writes. Any
@@ -139,4 +141,60 @@ pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, V
             _slices: slices,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a GPU: a VRAM pointer query from a thread whose current context
+    /// is the program's own (not a primary one) leaves that context
+    /// current, retains no primary context, and answers from a thread with
+    /// no context at all.
+    #[cfg_attr(
+        not(nixl_agent_cuda),
+        ignore = "GPU-only: no CUDA driver on this machine (run scripts/gpu-check.sh on a GPU host)"
+    )]
+    #[test]
+    fn a_pointer_query_leaves_the_callers_context_alone() {
+        assert!(driver_present(), "built with a CUDA driver present, but none loads now");
+        let mut dev: sys::CUdevice = 0;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        let mut dptr: sys::CUdeviceptr = 0;
+        let primary_active = |dev| {
+            let (mut flags, mut active) = (0u32, 0i32);
+            // Safety: out pointers to live locals; `dev` is a valid ordinal.
+            let r = unsafe { sys::cuDevicePrimaryCtxGetState(dev, &mut flags, &mut active) };
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+            active
+        };
+        let current = || {
+            let mut c: sys::CUcontext = std::ptr::null_mut();
+            // Safety: out pointer to a live local.
+            assert_eq!(unsafe { sys::cuCtxGetCurrent(&mut c) }, sys::CUresult::CUDA_SUCCESS);
+            c
+        };
+        // Safety: the driver is initialised; out pointers to live locals.
+        unsafe {
+            assert_eq!(sys::cuDeviceGet(&mut dev, 0), sys::CUresult::CUDA_SUCCESS);
+            assert_eq!(sys::cuCtxCreate_v2(&mut ctx, 0, dev), sys::CUresult::CUDA_SUCCESS);
+            assert_eq!(sys::cuMemAlloc_v2(&mut dptr, 1 << 20), sys::CUresult::CUDA_SUCCESS);
+        }
+        let before = primary_active(dev);
+        // The descriptor says device 3 (a tp_rank passed as a device id):
+        // the answer is the pointer's own ordinal.
+        let p = pointer(dptr as usize, 3).unwrap();
+        assert!(p.is_device && p.device == 0, "{p:?}");
+        assert_eq!(current(), ctx, "the calling thread's context moved");
+        assert_eq!(primary_active(dev), before, "a primary context was retained");
+        let addr = dptr as usize;
+        let elsewhere = std::thread::spawn(move || pointer(addr, 0)).join().unwrap().unwrap();
+        assert!(elsewhere.is_device && elsewhere.device == 0, "{elsewhere:?}");
+        assert_eq!(primary_active(dev), before, "a primary context was retained");
+        // Safety: `dptr` and `ctx` were made above and are freed once.
+        unsafe {
+            assert_eq!(sys::cuMemFree_v2(dptr), sys::CUresult::CUDA_SUCCESS);
+            assert_eq!(sys::cuCtxDestroy_v2(ctx), sys::CUresult::CUDA_SUCCESS);
+        }
+    }
 }

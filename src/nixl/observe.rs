@@ -84,7 +84,7 @@ impl ObservedAgent {
             group,
             kind: &kind,
             mem_type,
-            device: region.device,
+            device: self.observer.device_of(mem_type, &regions),
             backends: None,
             regions: &regions,
         };

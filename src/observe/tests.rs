@@ -321,3 +321,67 @@ fn a_call_past_its_deadline_is_stuck_until_it_returns() {
     assert_eq!(value(&o, "nixl_agent_lifecycle_stuck", &[]), Some(0.0));
     assert_eq!(value(&o, "nixl_agent_registration_failures_total", &[]), None);
 }
+
+/// A probe standing in for CUDA: device memory at 0x7f00_0000_0000 lives on
+/// device 1; it counts what it is asked. Its interface has no way to make
+/// or bind a context (see `MemoryProbe::device_pointer`).
+struct OnDeviceOne(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl MemoryProbe for OnDeviceOne {
+    fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
+        Ok(vec![])
+    }
+    fn device_pointer(&self, addr: usize, _descriptor_device: u32) -> Result<validate::DevicePointer, Reason> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(validate::DevicePointer {
+            is_device: addr >= 0x7f00_0000_0000,
+            device: 1,
+        })
+    }
+    fn memlock(&self) -> validate::Memlock {
+        validate::Memlock {
+            soft_limit: None,
+            exempt: true,
+            locked_bytes: None,
+        }
+    }
+}
+
+/// vLLM has passed `tp_rank` as the device id: the descriptor says device 0
+/// for memory on device 1. The group is labelled with the pointer's own
+/// ordinal; the descriptor's id is a `device_mismatch` finding in `record`
+/// mode, never a refusal, and NIXL's success is recorded as such.
+#[test]
+fn a_vram_call_is_labelled_by_the_pointers_own_device() {
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let o = Observer::with_probe(
+        ObserveSettings {
+            validate: true,
+            ..Default::default()
+        },
+        Box::new(OnDeviceOne(asked.clone())),
+    );
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "a", Vec::new);
+    let r = [Region::new(0x7f00_0000_0000, 1 << 20, 0), Region::new(0x7f00_0010_0000, 1 << 20, 0)];
+    let c = Call {
+        mem_type: MemType::Vram,
+        device: o.device_of(MemType::Vram, &r),
+        ..call(agent, "kv", &Kind::Kv, &r)
+    };
+    assert_eq!(c.device, 1);
+    let p = o.begin(&c);
+    let finding = o.check(&c);
+    assert_eq!(finding.as_ref().map(|f| (f.reason, f.region)), Some((Reason::DeviceMismatch, Some(0))));
+    assert!(!o.enforcing(), "record mode");
+    o.end(p, &c, finding, Outcome::Registered);
+    let g = o.status().group("kv").unwrap().clone();
+    assert_eq!((g.state, g.device.as_deref()), (GroupState::Registered, Some("1")));
+    assert!(g.last_accepted_invalid.unwrap().starts_with("device_mismatch"));
+    assert_eq!(
+        value(&o, "nixl_agent_accepted_invalid_total", &[("group", "kv"), ("reason", "device_mismatch")]),
+        Some(1.0)
+    );
+    // One question for the label; validation stops at the descriptor's id.
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+}

@@ -194,10 +194,10 @@ fn locked_bytes_are_vmlck_plus_vmpin() {
     assert_eq!(locked_bytes("Name:\tx\n"), None);
 }
 
-/// A VRAM group's pointers are asked about from the group's own device, so
-/// no other GPU's context is created (and retained for the process).
+/// Every region of a VRAM group is asked of CUDA (its own type and
+/// ordinal), each with the device the group expects to compare with.
 #[test]
-fn vram_pointers_are_queried_on_the_groups_device() {
+fn every_vram_region_is_asked_of_cuda() {
     struct Asked(std::cell::RefCell<Vec<u32>>);
     impl MemoryProbe for Asked {
         fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {

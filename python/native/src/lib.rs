@@ -591,7 +591,7 @@ fn register<'py>(
         group,
         kind: &kind,
         mem_type,
-        device: regions.first().map_or(0, |r| r.device),
+        device: r.observer().device_of(mem_type, &regions),
         regions: &regions,
     };
     let started = guarded(Hooked::RegisterMemory, || {
