@@ -198,6 +198,10 @@ pub enum Event<'a> {
     },
     /// The lifecycle thread panicked: nothing registers or drains any more.
     LifecycleDied,
+    /// Readiness waits for a first successful registration (observe mode
+    /// with no expected group: a process that registered nothing cannot
+    /// serve a transfer).
+    AwaitRegistration,
     DrainStarted,
     DrainFinished {
         deregistered: usize,

@@ -214,6 +214,9 @@ impl Settings {
             enforce: self.validation == Validation::Enforce,
             max_groups: self.max_groups,
             backends: self.backends.clone(),
+            // No framework the defaults know and nothing said: ready only
+            // once something registered (`NIXL_AGENT_EXPECT=none` opts out).
+            require_registration: self.expect.is_none(),
             call_timeout: Some(self.call_timeout),
         }
     }
@@ -386,8 +389,8 @@ fn derive(site: &CallSite<'_>) -> (String, Kind) {
 }
 
 /// The groups readiness waits for when `NIXL_AGENT_EXPECT` is unset:
-/// SGLang → kv + aux, vLLM → kv, anything else → none (ready once NIXL's
-/// agent exists and nothing expected is missing).
+/// SGLang → kv + aux, vLLM → kv, anything else → none (then ready once
+/// NIXL's agent exists and one call has registered).
 pub fn default_expect(frameworks: &[&str]) -> Vec<Expected> {
     if frameworks.contains(&"sglang") {
         vec![Expected::new(KIND_KV, Kind::Kv), Expected::new(KIND_AUX, Kind::Aux)]

@@ -52,6 +52,10 @@ pub struct ObserveSettings {
     /// The `backend` label of a call that does not say which backends it
     /// uses, on an agent whose backends were not reported.
     pub backends: Vec<String>,
+    /// With no expected group: not ready until at least one call has
+    /// registered (a serving process with no framework the defaults know,
+    /// unless the operator said `NIXL_AGENT_EXPECT=none`).
+    pub require_registration: bool,
     /// A deadline on every observed NIXL call: a call past it makes /livez
     /// fail and `nixl_agent_lifecycle_stuck` 1 until it returns (a watchdog
     /// thread looks). `None`: no watchdog.
@@ -66,6 +70,7 @@ impl Default for ObserveSettings {
             enforce: false,
             max_groups: DEFAULT_MAX_GROUPS,
             backends: vec![DEFAULT_BACKEND.to_string()],
+            require_registration: false,
             call_timeout: None,
         }
     }
@@ -222,6 +227,9 @@ impl Observer {
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
+        }
+        if o.0.settings.require_registration && o.0.settings.expect.is_empty() {
+            o.0.rec.emit(&Event::AwaitRegistration);
         }
         if let Some(timeout) = o.0.settings.call_timeout {
             inflight::watch(&o.0.inflight, o.0.rec.clone(), timeout);

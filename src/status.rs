@@ -14,6 +14,10 @@ pub const CHECK_NIXL: &str = "nixl";
 pub const CHECK_GROUP_PREFIX: &str = "group:";
 pub const CHECK_DRAINING: &str = "shutdown";
 pub const CHECK_LIFECYCLE: &str = "lifecycle";
+/// Observe mode with no expected group: at least one call has registered.
+pub const CHECK_REGISTERED: &str = "registered";
+/// Its failure word.
+pub const NOTHING_REGISTERED: &str = "nothing_registered";
 
 /// An observed group is as good as its last registration call, and holds
 /// what its successful calls registered on agents still alive: the one rule
@@ -154,6 +158,9 @@ pub struct Status {
     pub in_flight: Vec<InFlightCall>,
     /// The lifecycle thread died (/livez fails).
     pub lifecycle_dead: bool,
+    /// Readiness also waits for one group to be registered (observe mode
+    /// with no expected group).
+    pub awaits_registration: bool,
     pub backends: Vec<BackendStatus>,
     pub groups: Vec<GroupStatus>,
     /// The NIXL agents seen: the live ones and the last few released.
@@ -182,6 +189,7 @@ impl Status {
             stuck: None,
             in_flight: Vec::new(),
             lifecycle_dead: false,
+            awaits_registration: false,
             backends: Vec::new(),
             groups: Vec::new(),
             agents: Vec::new(),
@@ -205,6 +213,11 @@ impl Status {
                 .iter()
                 .filter(|g| g.required)
                 .all(|g| g.state == GroupState::Registered)
+            && (!self.awaits_registration || self.anything_registered())
+    }
+
+    fn anything_registered(&self) -> bool {
+        self.groups.iter().any(|g| g.state == GroupState::Registered)
     }
 
     /// Why /livez fails, if it does.
@@ -244,6 +257,12 @@ impl Status {
             out.push(Check {
                 name: format!("{}{}", CHECK_GROUP_PREFIX, g.name),
                 failure,
+            });
+        }
+        if self.awaits_registration {
+            out.push(Check {
+                name: CHECK_REGISTERED.to_string(),
+                failure: (!self.anything_registered()).then(|| NOTHING_REGISTERED.to_string()),
             });
         }
         if self.stuck.is_some() || self.lifecycle_dead {

@@ -1058,7 +1058,14 @@ fn the_observe_paths_cuda_query_touches_no_context() {
         }
     }
     let body = &masked[body_open..end];
-    for forbidden in ["context(", "CudaContext", "bind_to_thread", "cuCtx", "PrimaryCtx", "cuDevicePrimary"] {
+    for forbidden in [
+        "context(",
+        "CudaContext",
+        "bind_to_thread",
+        "cuCtx",
+        "PrimaryCtx",
+        "cuDevicePrimary",
+    ] {
         assert!(!body.contains(forbidden), "cuda::pointer calls {forbidden}");
     }
     assert!(body.contains("cuPointerGetAttribute"), "the pointer is asked itself");

@@ -944,3 +944,102 @@ fn a_duplicate_region_crash_is_announced_in_record_and_refused_in_enforce() {
         "{out}"
     );
 }
+
+/// The names of the groups /v1/status shows.
+fn group_names(status: &serde_json::Value) -> Vec<String> {
+    status["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Groups come from the framework's own data, not its variable names:
+/// SGLang-shaped code with renamed locals (its `self.kv_args` says which
+/// pointer is kv and which aux) and vLLM-shaped code (its
+/// `self.kv_caches_base_addr`), with and without another wrapper on
+/// `nixl_agent.register_memory`, no `NIXL_AGENT_EXPECT`: the default groups,
+/// registered, and ready.
+#[test]
+fn groups_come_from_the_frameworks_data_whatever_the_locals_are_called() {
+    for (args, want) in [
+        (&["renamed", "--hold"][..], &["kv", "aux"][..]),
+        (&["renamed", "--wrapped", "--hold"][..], &["kv", "aux"][..]),
+        (&["renamed", "--vllm", "--hold"][..], &["kv"][..]),
+        (&["renamed", "--vllm", "--wrapped", "--hold"][..], &["kv"][..]),
+    ] {
+        let h = Held::start(args, &[]);
+        let status = support::assert_projections_agree(h.addr);
+        let names = group_names(&status);
+        assert_eq!(names, want, "{args:?}: {status}");
+        for g in want {
+            assert_eq!(h.group(g)["state"], "registered", "{args:?}");
+        }
+        assert_eq!(h.readyz(), 200, "{args:?}: {status}");
+        h.finish();
+    }
+}
+
+/// With no framework the defaults know and nothing said, a process is not
+/// ready until something registered (`[-]registered failed:
+/// nothing_registered`); `NIXL_AGENT_EXPECT=none` says it need not.
+#[test]
+fn a_process_with_no_framework_is_ready_once_something_registered() {
+    let mut h = Held::start(&["plain"], &[]);
+    let r = support::get(h.addr, "/readyz?verbose").unwrap();
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(
+        r.body.contains("[-]registered failed: nothing_registered"),
+        "{}",
+        r.body
+    );
+    assert_eq!(support::scrape(h.addr).metric("nixl_agent_ready").value(), 0.0);
+    h.resume();
+    h.until_hold();
+    let r = support::get(h.addr, "/readyz?verbose").unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("[+]registered ok"), "{}", r.body);
+    support::assert_projections_agree(h.addr);
+    h.finish();
+
+    let h = Held::start(&["plain"], &[("NIXL_AGENT_EXPECT", "none")]);
+    assert_eq!(h.readyz(), 200, "NIXL_AGENT_EXPECT=none: ready with nothing registered");
+    h.finish();
+}
+
+/// On Python 3.9/3.10 (no `co_qualname`) a method's override key is still
+/// `Class.method`, of the class that defines it (not a subclass).
+#[test]
+fn a_methods_qualified_name_is_found_without_co_qualname() {
+    let (out, _) = run(false, &["qualname"], &[]);
+    assert!(
+        out.contains("qualname NixlKVManager.register_buffer_to_engine\n"),
+        "{out}"
+    );
+    assert!(out.contains("qualname function describe\n"), "{out}");
+}
+
+/// A failure of the import hook before the extension loads is counted once
+/// the recording starts, and `nai.instrument()` still wraps NIXL later.
+#[test]
+fn a_hook_failure_before_the_extension_loads_is_counted() {
+    let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
+    c.arg(support::python())
+        .arg(repo().join("tests/python/hook_failure.py"))
+        .env("NIXL_AGENT_LISTEN", "off")
+        .env_remove("NIXL_AGENT_EXPECT");
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("wrapped at import False"), "{stdout}");
+    assert!(stdout.contains("wrapped after instrument() True"), "{stdout}");
+    assert!(
+        stdout.contains(r#"nixl_agent_instrumentation_errors_total{operation="import"} 1"#),
+        "{stdout}"
+    );
+}

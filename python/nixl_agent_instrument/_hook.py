@@ -34,13 +34,34 @@ _installed = False
 _lock = _thread.allocate_lock()
 
 
+# Failures of the wrapping before the recording started (the import hook
+# runs before the extension loads): kept, a few, and counted at start.
+_pending = []
+_MAX_PENDING = 16
+_started = False
+
+
 def _hook_failed(operation, exc):
-    if _native is None:
+    message = f"{type(exc).__name__}: {exc}"
+    if _native is None or not _started:
+        if len(_pending) < _MAX_PENDING:
+            _pending.append((operation, message))
         return
     try:
-        _native.hook_failed(operation, f"{type(exc).__name__}: {exc}")
+        _native.hook_failed(operation, message)
     except Exception:
         pass
+
+
+def _started_now():
+    global _started
+    _started = True
+    while _pending:
+        operation, message = _pending.pop(0)
+        try:
+            _native.hook_failed(operation, message)
+        except Exception:
+            pass
 
 
 def _frameworks():
@@ -61,6 +82,8 @@ def wrap_class(cls):
     def __init__(self, *args, **kwargs):
         try:
             _native.start(_frameworks())
+            if not _started:
+                _started_now()
         except Exception as e:
             _hook_failed("init", e)
         try:
@@ -238,13 +261,15 @@ class _Finder:
 
 
 def install():
-    """Installs the hook; wraps at once if NIXL is already imported. Idempotent."""
+    """Installs the hook once; wraps NIXL's class at once if it is imported
+    and not wrapped yet. Idempotent."""
     global _installed
     with _lock:
-        if _installed:
-            return
-        _installed = True
-        sys.meta_path.insert(0, _Finder())
+        if not _installed:
+            _installed = True
+            sys.meta_path.insert(0, _Finder())
+        # NIXL imported already (or imported while the hook failed): wrapped
+        # now. A class wrapped before is left as it is.
         for name in TARGETS:
             module = sys.modules.get(name)
             if module is not None:

@@ -1,11 +1,21 @@
 """The group and kind of a ``register_memory`` call, from its call site.
 
-An explicit ``nixl_agent_instrument.group(...)`` block wins. Otherwise the
-caller's module, function and the variable its bytecode passes as the
-first argument (``kv_addrs``, ``aux_addrs``, ...) go to nixl-agent's naming
-rules (``_native.name_call``) once per call site (code object and
-instruction), then are cached. The caller's frame is read, never its
-locals: nothing of the caller is kept alive.
+An explicit ``nixl_agent_instrument.group(...)`` block wins. Otherwise, once
+per call site (code object and instruction), then cached:
+
+1. The framework's own data, where it says which buffer is which: through
+   the caller's ``self`` (SGLang's ``self.kv_args.kv_data_ptrs`` /
+   ``aux_data_ptrs`` / ``state_data_ptrs``, vLLM's
+   ``self.kv_caches_base_addr``), the call's first address names the group.
+   Renamed locals cannot change that.
+2. Else the variable the caller's bytecode passes as the first argument
+   (``kv_addrs``, ``aux_addrs``, ...).
+
+Either goes to nixl-agent's naming rules (``_native.name_call``) with the
+caller's module and function. What is read of the caller (its ``self``, a
+few integer attributes) is read during the call and dropped; the caches
+hold code objects (which live as long as their functions do anyway) and
+strings, never a frame, a local or an instance.
 
 Another wrapper on ``nixl_agent.register_memory`` (a tracer, a decorator, a
 framework shim) puts its own frame between the framework and this one, and
@@ -53,9 +63,18 @@ def _argument(code, lasti, current=False):
 def _read_argument(code, lasti, current):
     ins = _instructions.get(code)
     if ins is None:
-        ins = list(dis.get_instructions(code))
+        # Decoded up to the call (and a little past it), not the whole
+        # function: a long method costs what precedes the call only.
+        ins = []
+        for x in dis.get_instructions(code):
+            ins.append(x)
+            if x.offset > lasti:
+                break
         if len(_instructions) < _MAX_SITES:
             _instructions[code] = ins
+    elif ins[-1].offset <= lasti:
+        ins = list(dis.get_instructions(code))
+        _instructions[code] = ins
     # The last load of the method before the call, then the first load after it.
     start = None
     for i, x in enumerate(ins):
@@ -100,6 +119,103 @@ def _site_of(frame):
     return frame, None, tuple(chain)
 
 
+# The framework data that says which buffer is which: (attribute path on
+# the caller's ``self``, the word it names). Read only when the caller's
+# first argument is ``self``.
+_DATA = (
+    (("kv_args", "kv_data_ptrs"), "kv"),
+    (("kv_args", "aux_data_ptrs"), "aux"),
+    (("kv_args", "state_data_ptrs"), "state"),
+    (("kv_caches_base_addr",), "kv"),
+)
+# At most this many addresses read from one attribute.
+_MAX_DATA = 1 << 16
+
+
+def _ints(v, out, depth=0):
+    """The integers in ``v`` (a list, a list of lists, a dict of those)."""
+    if len(out) >= _MAX_DATA or depth > 3:
+        return
+    if isinstance(v, int) and not isinstance(v, bool):
+        out.add(v)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _ints(x, out, depth + 1)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _ints(x, out, depth + 1)
+
+
+def _first_address(reg_list):
+    """The first address a ``register_memory`` call names, or None."""
+    if hasattr(reg_list, "descCount"):
+        # A nixlRegDList: its __getitem__ is not bounds-checked.
+        if reg_list.descCount() == 0:
+            return None
+    elif hasattr(reg_list, "data_ptr"):
+        return int(reg_list.data_ptr())
+    first = reg_list[0]
+    if hasattr(first, "data_ptr"):
+        return int(first.data_ptr())
+    return int(first[0])
+
+
+def _self_of(frame):
+    code = frame.f_code
+    if code.co_argcount and code.co_varnames[0] == "self":
+        return frame.f_locals.get("self")
+    return None
+
+
+def _from_data(frame, args, kwargs):
+    """The word the framework's own data gives the call's first address."""
+    this = _self_of(frame)
+    if this is None:
+        return None
+    reg_list = args[0] if args else kwargs.get("reg_list")
+    if reg_list is None:
+        return None
+    try:
+        addr = _first_address(reg_list)
+    except Exception:
+        return None
+    if addr is None:
+        return None
+    for path, word in _DATA:
+        v = this
+        for name in path:
+            v = getattr(v, name, None)
+            if v is None:
+                break
+        if v is None:
+            continue
+        found = set()
+        _ints(v, found)
+        if addr in found:
+            return word
+    return None
+
+
+def _qualname(frame):
+    """The function's qualified name (``Class.method``). Python 3.9/3.10
+    code objects have no ``co_qualname``: the class is the one in the MRO
+    of the frame's ``self`` (or ``cls``) that defines this code."""
+    code = frame.f_code
+    q = getattr(code, "co_qualname", None)
+    if q is not None:
+        return q
+    if code.co_argcount and code.co_varnames[0] in ("self", "cls"):
+        first = frame.f_locals.get(code.co_varnames[0])
+        cls = first if isinstance(first, type) else type(first)
+        for klass in getattr(cls, "__mro__", ()):
+            f = klass.__dict__.get(code.co_name)
+            f = getattr(f, "__func__", f)
+            c = getattr(f, "__code__", None)
+            if c is not None and (c is code or (c.co_filename, c.co_firstlineno) == (code.co_filename, code.co_firstlineno)):
+                return f"{klass.__qualname__}.{code.co_name}"
+    return code.co_name
+
+
 def group_of(frame, args, kwargs):
     chosen = explicit.get()
     if chosen is not None:
@@ -115,10 +231,18 @@ def group_of(frame, args, kwargs):
         hit = _sites.get(chain)
         if hit is not None:
             return hit
-    code = site.f_code
+    # The framework's data beats a variable's name (nearest frame first).
+    f = frame
+    for _ in chain:
+        word = _from_data(f, args, kwargs)
+        if word is not None:
+            site, argument = f, word
+            break
+        f = f.f_back
+        if f is None:
+            break
     module = site.f_globals.get("__name__", "")
-    function = getattr(code, "co_qualname", code.co_name)
-    hit = _native.name_call(module if isinstance(module, str) else "", function, argument)
+    hit = _native.name_call(module if isinstance(module, str) else "", _qualname(site), argument)
     if len(_sites) < _MAX_SITES:
         _sites[chain if len(chain) > 1 else key] = hit
     return hit

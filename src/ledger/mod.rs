@@ -435,6 +435,7 @@ impl State {
                     .collect();
             }
             Event::LifecycleDied => s.lifecycle_dead = true,
+            Event::AwaitRegistration => s.awaits_registration = true,
             Event::AcceptedInvalid {
                 labels,
                 reason,

@@ -363,7 +363,10 @@ fn a_vram_call_is_labelled_by_the_pointers_own_device() {
     );
     let agent = AgentId::fresh();
     o.saw_agent(agent, "a", Vec::new);
-    let r = [Region::new(0x7f00_0000_0000, 1 << 20, 0), Region::new(0x7f00_0010_0000, 1 << 20, 0)];
+    let r = [
+        Region::new(0x7f00_0000_0000, 1 << 20, 0),
+        Region::new(0x7f00_0010_0000, 1 << 20, 0),
+    ];
     let c = Call {
         mem_type: MemType::Vram,
         device: o.device_of(MemType::Vram, &r),
@@ -372,14 +375,21 @@ fn a_vram_call_is_labelled_by_the_pointers_own_device() {
     assert_eq!(c.device, 1);
     let p = o.begin(&c);
     let finding = o.check(&c);
-    assert_eq!(finding.as_ref().map(|f| (f.reason, f.region)), Some((Reason::DeviceMismatch, Some(0))));
+    assert_eq!(
+        finding.as_ref().map(|f| (f.reason, f.region)),
+        Some((Reason::DeviceMismatch, Some(0)))
+    );
     assert!(!o.enforcing(), "record mode");
     o.end(p, &c, finding, Outcome::Registered);
     let g = o.status().group("kv").unwrap().clone();
     assert_eq!((g.state, g.device.as_deref()), (GroupState::Registered, Some("1")));
     assert!(g.last_accepted_invalid.unwrap().starts_with("device_mismatch"));
     assert_eq!(
-        value(&o, "nixl_agent_accepted_invalid_total", &[("group", "kv"), ("reason", "device_mismatch")]),
+        value(
+            &o,
+            "nixl_agent_accepted_invalid_total",
+            &[("group", "kv"), ("reason", "device_mismatch")]
+        ),
         Some(1.0)
     );
     // One question for the label; validation stops at the descriptor's id.

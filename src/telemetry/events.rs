@@ -168,6 +168,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             elapsed_ms = elapsed.as_millis() as u64,
             "the NIXL call past its deadline returned"
         ),
+        Event::AwaitRegistration => {}
         Event::LifecycleDied => {
             tracing::error!("the lifecycle thread died: nothing registers or drains; /livez failing")
         }

@@ -483,12 +483,118 @@ def duplicate(argv):
     out("deregistered")
 
 
+def _tracer_on_register_memory():
+    """Another wrapper on nixl_agent.register_memory, installed after the
+    instrumentation (a tracer, a decorator, a framework shim)."""
+    import functools
+
+    original = nixl_agent.register_memory
+
+    @functools.wraps(original)
+    def traced(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    nixl_agent.register_memory = traced
+
+
+class RenamedKVManager:
+    """SGLang's NixlKVManager with its locals renamed (as a refactor
+    upstream would): no buffer word in any variable the call passes."""
+
+    def __init__(self, kv_args):
+        self.kv_args = kv_args
+        self.agent = nixl_agent(str(uuid.uuid5(uuid.NAMESPACE_DNS, "prefill-r")), nixl_agent_config(backends=[]))
+        self.agent.create_backend("UCX")
+
+    def register_buffer_to_engine(self):
+        entries = [(p, n, self.kv_args.gpu_id, "") for p, n in zip(self.kv_args.kv_data_ptrs, self.kv_args.kv_data_lens)]
+        self.first = self.agent.register_memory(entries, "DRAM")
+        entries2 = [(p, n, 0, "") for p, n in zip(self.kv_args.aux_data_ptrs, self.kv_args.aux_data_lens)]
+        self.second = self.agent.register_memory(entries2, "DRAM")
+
+
+
+class RenamedConnectorWorker:
+    """vLLM's NixlConnectorWorker with renamed locals; like vLLM it keeps
+    the base addresses in self.kv_caches_base_addr before registering."""
+
+    def __init__(self):
+        self.nixl_wrapper = nixl_agent(str(uuid.uuid4()), None)
+        self.nixl_backends = ["UCX"]
+        self.engine_id = "e0"
+        self.tp_rank = 0
+        self.kv_caches_base_addr = {}
+
+    def register_kv_caches(self, kv_caches):
+        rows = [(c.ctypes.data, c.nbytes, 0, "") for c in kv_caches]
+        self.kv_caches_base_addr[self.engine_id] = {self.tp_rank: [c.ctypes.data for c in kv_caches]}
+        handle = self.nixl_wrapper.get_reg_descs(rows, "DRAM")
+        self.nixl_wrapper.register_memory(handle, backends=self.nixl_backends)
+
+
+
+def renamed(argv):
+    """SGLang- or vLLM-shaped code with renamed locals, the framework
+    loaded, no NIXL_AGENT_EXPECT; ``--wrapped``: with another wrapper on
+    nixl_agent.register_memory."""
+    import types
+
+    framework = "vllm" if "--vllm" in argv else "sglang"
+    sys.modules.setdefault(framework, types.ModuleType(framework))
+    if "--wrapped" in argv:
+        _tracer_on_register_memory()
+    if framework == "sglang":
+        mgr = RenamedKVManager(KVArgs())
+        mgr.register_buffer_to_engine()
+    else:
+        caches = [np.zeros(KV_BYTES, dtype=np.uint8) for _ in range(KV_LAYERS)]
+        w = RenamedConnectorWorker()
+        w.register_kv_caches(caches)
+        mgr = (w, caches)
+    out("registered")
+    if "--hold" in argv:
+        hold()
+
+
+def bare_agent(argv):
+    """No framework: an agent, then (after the first HOLD) one registration."""
+    agent = nixl_agent("plain", nixl_agent_config(backends=["UCX"]))
+    hold()
+    buf = np.zeros(AUX_BYTES, dtype=np.uint8)
+    agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+    out("registered")
+    hold()
+
+
+def qualname(argv):
+    """The qualified name of a method as Python 3.9/3.10 give it: their code
+    objects lack co_qualname (stood in for here), the class is found from
+    the frame's self."""
+    from nixl_agent_instrument import _site
+
+    class OldCode:
+        def __init__(self, code):
+            for a in ("co_name", "co_argcount", "co_varnames", "co_filename", "co_firstlineno"):
+                setattr(self, a, getattr(code, a))
+
+    class Frame:
+        def __init__(self, code, local):
+            self.f_code, self.f_locals = OldCode(code), local
+
+    class Subclass(NixlKVManager):
+        pass
+
+    method = NixlKVManager.register_buffer_to_engine.__code__
+    out("qualname", _site._qualname(Frame(method, {"self": Subclass.__new__(Subclass)})))
+    out("qualname function", _site._qualname(Frame(describe.__code__, {})))
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate, "renamed": renamed, "plain": bare_agent, "qualname": qualname}[
         mode
     ](sys.argv[2:])
 

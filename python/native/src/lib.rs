@@ -24,7 +24,7 @@ use nixl_agent::{AgentId, Call, Failure, Hooked, Kind, MemType, Observer, Outcom
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -424,13 +424,9 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         let (mem, r) = tensor_region(reg_list)?;
         return Some((mem, vec![r]));
     }
-    // An N×3 array: its rows as Python ints.
-    if soft(reg_list.hasattr(intern!(py, "tolist"))).unwrap_or(false) {
-        let list = reg_list.call_method0(intern!(py, "tolist")).soft()?;
-        return Some(match list.cast::<PyList>() {
-            Ok(l) => list_regions(l, mem, named_type.is_some()),
-            Err(_) => (mem, Vec::new()),
-        });
+    // An N×3 array (numpy): read as bytes, never as Python objects.
+    if let Some(regions) = array_regions(reg_list) {
+        return Some((mem, regions));
     }
     if let Ok(t) = reg_list.cast::<PyTuple>() {
         return Some(list_regions(
@@ -442,21 +438,64 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
     Some((mem, Vec::new()))
 }
 
+/// The rows of an N×3 array, read the way NIXL's binding takes one: only a
+/// C-contiguous, native-endian uint64 or int64 array of shape (N, 3), copied
+/// once as bytes (`tobytes`, a memcpy) and parsed here — no Python object
+/// per row. Any other array NIXL refuses (it says why); it is recorded with
+/// no regions and not read further. `None`: not an array.
+fn array_regions(obj: &Bound<'_, PyAny>) -> Option<Vec<Region>> {
+    let py = obj.py();
+    let interface = obj.getattr(intern!(py, "__array_interface__")).soft()?;
+    let readable = || -> Option<()> {
+        let shape: (usize, usize) = interface.get_item("shape").soft()?.extract().soft()?;
+        let typestr: String = interface.get_item("typestr").soft()?.extract().soft()?;
+        // `strides` is None exactly when the array is C-contiguous.
+        let contiguous = interface.get_item("strides").soft().is_none_or(|s| s.is_none());
+        let native = if cfg!(target_endian = "little") { '<' } else { '>' };
+        let word = typestr.len() == 3 && typestr.starts_with(native) && matches!(&typestr[1..], "u8" | "i8");
+        (shape.1 == 3 && shape.0 > 0 && word && contiguous).then_some(())
+    };
+    if readable().is_none() {
+        return Some(Vec::new());
+    }
+    let bytes = obj.call_method0(intern!(py, "tobytes")).soft();
+    let Some(bytes) = bytes.as_ref().and_then(|b| b.cast::<PyBytes>().ok()) else {
+        return Some(Vec::new());
+    };
+    Some(rows_of(bytes.as_bytes()))
+}
+
+/// `(addr, len, dev)` rows of native-endian 64-bit words.
+fn rows_of(bytes: &[u8]) -> Vec<Region> {
+    let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
+    bytes
+        .chunks_exact(24)
+        .map(|row| {
+            let dev = word(&row[16..24]) as i64;
+            Region::new(
+                word(&row[0..8]) as usize,
+                word(&row[8..16]) as usize,
+                u32::try_from(dev.max(0)).unwrap_or(u32::MAX),
+            )
+        })
+        .collect()
+}
+
 /// The regions of a list of tuples (or rows, or tensors).
 fn list_regions(items: &Bound<'_, PyList>, mem: MemType, named: bool) -> (MemType, Vec<Region>) {
     let mut out = Vec::with_capacity(items.len());
     for item in items.iter() {
-        let region = if item.cast::<PyTuple>().is_ok() {
-            tuple_region(&item)
-        } else if is_tensor(&item) {
+        let region = match item.cast::<PyTuple>() {
+            Ok(t) => tuple_fields(t),
             // A list of tensors: their device says the type.
-            return match (tensors(items), items.get_item(0).soft().and_then(|t| tensor_region(&t))) {
-                (Some(all), Some((m, _))) if !named => (m, all),
-                (Some(all), _) => (mem, all),
-                _ => (mem, Vec::new()),
-            };
-        } else {
-            tuple_region(&item)
+            Err(_) if is_tensor(&item) => {
+                return match (tensors(items), items.get_item(0).soft().and_then(|t| tensor_region(&t))) {
+                    (Some(all), Some((m, _))) if !named => (m, all),
+                    (Some(all), _) => (mem, all),
+                    _ => (mem, Vec::new()),
+                };
+            }
+            Err(_) => tuple_region(&item),
         };
         match region {
             Some(r) => out.push(r),
@@ -471,25 +510,49 @@ fn tensors(items: &Bound<'_, PyList>) -> Option<Vec<Region>> {
 }
 
 /// `(addr, len, dev[, meta])` as a tuple (the fast path: borrowed items)
-/// or any sequence (a row of an array's `tolist()`).
+/// or any sequence (a `nixlRegDList` item).
 fn tuple_region(item: &Bound<'_, PyAny>) -> Option<Region> {
-    let (addr, len, dev): (u64, u64, i64) = match item.cast::<PyTuple>() {
-        Ok(t) if t.len() >= 3 => (
-            t.get_borrowed_item(0).soft()?.extract().soft()?,
-            t.get_borrowed_item(1).soft()?.extract().soft()?,
-            t.get_borrowed_item(2).soft()?.extract().soft()?,
+    match item.cast::<PyTuple>() {
+        Ok(t) => tuple_fields(t),
+        Err(_) => fields(
+            word(&item.get_item(0).soft()?)?,
+            word(&item.get_item(1).soft()?)?,
+            item.get_item(2).soft()?.extract::<i64>().soft()?,
         ),
-        _ => (
-            item.get_item(0).soft()?.extract().soft()?,
-            item.get_item(1).soft()?.extract().soft()?,
-            item.get_item(2).soft()?.extract().soft()?,
-        ),
-    };
+    }
+}
+
+/// The fast path: a tuple's first three items, borrowed.
+fn tuple_fields(t: &Bound<'_, PyTuple>) -> Option<Region> {
+    if t.len() < 3 {
+        return None;
+    }
+    let (addr, len, dev) = (
+        t.get_borrowed_item(0).soft()?,
+        t.get_borrowed_item(1).soft()?,
+        t.get_borrowed_item(2).soft()?,
+    );
+    fields(word(&addr)?, word(&len)?, dev.extract::<i64>().soft()?)
+}
+
+fn fields(addr: u64, len: u64, dev: i64) -> Option<Region> {
     Some(Region::new(
         addr as usize,
         len as usize,
         u32::try_from(dev.max(0)).unwrap_or(u32::MAX),
     ))
+}
+
+/// An address or length: as `i64` first (CPython's `PyLong_AsLong` is a
+/// short loop; its `unsigned long long` conversion goes through a generic
+/// byte-array path several times slower), as `u64` above `i64::MAX`.
+fn word(v: &Bound<'_, PyAny>) -> Option<u64> {
+    match v.extract::<i64>() {
+        Ok(w) if w >= 0 => Some(w as u64),
+        Ok(_) => None,
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) => v.extract::<u64>().soft(),
+        Err(e) => soft::<u64>(Err(e)),
+    }
 }
 
 /// What a deregistration names: its first region and descriptor count
