@@ -357,3 +357,40 @@ fn readme_is_short_and_relative_links_resolve() {
     assert!(broken.is_empty(), "broken relative links:\n{}", broken.join("\n"));
     assert!(checked > 50, "too few relative links checked ({checked})");
 }
+
+/// Every test docs/python.md's transparency contract names exists, in the
+/// file it names (tests/python.rs unless the row says otherwise).
+#[test]
+fn the_transparency_contract_names_tests_that_exist() {
+    let text = doc("python.md");
+    let start = text.find("## The transparency contract").expect("the contract section");
+    let end = start + text[start..].find("**Reasons from what Python sees.**").unwrap();
+    let section = &text[start..end];
+    let mut checked = 0;
+    for row in section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Point"))
+    {
+        let held_by = row.rsplit('|').nth(1).unwrap_or("");
+        let mut file = "tests/python.rs".to_string();
+        for tick in held_by.split('`').skip(1).step_by(2) {
+            if tick.ends_with(".rs") {
+                file = tick.to_string();
+                continue;
+            }
+            if !tick
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                continue;
+            }
+            let src = read(&file);
+            assert!(
+                src.contains(&format!("fn {tick}(")),
+                "docs/python.md names test `{tick}`, which {file} does not define"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "only {checked} tests named");
+}

@@ -7,8 +7,11 @@ Three sections, each against a peer measured in the same run:
      process, interleaved, N = 1 ... 16384 regions of 4 KiB in one call (the
      way SGLang registers a buffer list). The cold first call of each
      contender (regions UCX never saw) is reported beside the warm median.
-  2. interpreter start-up: `python -c "import nixl._api"` bare vs under the
-     hook (PYTHONPATH=<bootstrap dir>), fresh interpreters, interleaved.
+  2. the cold first registration of a fresh process (bench/py/cold.py), the
+     one a serving process actually makes, bare vs instrumented, with what
+     validation and the call-site read add; and interpreter start-up:
+     `python -c "import nixl._api"` bare vs under the hook
+     (PYTHONPATH=<bootstrap dir>), fresh interpreters, interleaved.
   3. /metrics while a Python thread holds the GIL (pure-Python spin, default
      switch interval): the extension's server vs prometheus_client's own
      `start_http_server` (what vLLM and SGLang serve their metrics with),
@@ -92,6 +95,33 @@ def registration(agent, cls):
     return rows
 
 
+def array_registration(agent, cls, sizes=(1024, 16384)):
+    """register_memory of an N×3 uint64 descriptor array (read as bytes by
+    the instrumentation), bare vs instrumented, warm, interleaved."""
+    bare = cls.__nixl_agent_originals__
+    contenders = {
+        "bare": (bare["register_memory"], bare["deregister_memory"]),
+        "instrumented": (cls.register_memory, cls.deregister_memory),
+    }
+    rows = []
+    for n in sizes:
+        buf = np.ones(n * REGION, dtype=np.uint8)
+        arr = np.array([(buf.ctypes.data + i * REGION, REGION, 0) for i in range(n)], dtype=np.uint64)
+        times = {name: [] for name in contenders}
+        names = list(contenders)
+        for rep in range(reps_for(n)):
+            for name in names if rep % 2 == 0 else reversed(names):
+                reg, dereg = contenders[name]
+                t0 = time.perf_counter_ns()
+                d = reg(agent, arr, "DRAM")
+                t1 = time.perf_counter_ns()
+                dereg(agent, d)
+                if rep > 0:
+                    times[name].append((t1 - t0) / 1e3)
+        rows.append({"n": n, **{name: statistics.median(v) for name, v in times.items()}})
+    return rows
+
+
 def startup(python, bootstrap, reps=21):
     env_bare = {k: v for k, v in os.environ.items() if not k.startswith("NIXL_AGENT_") and k != "PYTHONPATH"}
     env_hook = dict(env_bare, PYTHONPATH=bootstrap)
@@ -108,6 +138,30 @@ def startup(python, bootstrap, reps=21):
                 times[name].append((time.perf_counter_ns() - t0) / 1e6)
         out[what] = {k: statistics.median(v[1:]) for k, v in times.items()}
     return out
+
+
+def cold_first_registration(python, bootstrap, reps=16):
+    """The first register_memory of a fresh process (bench/py/cold.py:
+    4,096 × 64 KiB DRAM regions as tuples), bare vs instrumented, and two
+    instrumented variants that take one cost away each: validation off, and
+    the group named explicitly (no call-site read). Contenders alternate,
+    the order rotating each repetition."""
+    env_bare = {k: v for k, v in os.environ.items() if not k.startswith("NIXL_AGENT_") and k != "PYTHONPATH"}
+    env_hook = dict(env_bare, PYTHONPATH=bootstrap, NIXL_AGENT_LISTEN="127.0.0.1:0")
+    contenders = [
+        ("bare", env_bare, []),
+        ("instrumented", env_hook, []),
+        ("validation_off", dict(env_hook, NIXL_AGENT_VALIDATE="off"), []),
+        ("explicit_group", env_hook, ["group"]),
+    ]
+    script = os.path.join(HERE, "cold.py")
+    times = {name: [] for name, _, _ in contenders}
+    for rep in range(reps):
+        k = rep % len(contenders)
+        for name, env, args in contenders[k:] + contenders[:k]:
+            r = subprocess.run([python, script, *args], env=env, check=True, capture_output=True, text=True)
+            times[name].append(float(r.stdout.strip().splitlines()[-1]) / 1e3)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def prometheus_client_peer():
@@ -187,16 +241,25 @@ def main():
 
     logging.getLogger("nixl").setLevel(logging.WARNING)  # NIXL's INFO lines go to stdout
     nai.instrument()
-    agent = nixl_agent("bench", nixl_agent_config(backends=["UCX"]))
-    reg_rows = registration(agent, nixl_agent)
-    agent_addr = nai.address()
     python = sys.executable
-    boot = startup(python, os.path.join(os.path.dirname(nai.__file__), "_bootstrap"))
+    bootstrap = os.path.join(os.path.dirname(nai.__file__), "_bootstrap")
+    # Fresh processes first, while this one has no NIXL agent whose threads
+    # would compete with theirs for the cores.
+    boot = startup(python, bootstrap)
+    cold = cold_first_registration(python, bootstrap)
+    # No progress thread (registration does not use it; its polling would
+    # only add noise on a small machine), the same for both contenders.
+    agent = nixl_agent("bench", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
+    reg_rows = registration(agent, nixl_agent)
+    array_rows = array_registration(agent, nixl_agent)
+    agent_addr = nai.address()
     served = metrics_under_gil(agent_addr, python)
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "registration": reg_rows,
+        "array_registration": array_rows,
         "startup_ms": boot,
+        "cold_first_registration_ms": cold,
         "metrics_under_gil": served,
     }
     with open(out_path, "w") as f:
@@ -216,6 +279,22 @@ def main():
             f"| {fmt(b['dereg_us'])} | {fmt(i['dereg_us'])} | {i['dereg_us'] / b['dereg_us']:.2f}× "
             f"| {fmt(b['cold_reg_us'])} | {fmt(i['cold_reg_us'])} |"
         )
+    p()
+    p("register_memory of an N×3 uint64 descriptor array, µs (4 KiB regions; warm, interleaved, median):")
+    p()
+    p("| N | bare | instrumented | ratio | added per region |")
+    p("|---:|---:|---:|---:|---:|")
+    for r in array_rows:
+        b, i = r["bare"], r["instrumented"]
+        p(f"| {r['n']} | {fmt(b)} | {fmt(i)} | {i / b:.2f}× | {(i - b) * 1e3 / r['n']:.0f} ns |")
+    p()
+    p("The first register_memory of a fresh process, ms (4,096 × 64 KiB DRAM regions as a list of tuples; fresh processes, contenders alternating, median of 16):")
+    p()
+    b, i = cold["bare"], cold["instrumented"]
+    p("| bare | instrumented | ratio | added | of which validation | of which the call-site read | the rest (reading, recording) |")
+    p("|---:|---:|---:|---:|---:|---:|---:|")
+    v, c = i - cold["validation_off"], i - cold["explicit_group"]
+    p(f"| {b:.2f} | {i:.2f} | {i / b:.2f}× | {i - b:+.2f} | {v:+.2f} | {c:+.2f} | {i - b - v - c:+.2f} |")
     p()
     p("Interpreter start-up, ms (fresh `python -c`, median of 20 interleaved):")
     p()

@@ -95,6 +95,12 @@ def wrap_class(cls):
                 _hook_failed("init", inner)
             raise
         try:
+            # The framework's methods that will register, read now rather
+            # than on its first (cold, waited-on) registration.
+            _site.prepare(sys._getframe(1))
+        except Exception as e:
+            _hook_failed("init", e)
+        try:
             token = _native.agent_created(
                 self, str(getattr(self, "name", "")), [str(p) for p in getattr(self, "plugin_list", [])]
             )

@@ -28,22 +28,28 @@ impl MemoryProbe for SystemProbe {
             let rc = unsafe { libc::msync(lo as *mut libc::c_void, end - lo, libc::MS_ASYNC) };
             !(rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM))
         };
-        // Usually in address order already: then no sort.
-        let mut order: Vec<usize> = (0..regions.len()).collect();
-        if !regions.windows(2).all(|w| w[0].addr <= w[1].addr) {
+        // Usually in address order already: then no index to sort (nor to
+        // allocate, for a call of thousands of regions).
+        let sorted = regions.windows(2).all(|w| w[0].addr <= w[1].addr);
+        let order: Vec<usize> = if sorted {
+            Vec::new()
+        } else {
+            let mut order: Vec<usize> = (0..regions.len()).collect();
             order.sort_unstable_by_key(|&i| regions[i].addr);
-        }
+            order
+        };
+        let at = |k: usize| if sorted { k } else { order[k] };
         let end_of = |i: usize| regions[i].addr.saturating_add(regions[i].len);
         let mut first_bad: Option<usize> = None;
         let mut k = 0;
-        while k < order.len() {
-            let (start, mut end, run_start) = (regions[order[k]].addr, end_of(order[k]), k);
-            while k + 1 < order.len() && regions[order[k + 1]].addr <= end {
+        while k < regions.len() {
+            let (start, mut end, run_start) = (regions[at(k)].addr, end_of(at(k)), k);
+            while k + 1 < regions.len() && regions[at(k + 1)].addr <= end {
                 k += 1;
-                end = end.max(end_of(order[k]));
+                end = end.max(end_of(at(k)));
             }
             if !mapped(start, end) {
-                for &i in &order[run_start..=k] {
+                for i in (run_start..=k).map(at) {
                     if !mapped(regions[i].addr, end_of(i)) {
                         first_bad = Some(first_bad.map_or(i, |b| b.min(i)));
                     }

@@ -589,12 +589,43 @@ def qualname(argv):
     out("qualname function", _site._qualname(Frame(describe.__code__, {})))
 
 
+class NoList(np.ndarray):
+    """An array that says so when something turns it into Python objects."""
+
+    def tolist(self):
+        out("tolist called")
+        return np.ndarray.tolist(self)
+
+
+def arrays(argv):
+    """N×3 descriptor arrays, as NIXL's binding takes them (uint64, C order),
+    then shapes NIXL refuses: what each call returns or raises."""
+    agent = nixl_agent("arrays", nixl_agent_config(backends=["UCX"]))
+    buf = np.zeros(8 * AUX_BYTES, dtype=np.uint8)
+    rows = np.array([(buf.ctypes.data + i * AUX_BYTES, AUX_BYTES, 0) for i in range(8)], dtype=np.uint64)
+    kv_rows = rows.view(NoList)
+    descs = agent.register_memory(kv_rows, "DRAM")
+    out("registered", descs.descCount())
+    for label, bad in (
+        ("1-D", np.arange(6, dtype=np.uint64).view(NoList)),
+        ("float64", rows.astype(np.float64).view(NoList)),
+        ("Fortran order", np.asfortranarray(rows).view(NoList)),
+    ):
+        try:
+            agent.register_memory(bad, "DRAM")
+            out(label, "registered")
+        except Exception as e:
+            out(label, "raised", type(e).__name__)
+    if "--hold" in argv:
+        hold()
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate, "renamed": renamed, "plain": bare_agent, "qualname": qualname}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate, "renamed": renamed, "plain": bare_agent, "qualname": qualname, "arrays": arrays}[
         mode
     ](sys.argv[2:])
 

@@ -438,6 +438,32 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
     Some((mem, Vec::new()))
 }
 
+thread_local! {
+    /// The regions vector of this thread's last call, kept for the next:
+    /// a call of thousands of regions then allocates nothing (a fresh 100 KB
+    /// block each call is page faults and heap trims NIXL's call pays for).
+    static SCRATCH: std::cell::Cell<Vec<Region>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Kept regions vectors hold at most this many (a million-region call's
+/// 24 MB is given back).
+const SCRATCH_KEPT: usize = 1 << 16;
+
+/// An empty vector for a call's regions (the thread's kept one, if any).
+fn scratch(capacity: usize) -> Vec<Region> {
+    let mut v = SCRATCH.with(|s| s.take());
+    v.clear();
+    v.reserve(capacity);
+    v
+}
+
+/// Gives a call's regions vector back for the next call on this thread.
+fn recycle(v: Vec<Region>) {
+    if v.capacity() <= SCRATCH_KEPT {
+        SCRATCH.with(|s| s.set(v));
+    }
+}
+
 /// The rows of an N×3 array, read the way NIXL's binding takes one: only a
 /// C-contiguous, native-endian uint64 or int64 array of shape (N, 3), copied
 /// once as bytes (`tobytes`, a memcpy) and parsed here — no Python object
@@ -468,22 +494,21 @@ fn array_regions(obj: &Bound<'_, PyAny>) -> Option<Vec<Region>> {
 /// `(addr, len, dev)` rows of native-endian 64-bit words.
 fn rows_of(bytes: &[u8]) -> Vec<Region> {
     let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
-    bytes
-        .chunks_exact(24)
-        .map(|row| {
-            let dev = word(&row[16..24]) as i64;
-            Region::new(
-                word(&row[0..8]) as usize,
-                word(&row[8..16]) as usize,
-                u32::try_from(dev.max(0)).unwrap_or(u32::MAX),
-            )
-        })
-        .collect()
+    let mut out = scratch(bytes.len() / 24);
+    out.extend(bytes.chunks_exact(24).map(|row| {
+        let dev = word(&row[16..24]) as i64;
+        Region::new(
+            word(&row[0..8]) as usize,
+            word(&row[8..16]) as usize,
+            u32::try_from(dev.max(0)).unwrap_or(u32::MAX),
+        )
+    }));
+    out
 }
 
 /// The regions of a list of tuples (or rows, or tensors).
 fn list_regions(items: &Bound<'_, PyList>, mem: MemType, named: bool) -> (MemType, Vec<Region>) {
-    let mut out = Vec::with_capacity(items.len());
+    let mut out = scratch(items.len());
     for item in items.iter() {
         let region = match item.cast::<PyTuple>() {
             Ok(t) => tuple_fields(t),
@@ -694,6 +719,7 @@ fn register<'py>(
         r.observer().end(pending, &call, finding, outcome);
         Some(())
     });
+    recycle(regions);
     result
 }
 
