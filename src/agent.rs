@@ -442,8 +442,16 @@ impl Observer {
 
     /// Publishes this recording into the pod directory `dir` as rank
     /// `rank`, for `nixl-agent pod` to serve; stops when the returned
-    /// publisher is dropped.
+    /// publisher is dropped. A rank another live process holds is not
+    /// taken: the publisher claims the lowest free slot and publishes the
+    /// conflict there (`Publisher::conflict`), which the pod counts and
+    /// names.
     pub fn publish(&self, dir: &std::path::Path, rank: u32) -> std::io::Result<crate::pod::publish::Publisher> {
-        crate::pod::publish::Publisher::start(dir, rank, self.metrics().clone(), self.status_source())
+        crate::pod::publish::Publisher::start(
+            dir,
+            crate::pod::claim::Wish::Explicit(rank),
+            self.metrics().clone(),
+            self.status_source(),
+        )
     }
 }

@@ -12,7 +12,7 @@
 //! other front-end.
 
 mod process;
-pub use crate::pod::{ENV_DIR as ENV_POD_DIR, RANK_VARS};
+pub use crate::pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, LOCAL_RANK};
 pub use process::Instrumentation;
 
 use crate::config::{self, Config, ConfigError, Env};
@@ -88,9 +88,11 @@ pub struct Settings {
     pub backends: Vec<String>,
     /// The deadline on every observed NIXL call.
     pub call_timeout: std::time::Duration,
-    /// Publish to the pod directory as this rank (`NIXL_AGENT_MULTIPROC_DIR`,
-    /// rank from `LOCAL_RANK` / `RANK` / `NIXL_AGENT_RANK_ENV`, else 0).
-    pub publish: Option<(std::path::PathBuf, u32)>,
+    /// Publish to the pod directory (`NIXL_AGENT_MULTIPROC_DIR`) in a slot
+    /// claimed as this asks (the variable `NIXL_AGENT_RANK_ENV` names, else
+    /// `LOCAL_RANK` as a preference, else the framework's own rank, else the
+    /// lowest free slot).
+    pub publish: Option<(std::path::PathBuf, crate::pod::claim::Wish)>,
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
@@ -106,10 +108,7 @@ impl Settings {
         let mut cfg = Config::default();
         let publish = match env.var(crate::pod::ENV_DIR) {
             None => None,
-            Some(dir) => Some((
-                std::path::PathBuf::from(dir),
-                crate::pod::rank_from_env(env)?.unwrap_or(0),
-            )),
+            Some(dir) => Some((std::path::PathBuf::from(dir), crate::pod::wish_from_env(env)?)),
         };
         // Ranks of a pod publish; the pod's agent serves them. A rank serves
         // HTTP itself only when told where.

@@ -166,9 +166,14 @@ fn ports_paths_flags_and_config_are_the_binarys() {
                     .find(|e| e["name"] == nixl_agent::instrument::ENV_POD_DIR)
                     .unwrap();
                 assert_eq!(published["value"], dir);
-                assert!(env
-                    .iter()
-                    .any(|e| nixl_agent::instrument::RANK_VARS.contains(&e["name"].as_str().unwrap())));
+                // Ranks are claimed, never assumed: no rank variable to set
+                // (and none torch or vLLM would act on).
+                assert!(
+                    !env.iter().any(|e| e["name"] == nixl_agent::instrument::LOCAL_RANK
+                        || e["name"] == "RANK"
+                        || e["name"] == nixl_agent::instrument::ENV_RANK_ENV),
+                    "deploy/ sets a rank variable: {env:?}"
+                );
                 assert!(strings(&app["securityContext"]["capabilities"]["add"]).contains(&"IPC_LOCK".to_string()));
                 assert!(app["volumeMounts"]
                     .as_array()

@@ -81,7 +81,7 @@ def wrap_class(cls):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         try:
-            _native.start(_frameworks())
+            _native.start(_frameworks(), _site.rank_hint(sys._getframe(1)))
             if not _started:
                 _started_now()
         except Exception as e:

@@ -211,6 +211,26 @@ def _from_data(frame, args, kwargs):
     return None
 
 
+# Where a framework keeps the rank of the process creating a NIXL agent:
+# SGLang's kv_args (engine_rank, then gpu_id), vLLM's worker (tp_rank).
+_RANKS = (("kv_args", "engine_rank"), ("kv_args", "gpu_id"), ("tp_rank",))
+
+
+def rank_hint(frame):
+    """The rank the framework gives the process whose frame creates a NIXL
+    agent, read from that frame's ``self``; None when it says none."""
+    this = _self_of(frame)
+    if this is None:
+        return None
+    for path in _RANKS:
+        v = this
+        for name in path:
+            v = getattr(v, name, None)
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 256:
+            return v
+    return None
+
+
 def _qualname(frame):
     """The function's qualified name (``Class.method``). Python 3.9/3.10
     code objects have no ``co_qualname``: the class is the one in the MRO

@@ -32,7 +32,10 @@ impl Instrumentation {
     /// which choose the groups readiness waits for). What cannot start
     /// (the port, the pod directory, the tap) is logged and left out; the
     /// recording itself always starts.
-    pub fn start(settings: &Settings, frameworks: &[&str]) -> Instrumentation {
+    /// `rank_hint`: the rank the serving framework itself gives this
+    /// process (SGLang's engine rank, vLLM's tp rank), preferred when
+    /// claiming a pod slot unless a rank was told explicitly.
+    pub fn start(settings: &Settings, frameworks: &[&str], rank_hint: Option<u32>) -> Instrumentation {
         let tap = if settings.capture {
             match StderrTap::install() {
                 Ok(t) => Some(t),
@@ -72,10 +75,16 @@ impl Instrumentation {
         } else {
             (None, None, None)
         };
-        let publisher = settings.publish.as_ref().and_then(|(dir, rank)| {
-            Publisher::start(dir, *rank, observer.metrics().clone(), observer.status_source())
+        let publisher = settings.publish.as_ref().and_then(|(dir, wish)| {
+            use crate::pod::claim::Wish;
+            let wish = match (*wish, rank_hint) {
+                (Wish::Explicit(r), _) => Wish::Explicit(r),
+                (_, Some(h)) => Wish::Preferred(h),
+                (w, None) => w,
+            };
+            Publisher::start(dir, wish, observer.metrics().clone(), observer.status_source())
                 .map_err(|e| {
-                    tracing::warn!(target: LOG_TARGET, dir = %dir.display(), rank, error = %e, "cannot publish to the pod directory; recording without it");
+                    tracing::warn!(target: LOG_TARGET, dir = %dir.display(), ?wish, error = %e, "cannot publish to the pod directory; recording without it");
                 })
                 .ok()
         });
@@ -97,6 +106,11 @@ impl Instrumentation {
     /// The address /metrics is served on, if it is.
     pub fn addr(&self) -> Option<SocketAddr> {
         self.addr
+    }
+
+    /// The pod slot this process publishes in, if it does.
+    pub fn rank(&self) -> Option<u32> {
+        self._publisher.as_ref().map(Publisher::rank)
     }
 
     /// In a forked child, the instrumentation it inherited from its parent:

@@ -11,6 +11,7 @@
 //! The conventions are those of `PROMETHEUS_MULTIPROC_DIR` (prometheus_client,
 //! used by vLLM and SGLang) and NIXL's own `NIXL_TELEMETRY_MULTIPROC_DIR`.
 
+pub mod claim;
 #[cfg(feature = "cli")]
 pub mod merge;
 pub mod publish;
@@ -23,14 +24,15 @@ use std::time::Duration;
 /// The per-pod directory every rank publishes to (an `emptyDir` shared by
 /// the pod's containers).
 pub const ENV_DIR: &str = "NIXL_AGENT_MULTIPROC_DIR";
-/// The name of the environment variable holding the rank, when it is not
-/// `LOCAL_RANK` or `RANK`.
+/// The name of the environment variable that tells this process its rank
+/// (an explicit rank: another live process holding it is a conflict).
 pub const ENV_RANK_ENV: &str = "NIXL_AGENT_RANK_ENV";
 /// How many ranks the pod has (`nixl-agent pod --ranks`).
 #[cfg(feature = "cli")]
 pub const ENV_RANKS: &str = "NIXL_AGENT_RANKS";
-/// The usual rank variables, in the order they are read.
-pub const RANK_VARS: [&str; 2] = ["LOCAL_RANK", "RANK"];
+/// torchrun's per-process local rank: a rank a process would like (never
+/// an order). `RANK` is a global rank and is never read.
+pub const LOCAL_RANK: &str = "LOCAL_RANK";
 /// Most ranks a pod may have: the `rank` label stays bounded.
 pub const MAX_RANKS: usize = 256;
 /// A rank file not touched for this long belongs to a process that died.
@@ -46,25 +48,28 @@ pub fn file_name(rank: u32) -> String {
     format!("rank-{rank}.json")
 }
 
-/// The rank of this process: the variable named by `NIXL_AGENT_RANK_ENV`,
-/// else `LOCAL_RANK`, else `RANK`. `None` when none is set.
-pub fn rank_from_env(env: &dyn Env) -> Result<Option<u32>, ConfigError> {
-    let vars: Vec<String> = match env.var(ENV_RANK_ENV) {
-        Some(name) => vec![name],
-        None => RANK_VARS.iter().map(|s| s.to_string()).collect(),
+/// The rank this process asks for: the variable named by
+/// `NIXL_AGENT_RANK_ENV` (explicit), else `LOCAL_RANK` (a preference), else
+/// none said (the framework's own rank, else the lowest free slot). A value
+/// that is not a rank is named in the error.
+pub fn wish_from_env(env: &dyn Env) -> Result<claim::Wish, ConfigError> {
+    let parse = |var: &str, v: String| match v.trim().parse::<u32>() {
+        Ok(r) if (r as usize) < MAX_RANKS => Ok(r),
+        _ => Err(ConfigError::Invalid {
+            key: var.to_string(),
+            message: format!("`{v}` is not a rank from 0 to {}", MAX_RANKS - 1),
+        }),
     };
-    for var in vars {
-        if let Some(v) = env.var(&var) {
-            return match v.trim().parse::<u32>() {
-                Ok(r) if (r as usize) < MAX_RANKS => Ok(Some(r)),
-                _ => Err(ConfigError::Invalid {
-                    key: var,
-                    message: format!("`{v}` is not a rank from 0 to {}", MAX_RANKS - 1),
-                }),
-            };
-        }
+    if let Some(name) = env.var(ENV_RANK_ENV) {
+        return match env.var(&name) {
+            Some(v) => Ok(claim::Wish::Explicit(parse(&name, v)?)),
+            None => Ok(claim::Wish::Any),
+        };
     }
-    Ok(None)
+    match env.var(LOCAL_RANK) {
+        Some(v) => Ok(claim::Wish::Preferred(parse(LOCAL_RANK, v)?)),
+        None => Ok(claim::Wish::Any),
+    }
 }
 
 #[cfg(test)]
@@ -77,24 +82,30 @@ mod tests {
     }
 
     #[test]
-    fn rank_comes_from_the_usual_variables_or_the_named_one() {
-        assert_eq!(rank_from_env(&env(&[])).unwrap(), None);
-        assert_eq!(rank_from_env(&env(&[("RANK", "3")])).unwrap(), Some(3));
+    fn a_rank_is_told_by_the_named_variable_preferred_by_local_rank_and_never_rank() {
+        use claim::Wish;
+        assert_eq!(wish_from_env(&env(&[])).unwrap(), Wish::Any);
+        // RANK is a global rank: never read.
+        assert_eq!(wish_from_env(&env(&[("RANK", "17")])).unwrap(), Wish::Any);
         assert_eq!(
-            rank_from_env(&env(&[("RANK", "3"), ("LOCAL_RANK", "1")])).unwrap(),
-            Some(1)
+            wish_from_env(&env(&[("RANK", "17"), ("LOCAL_RANK", "1")])).unwrap(),
+            Wish::Preferred(1)
         );
         assert_eq!(
-            rank_from_env(&env(&[
+            wish_from_env(&env(&[
                 (ENV_RANK_ENV, "TP_RANK"),
                 ("TP_RANK", "7"),
                 ("LOCAL_RANK", "1")
             ]))
             .unwrap(),
-            Some(7)
+            Wish::Explicit(7)
         );
-        let e = rank_from_env(&env(&[("LOCAL_RANK", "x")])).unwrap_err().to_string();
+        let e = wish_from_env(&env(&[("LOCAL_RANK", "x")])).unwrap_err().to_string();
         assert!(e.contains("LOCAL_RANK"), "{e}");
-        assert!(rank_from_env(&env(&[("LOCAL_RANK", "999")])).is_err());
+        assert!(wish_from_env(&env(&[("LOCAL_RANK", "999")])).is_err());
+        let e = wish_from_env(&env(&[(ENV_RANK_ENV, "TP_RANK"), ("TP_RANK", "-1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TP_RANK"), "{e}");
     }
 }

@@ -1,4 +1,5 @@
-//! Publishing one rank's recording to the pod directory. A thread of its
+//! Publishing one rank's recording to the pod directory, in the slot it
+//! claimed ([`super::claim`]). A thread of its
 //! own looks every [`super::PUBLISH_EVERY`] whether anything was recorded
 //! (the metrics' write counter, the status snapshot) and then replaces the
 //! rank's file (write a temporary file, rename: a reader never sees half a
@@ -7,6 +8,7 @@
 //! agent tells a live rank from a dead one by the file's age. The
 //! registration path pays nothing for it.
 
+use super::claim::{Claim, Conflict, Wish};
 use crate::status::Status;
 use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;
@@ -20,21 +22,37 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 /// Format version of a rank file.
 pub const VERSION: u32 = 1;
 
-/// The publishing thread; stops when dropped.
+/// The publishing thread; stops when dropped, and the rank's slot is free
+/// again.
 pub struct Publisher {
     stop: Arc<AtomicBool>,
+    rank: u32,
+    conflict: Option<Conflict>,
+    _claim: Arc<Claim>,
 }
 
 impl Publisher {
-    /// Starts publishing `metrics` and `status()` as rank `rank` into `dir`
-    /// (created if missing). Fails when the directory cannot be written.
+    /// Claims a slot of `dir` (created if missing) as `wish` asks and
+    /// starts publishing `metrics` and `status()` there. Fails when the
+    /// directory cannot be written or no slot can be claimed.
     pub(crate) fn start(
         dir: &Path,
-        rank: u32,
+        wish: Wish,
         metrics: Metrics,
         status: impl Fn() -> Arc<Status> + Send + 'static,
     ) -> std::io::Result<Publisher> {
-        fs::create_dir_all(dir)?;
+        let claim = Arc::new(super::claim::claim(dir, wish)?);
+        let rank = claim.rank;
+        let conflict = claim.conflict.clone();
+        if let Some(c) = &conflict {
+            tracing::error!(
+                target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+                wanted = c.wanted,
+                rank,
+                dir = %dir.display(),
+                "this process was told a rank another live process holds; publishing as another rank with the conflict (the pod is not ready until it is resolved; nothing is overwritten)"
+            );
+        }
         let path = dir.join(super::file_name(rank));
         // Each writer its own temporary file: two processes publishing the
         // same rank never write into one half-written file.
@@ -42,8 +60,10 @@ impl Publisher {
         let stop = Arc::new(AtomicBool::new(false));
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.
-        let mut last = write(&path, &tmp, rank, &metrics, &status)?;
+        let mut last = write(&path, &tmp, rank, conflict.as_ref(), &metrics, &status)?;
         let stop2 = stop.clone();
+        let held = claim.clone();
+        let conflict2 = conflict.clone();
         std::thread::Builder::new()
             .name("nixl-agent-publish".into())
             .spawn(move || {
@@ -51,11 +71,13 @@ impl Publisher {
                 // Rewritten at least this often even when nothing was
                 // recorded: the process_* series keep moving.
                 let mut rewritten = Instant::now();
+                // The slot is held while this thread writes its file.
+                let _held = held;
                 while !stop2.load(Ordering::Acquire) {
                     std::thread::sleep(super::PUBLISH_EVERY);
                     let changed = metrics.generation() != last.generation;
                     if changed || rewritten.elapsed() >= super::HEARTBEAT * 4 {
-                        if let Ok(w) = write(&path, &tmp, rank, &metrics, &status) {
+                        if let Ok(w) = write(&path, &tmp, rank, conflict2.as_ref(), &metrics, &status) {
                             last = w;
                         }
                         touched = Instant::now();
@@ -69,7 +91,22 @@ impl Publisher {
                     }
                 }
             })?;
-        Ok(Publisher { stop })
+        Ok(Publisher {
+            stop,
+            rank,
+            conflict,
+            _claim: claim,
+        })
+    }
+
+    /// The rank claimed.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The rank this process was told and could not have, if any.
+    pub fn conflict(&self) -> Option<u32> {
+        self.conflict.as_ref().map(|c| c.wanted)
     }
 }
 
@@ -85,28 +122,30 @@ struct Written {
 
 /// The status and the exposition read at one ledger generation (read again
 /// when an event landed in between, at most a few times).
-fn consistent(metrics: &Metrics, status: &impl Fn() -> Arc<Status>) -> (Arc<Status>, String) {
+fn consistent(metrics: &Metrics, status: &impl Fn() -> Arc<Status>) -> (Arc<Status>, String, String) {
     let mut st = status();
-    let mut text = metrics.encode(Format::Text);
+    let encode = || (metrics.encode(Format::Text), metrics.encode(Format::OpenMetrics));
+    let (mut text, mut om) = encode();
     for _ in 0..3 {
         let after = status();
         if after.generation == st.generation {
             break;
         }
         st = after;
-        text = metrics.encode(Format::Text);
+        (text, om) = encode();
     }
-    (st, text)
+    (st, text, om)
 }
 
 fn write(
     path: &Path,
     tmp: &Path,
     rank: u32,
+    conflict: Option<&Conflict>,
     metrics: &Metrics,
     status: &impl Fn() -> Arc<Status>,
 ) -> std::io::Result<Written> {
-    let (status, text) = consistent(metrics, status);
+    let (status, text, openmetrics) = consistent(metrics, status);
     let generation = status.generation;
     let doc = serde_json::json!({
         // The ledger generation both halves were read at.
@@ -116,8 +155,11 @@ fn write(
         "pid": std::process::id(),
         "written_unix": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         "ready": status.ready,
+        "conflict": conflict,
         "status": &*status,
         "metrics": text,
+        // With exemplars, for a pod scrape that asks for OpenMetrics.
+        "openmetrics": openmetrics,
     });
     let mut f = File::create(tmp)?;
     f.write_all(doc.to_string().as_bytes())?;

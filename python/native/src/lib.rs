@@ -144,9 +144,18 @@ fn settings_error() -> Option<String> {
 /// `frameworks` are the serving frameworks loaded (`sglang`, `vllm`, ...),
 /// which choose the groups readiness waits for by default. Returns the
 /// address served, if any.
+/// `rank_hint`: the rank the framework gives this process (SGLang's
+/// `kv_args.engine_rank`, vLLM's `tp_rank`), preferred for its pod slot.
 #[pyfunction]
-fn start(py: Python<'_>, frameworks: Vec<String>) -> Option<String> {
-    py.detach(|| guarded(Hooked::Init, || start_running(&frameworks)).flatten())
+#[pyo3(signature = (frameworks, rank_hint=None))]
+fn start(py: Python<'_>, frameworks: Vec<String>, rank_hint: Option<u32>) -> Option<String> {
+    py.detach(|| guarded(Hooked::Init, || start_running(&frameworks, rank_hint)).flatten())
+}
+
+/// The pod slot this process publishes in, if it does.
+#[pyfunction]
+fn rank() -> Option<u32> {
+    running().and_then(|r| r.inst.rank())
 }
 
 /// The pid of the process one of whose threads is starting the
@@ -155,7 +164,7 @@ fn start(py: Python<'_>, frameworks: Vec<String>) -> Option<String> {
 /// the child's copy held for ever.
 static STARTING: AtomicU32 = AtomicU32::new(0);
 
-fn start_running(frameworks: &[String]) -> Option<Option<String>> {
+fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option<String>> {
     let Ok(settings) = settings() else { return None };
     let me = std::process::id();
     loop {
@@ -178,7 +187,7 @@ fn start_running(frameworks: &[String]) -> Option<Option<String>> {
         }
     }
     let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
-    let inst = Instrumentation::start(settings, &names);
+    let inst = Instrumentation::start(settings, &names, rank_hint);
     let addr = inst.addr();
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
@@ -769,6 +778,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings_error, m)?)?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(rank, m)?)?;
     m.add_function(wrap_pyfunction!(before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(after_fork_in_parent, m)?)?;
     m.add_function(wrap_pyfunction!(after_fork_in_child, m)?)?;
