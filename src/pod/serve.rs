@@ -5,7 +5,8 @@
 //! (`nixl_agent_ready` for the pod, `nixl_agent_rank_up{rank}`), /readyz is
 //! 200 when every expected rank is alive and ready, /v1/status lists them.
 
-use super::merge::{self, Check, Rank};
+use super::merge::{self, Check, Rank, Unfit};
+use std::collections::HashSet;
 use crate::config::HttpConfig;
 use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
 use crate::telemetry::exposition::{self, Format};
@@ -23,20 +24,77 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 /// What the pod's agent last read from the directory.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct PodView {
     pub expected: u32,
     pub ranks: Vec<Rank>,
+    /// Files of the directory not taken as a rank, and why.
+    pub rejected: Vec<Rejected>,
     pub ready: bool,
     pub checks: Vec<Check>,
     pub metrics: String,
+    /// The same, in OpenMetrics with the ranks' exemplars (`None`: some rank
+    /// published none; text is served).
+    pub openmetrics: Option<String>,
+    /// When the watcher completed the pass this view comes from.
+    pub at: std::time::Instant,
 }
+
+impl Default for PodView {
+    fn default() -> Self {
+        PodView {
+            expected: 0,
+            ranks: Vec::new(),
+            rejected: Vec::new(),
+            ready: false,
+            checks: Vec::new(),
+            metrics: String::new(),
+            openmetrics: None,
+            at: std::time::Instant::now(),
+        }
+    }
+}
+
+/// A file of the pod directory not taken as a rank.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Rejected {
+    pub file: String,
+    /// The closed word (the `reason` label of
+    /// `nixl_agent_pod_files_rejected_total`).
+    pub reason: &'static str,
+    pub detail: String,
+    /// The rank its name says, when it has a rank's name.
+    #[serde(skip)]
+    pub rank: Option<u32>,
+    #[serde(skip)]
+    version: (Option<SystemTime>, u64),
+}
+
+/// The reasons a file is not taken as a rank.
+pub const REJECT_REASONS: [&str; 7] = [
+    "name",
+    "not_regular",
+    "too_large",
+    "unreadable",
+    "not_a_rank_file",
+    "name_mismatch",
+    "bad_exposition",
+];
+
+/// Most bytes a rank file may hold (a rank's recording is tens of KB).
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// The pod's own series.
 struct Own {
     registry: Registry,
     ready: IntGauge,
     rank_up: IntGaugeVec,
+    conflicts: prometheus::IntCounter,
+    rejected: prometheus::IntCounterVec,
+    watch_age: prometheus::Gauge,
+    /// What was counted already: (file, its version) rejected, (rank, pid)
+    /// in conflict.
+    counted: std::sync::Mutex<(HashSet<(String, (Option<SystemTime>, u64))>, HashSet<(u32, u32)>)>,
 }
 
 fn opts(name: &str) -> Opts {
@@ -56,11 +114,24 @@ impl Own {
             .with_label_values(&[b.version, b.revision, &b.nixl_version, b.nixl_sys_version, b.role])
             .set(1);
         ranks.set(i64::from(expected));
+        let conflicts = prometheus::IntCounter::with_opts(opts(names::RANK_CONFLICTS_TOTAL)).expect("valid");
+        let rejected = prometheus::IntCounterVec::new(
+            opts(names::POD_FILES_REJECTED_TOTAL),
+            Family::get(names::POD_FILES_REJECTED_TOTAL).labels,
+        )
+        .expect("valid");
+        for r in REJECT_REASONS {
+            rejected.with_label_values(&[r]);
+        }
+        let watch_age = prometheus::Gauge::with_opts(opts(names::POD_WATCH_SECONDS)).expect("valid");
         for c in [
             Box::new(ready.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(rank_up.clone()),
             Box::new(ranks),
             Box::new(build),
+            Box::new(conflicts.clone()),
+            Box::new(rejected.clone()),
+            Box::new(watch_age.clone()),
         ] {
             registry.register(c).expect("families register once");
         }
@@ -72,41 +143,159 @@ impl Own {
             registry,
             ready,
             rank_up,
+            conflicts,
+            rejected,
+            watch_age,
+            counted: Default::default(),
         }
     }
 }
 
-/// Reads every rank file of `dir`.
-pub fn read_dir(dir: &Path, now: SystemTime) -> Vec<Rank> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut ranks: Vec<Rank> = entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n.starts_with("rank-") && n.ends_with(".json")
-        })
-        .filter_map(|e| {
-            let modified = e.metadata().ok()?.modified().ok()?;
-            let alive = match now.duration_since(modified) {
-                Ok(age) => age < super::STALE_AFTER,
-                // A modification time in the future (a clock step, a file
-                // planted by hand): within a second it is a write that
-                // raced this read; beyond it, it never counts as alive.
-                Err(ahead) => ahead.duration() <= std::time::Duration::from_secs(1),
-            };
-            Rank::parse(&std::fs::read_to_string(e.path()).ok()?, alive)
-        })
-        .collect();
-    ranks.sort_by_key(|r| r.rank);
-    ranks
+/// What one pass over the directory found.
+#[derive(Debug, Default)]
+pub struct DirRead {
+    pub ranks: Vec<Rank>,
+    pub rejected: Vec<Rejected>,
 }
 
-fn view(dir: &Path, expected: u32, own: &Own) -> PodView {
-    let ranks = read_dir(dir, SystemTime::now());
-    let (ready, checks) = merge::readiness(expected, &ranks);
+/// The rank a file's name gives: exactly `rank-<N>.json`, N a rank in
+/// decimal without leading zeros. `Err(())`: a rank-like name that is not
+/// one (`rank-0-old.json`); `Ok(None)`: not a rank file's name at all
+/// (locks, temporary files, anything else).
+fn rank_of_name(name: &str) -> Result<Option<u32>, ()> {
+    let Some(n) = name.strip_prefix("rank-").and_then(|r| r.strip_suffix(".json")) else {
+        return Ok(None);
+    };
+    let canonical = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    match n.parse::<u32>() {
+        Ok(r) if canonical && (r as usize) < super::MAX_RANKS => Ok(Some(r)),
+        _ => Err(()),
+    }
+}
+
+/// Reads every rank file of `dir`, distrusting it: regular files only
+/// (never a symlink, FIFO or device; opened without following links and
+/// without blocking), at most [`MAX_FILE_BYTES`], the rank from the file's
+/// name and checked against its content, each exposition parsed before it
+/// is merged. Blocking I/O: run it off the async workers.
+pub fn read_dir(dir: &Path, now: SystemTime) -> DirRead {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = DirRead::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let named = match rank_of_name(&file) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(()) => {
+                out.rejected.push(rejected(&file, None, "name", "not rank-<N>.json with N from 0 to 255".into(), None));
+                continue;
+            }
+        };
+        let meta = match std::fs::symlink_metadata(e.path()) {
+            Ok(m) => m,
+            Err(err) => {
+                out.rejected.push(rejected(&file, Some(named), "unreadable", err.to_string(), None));
+                continue;
+            }
+        };
+        let version = Some((meta.modified().ok(), meta.len()));
+        if !meta.file_type().is_file() {
+            out.rejected.push(rejected(&file, Some(named), "not_regular", format!("{:?}", meta.file_type()), version));
+            continue;
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            out.rejected.push(rejected(&file, Some(named), "too_large", format!("{} bytes", meta.len()), version));
+            continue;
+        }
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(e.path());
+        let mut text = String::new();
+        let read = opened.and_then(|f| {
+            // Swapped for something else since the look above: not read.
+            if !f.metadata()?.file_type().is_file() {
+                return Err(std::io::Error::other("not a regular file when opened"));
+            }
+            f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)
+        });
+        match read {
+            Err(err) => {
+                out.rejected.push(rejected(&file, Some(named), "unreadable", err.to_string(), version));
+                continue;
+            }
+            Ok(n) if n as u64 > MAX_FILE_BYTES => {
+                out.rejected.push(rejected(&file, Some(named), "too_large", format!("over {MAX_FILE_BYTES} bytes"), version));
+                continue;
+            }
+            Ok(_) => {}
+        }
+        let alive = match meta.modified().map(|m| now.duration_since(m)) {
+            Ok(Ok(age)) => age < super::STALE_AFTER,
+            // A modification time in the future (a clock step, a file
+            // planted by hand): within a second it is a write that raced
+            // this read; beyond it, it never counts as alive.
+            Ok(Err(ahead)) => ahead.duration() <= std::time::Duration::from_secs(1),
+            Err(_) => false,
+        };
+        match Rank::checked(&text, named, alive) {
+            Ok(r) => out.ranks.push(r),
+            Err(Unfit::NotARankFile) => out.rejected.push(rejected(
+                &file,
+                Some(named),
+                "not_a_rank_file",
+                format!("not a version {} rank file", super::publish::VERSION),
+                version,
+            )),
+            Err(Unfit::NameMismatch(said)) => out.rejected.push(rejected(
+                &file,
+                Some(named),
+                "name_mismatch",
+                format!("its content says rank {said}"),
+                version,
+            )),
+            Err(Unfit::BadExposition(line)) => out.rejected.push(rejected(
+                &file,
+                Some(named),
+                "bad_exposition",
+                format!("line {line} of its exposition does not parse"),
+                version,
+            )),
+        }
+    }
+    out.ranks.sort_by_key(|r| r.rank);
+    out.rejected.sort_by(|a, b| a.file.cmp(&b.file));
+    out
+}
+
+fn rejected(
+    file: &str,
+    rank: Option<u32>,
+    reason: &'static str,
+    detail: String,
+    version: Option<(Option<SystemTime>, u64)>,
+) -> Rejected {
+    Rejected {
+        file: file.to_string(),
+        reason,
+        detail,
+        rank,
+        version: version.unwrap_or((None, 0)),
+    }
+}
+
+fn view(dir: &Path, expected: u32, own: &Own, openmetrics_wanted: bool) -> PodView {
+    let t0 = std::time::Instant::now();
+    let DirRead { ranks, rejected } = read_dir(dir, SystemTime::now());
+    let named_rejects: Vec<(u32, String)> = rejected
+        .iter()
+        .filter_map(|r| r.rank.map(|n| (n, format!("{} ({})", r.reason, r.detail))))
+        .collect();
+    let (ready, checks) = merge::readiness(expected, &ranks, &named_rejects);
     own.ready.set(i64::from(ready));
     own.rank_up.reset();
     for r in &ranks {
@@ -114,29 +303,65 @@ fn view(dir: &Path, expected: u32, own: &Own) -> PodView {
             .with_label_values(&[r.rank.to_string()])
             .set(i64::from(r.alive));
     }
+    {
+        let mut counted = own.counted.lock().unwrap_or_else(|e| e.into_inner());
+        for r in &rejected {
+            if counted.0.insert((r.file.clone(), r.version)) {
+                own.rejected.with_label_values(&[r.reason]).inc();
+            }
+        }
+        for r in ranks.iter().filter(|r| r.conflict.is_some()) {
+            if counted.1.insert((r.rank, r.pid)) {
+                own.conflicts.inc();
+            }
+        }
+        // Bounded: a directory that churns forgets what it counted long ago.
+        if counted.0.len() > 4096 {
+            counted.0.clear();
+        }
+        if counted.1.len() > 4096 {
+            counted.1.clear();
+        }
+    }
+    own.watch_age.set(t0.elapsed().as_secs_f64());
     let metrics = merge::merge(&exposition::encode(&own.registry, Format::Text), &ranks);
+    let openmetrics = if openmetrics_wanted {
+        merge::merge_format(&exposition::encode(&own.registry, Format::OpenMetrics), &ranks, true)
+    } else {
+        None
+    };
     PodView {
         expected,
         ranks,
+        rejected,
         ready,
         checks,
         metrics,
+        openmetrics,
+        at: std::time::Instant::now(),
     }
 }
 
 /// Keeps `tx` up to date with the directory until every receiver is gone.
+/// Each pass reads the directory on a blocking thread, never on the
+/// server's async worker.
 pub async fn watch_dir(dir: PathBuf, expected: u32, tx: watch::Sender<Arc<PodView>>) {
-    let own = Own::new(expected);
+    let own = Arc::new(Own::new(expected));
     let mut tick = tokio::time::interval(super::PUBLISH_EVERY);
     loop {
         tick.tick().await;
-        let d = dir.clone();
-        let v = view(&d, expected, &own);
+        let (d, o) = (dir.clone(), own.clone());
+        let Ok(v) = tokio::task::spawn_blocking(move || view(&d, expected, &o, true)).await else {
+            continue;
+        };
         if tx.send(Arc::new(v)).is_err() {
             return;
         }
     }
 }
+
+/// A watcher that has not completed a pass for this long has stopped.
+pub const WATCH_STALLED: std::time::Duration = super::PUBLISH_EVERY.saturating_mul(3);
 
 type PodState = watch::Receiver<Arc<PodView>>;
 
@@ -144,7 +369,7 @@ type PodState = watch::Receiver<Arc<PodView>>;
 pub fn router(view: PodState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/livez", get(|| async { "ok\n" }))
+        .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/v1/status", get(status))
         .route(DASHBOARD_PATH, get(http::dashboard))
@@ -152,9 +377,29 @@ pub fn router(view: PodState) -> Router {
         .with_state(view)
 }
 
-async fn metrics(State(v): State<PodState>) -> Response {
-    let body = v.borrow().metrics.clone();
-    ([(header::CONTENT_TYPE, Format::Text.content_type())], body).into_response()
+/// Live while the directory watcher completes its passes.
+async fn livez(State(v): State<PodState>) -> Response {
+    let age = v.borrow().at.elapsed();
+    if age > WATCH_STALLED {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the pod directory watcher has not completed a pass for {:.1} s\n", age.as_secs_f64()),
+        )
+            .into_response();
+    }
+    "ok\n".into_response()
+}
+
+/// The merged view; OpenMetrics (with the ranks' exemplars) when asked for.
+async fn metrics(State(v): State<PodState>, headers: axum::http::HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let view = v.borrow().clone();
+    match (Format::negotiate(accept), &view.openmetrics) {
+        (Format::OpenMetrics, Some(om)) => {
+            ([(header::CONTENT_TYPE, Format::OpenMetrics.content_type())], om.clone()).into_response()
+        }
+        _ => ([(header::CONTENT_TYPE, Format::Text.content_type())], view.metrics.clone()).into_response(),
+    }
 }
 
 async fn readyz(State(v): State<PodState>, RawQuery(q): RawQuery) -> Response {
@@ -162,7 +407,7 @@ async fn readyz(State(v): State<PodState>, RawQuery(q): RawQuery) -> Response {
     let mut body = String::new();
     if http::wants_verbose(q.as_deref()) {
         for c in &view.checks {
-            match c.failure {
+            match &c.failure {
                 None => body.push_str(&format!("[+]rank:{} ok\n", c.rank)),
                 Some(why) => body.push_str(&format!("[-]rank:{} failed: {why}\n", c.rank)),
             }
@@ -182,9 +427,9 @@ async fn status(State(v): State<PodState>) -> Response {
     let ranks: Vec<serde_json::Value> = view
         .ranks
         .iter()
-        .map(|r| serde_json::json!({"rank": r.rank, "pid": r.pid, "alive": r.alive, "ready": r.ready, "status": r.status}))
+        .map(|r| serde_json::json!({"rank": r.rank, "pid": r.pid, "alive": r.alive, "ready": r.ready, "conflict": r.conflict.map(|w| serde_json::json!({"wanted": w})), "status": r.status}))
         .collect();
-    let body = serde_json::json!({"ranks_expected": view.expected, "ready": view.ready, "ranks": ranks});
+    let body = serde_json::json!({"ranks_expected": view.expected, "ready": view.ready, "ranks": ranks, "rejected": view.rejected});
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
@@ -207,6 +452,111 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Plants what a hostile or messy directory holds beside two real
+    /// ranks: a symlink to /dev/zero, a FIFO, a 1 GiB sparse file, garbage,
+    /// a leftover `rank-0-old.json`, a file whose content names another
+    /// rank, one whose exposition has a bad line, one with a future mtime.
+    pub(crate) fn plant_hostile_files(dir: &Path) {
+        let real = std::fs::read_to_string(dir.join("rank-0.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("rank-2.json")).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(dir.join("rank-3.json"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+        let sparse = std::fs::File::create(dir.join("rank-4.json")).unwrap();
+        sparse.set_len(1 << 30).unwrap();
+        std::fs::write(dir.join("rank-5.json"), "{\"version\": 1, garbage").unwrap();
+        std::fs::write(dir.join("rank-0-old.json"), &real).unwrap();
+        std::fs::write(dir.join("rank-7.json"), &real).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&real).unwrap();
+        v["rank"] = 8.into();
+        v["metrics"] = format!("{}this is not a sample\n", v["metrics"].as_str().unwrap()).into();
+        std::fs::write(dir.join("rank-8.json"), v.to_string()).unwrap();
+        v["rank"] = 9.into();
+        v["metrics"] = real_metrics(&real).into();
+        std::fs::write(dir.join("rank-9.json"), v.to_string()).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(dir.join("rank-9.json"))
+            .unwrap()
+            .set_modified(SystemTime::now() + Duration::from_secs(3600))
+            .unwrap();
+    }
+
+    fn real_metrics(file: &str) -> String {
+        let v: serde_json::Value = serde_json::from_str(file).unwrap();
+        v["metrics"].as_str().unwrap().to_string()
+    }
+
+    /// Only the real ranks count; each other file is named with its reason
+    /// and counted once; the merged scrape parses.
+    #[test]
+    fn a_hostile_directory_leaves_only_the_real_ranks() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = crate::observe::Observer::new(crate::observe::ObserveSettings::default());
+        let p0 = o.publish(dir.path(), 0).unwrap();
+        let p1 = o.publish(dir.path(), 1).unwrap();
+        plant_hostile_files(dir.path());
+        let own = Own::new(2);
+        let t0 = std::time::Instant::now();
+        let v = view(dir.path(), 2, &own, true);
+        assert!(t0.elapsed() < Duration::from_secs(2), "no FIFO or 1 GiB read: {:?}", t0.elapsed());
+        let ranks: Vec<(u32, bool)> = v.ranks.iter().map(|r| (r.rank, r.alive)).collect();
+        assert_eq!(ranks, [(0, true), (1, true), (9, false)], "{:#?}", v.rejected);
+        let reasons: Vec<(&str, &str)> = v.rejected.iter().map(|r| (r.file.as_str(), r.reason)).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("rank-0-old.json", "name"),
+                ("rank-2.json", "not_regular"),
+                ("rank-3.json", "not_regular"),
+                ("rank-4.json", "too_large"),
+                ("rank-5.json", "not_a_rank_file"),
+                ("rank-7.json", "name_mismatch"),
+                ("rank-8.json", "bad_exposition"),
+            ]
+        );
+        // The pod waits for ranks 0 and 1, both there and alive (their
+        // observers saw no NIXL, so neither is ready); nothing else counts.
+        let checks: Vec<(u32, Option<&str>)> = v.checks.iter().map(|c| (c.rank, c.failure.as_deref())).collect();
+        assert_eq!(
+            checks,
+            [(0, Some("not ready: see /v1/status")), (1, Some("not ready: see /v1/status"))]
+        );
+        assert_eq!(super::merge::check_exposition(&v.metrics), Ok(()));
+        assert_eq!(super::merge::check_exposition(v.openmetrics.as_deref().unwrap()), Ok(()));
+        assert!(!v.metrics.contains("rank=\"7\"") && !v.metrics.contains("rank=\"8\""));
+        // Counted once per version of a file, not once per pass.
+        let _ = view(dir.path(), 2, &own, false);
+        let text = crate::telemetry::exposition::encode(&own.registry, Format::Text);
+        assert!(text.contains("nixl_agent_pod_files_rejected_total{reason=\"not_regular\"} 2"), "{text}");
+        assert!(text.contains("nixl_agent_pod_files_rejected_total{reason=\"name\"} 1"), "{text}");
+        drop((p0, p1));
+    }
+
+    /// Two processes told the same rank: the second never overwrites the
+    /// first; it publishes under a free rank with the conflict, which the
+    /// pod counts and names.
+    #[test]
+    fn a_second_process_told_the_same_rank_is_counted_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = crate::observe::Observer::new(crate::observe::ObserveSettings::default());
+        let b = crate::observe::Observer::new(crate::observe::ObserveSettings::default());
+        let first = a.publish(dir.path(), 0).unwrap();
+        let second = b.publish(dir.path(), 0).unwrap();
+        assert_eq!((first.rank(), first.conflict()), (0, None));
+        assert_eq!((second.rank(), second.conflict()), (1, Some(0)));
+        let own = Own::new(1);
+        let v = view(dir.path(), 1, &own, false);
+        assert!(!v.ready);
+        let failure = v.checks.iter().find(|c| c.rank == 1).and_then(|c| c.failure.clone());
+        assert!(failure.as_deref().is_some_and(|f| f.starts_with("conflict: pid ")), "{:?}", v.checks);
+        let text = crate::telemetry::exposition::encode(&own.registry, Format::Text);
+        assert!(text.contains("nixl_agent_rank_conflicts_total 1"), "{text}");
+        drop(second);
+    }
+
     /// A rank file whose modification time is in the future is stale, not
     /// alive for ever; one just written is alive.
     #[test]
@@ -225,7 +575,7 @@ mod tests {
             .unwrap()
             .set_modified(now)
             .unwrap();
-        let ranks = read_dir(dir.path(), now);
+        let ranks = read_dir(dir.path(), now).ranks;
         assert_eq!(ranks.len(), 1);
         assert!(ranks[0].alive, "just written");
         std::fs::File::options()
@@ -234,7 +584,7 @@ mod tests {
             .unwrap()
             .set_modified(now + Duration::from_secs(3600))
             .unwrap();
-        let ranks = read_dir(dir.path(), now);
+        let ranks = read_dir(dir.path(), now).ranks;
         assert!(!ranks[0].alive, "an hour in the future is stale");
     }
 }

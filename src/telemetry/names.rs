@@ -34,6 +34,9 @@ pub const TRACE_EXPORT_FAILURES_TOTAL: &str = "nixl_agent_trace_export_failures_
 pub const ACCEPTED_INVALID_TOTAL: &str = "nixl_agent_accepted_invalid_total";
 pub const RANK_UP: &str = "nixl_agent_rank_up";
 pub const RANKS_EXPECTED: &str = "nixl_agent_ranks_expected";
+pub const RANK_CONFLICTS_TOTAL: &str = "nixl_agent_rank_conflicts_total";
+pub const POD_FILES_REJECTED_TOTAL: &str = "nixl_agent_pod_files_rejected_total";
+pub const POD_WATCH_SECONDS: &str = "nixl_agent_pod_watch_pass_seconds";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 
 /// The labels every per-group family carries, in this order (some add one
@@ -188,6 +191,24 @@ pub const FAMILIES: &[Family] = &[
         "Pod agent (nixl-agent pod): how many ranks the pod's readiness waits for.",
     ),
     Family::new(
+        RANK_CONFLICTS_TOTAL,
+        Type::Counter,
+        &[],
+        "Pod agent: processes told a rank another live process held (each published under a free rank with the conflict; the pod is not ready while one lives).",
+    ),
+    Family::new(
+        POD_FILES_REJECTED_TOTAL,
+        Type::Counter,
+        &["reason"],
+        "Pod agent: files of the pod directory not taken as a rank, by reason (name, not_regular, too_large, unreadable, not_a_rank_file, name_mismatch, bad_exposition); counted once per version of a file.",
+    ),
+    Family::new(
+        POD_WATCH_SECONDS,
+        Type::Gauge,
+        &[],
+        "Pod agent: how long the directory watcher's last pass over the rank files took (/livez fails when none completed for 3 intervals).",
+    ),
+    Family::new(
         ACCEPTED_INVALID_TOTAL,
         Type::Counter,
         &["group", "kind", "mem_type", "backend", "device", "reason"],
@@ -218,7 +239,13 @@ pub const ON_FIRST_USE: &[&str] = &[
 ];
 
 /// Families only `nixl-agent pod` exports (the pod's own series).
-pub const POD_ONLY: &[&str] = &[RANK_UP, RANKS_EXPECTED];
+pub const POD_ONLY: &[&str] = &[
+    RANK_UP,
+    RANKS_EXPECTED,
+    RANK_CONFLICTS_TOTAL,
+    POD_FILES_REJECTED_TOTAL,
+    POD_WATCH_SECONDS,
+];
 
 /// Metric type, as written on the `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +352,9 @@ mod tests {
             ACCEPTED_INVALID_TOTAL,
             RANK_UP,
             RANKS_EXPECTED,
+            RANK_CONFLICTS_TOTAL,
+            POD_FILES_REJECTED_TOTAL,
+            POD_WATCH_SECONDS,
         ] {
             Family::get(name);
         }
