@@ -88,11 +88,14 @@ pub struct Settings {
     pub backends: Vec<String>,
     /// The deadline on every observed NIXL call.
     pub call_timeout: std::time::Duration,
-    /// Publish to the pod directory (`NIXL_AGENT_MULTIPROC_DIR`) in a slot
-    /// claimed as this asks (the variable `NIXL_AGENT_RANK_ENV` names, else
-    /// `LOCAL_RANK` as a preference, else the framework's own rank, else the
-    /// lowest free slot).
-    pub publish: Option<(std::path::PathBuf, crate::pod::claim::Wish)>,
+    /// Publish to this pod directory (`NIXL_AGENT_MULTIPROC_DIR`) for a
+    /// sidecar to serve. Without one, processes sharing the listen address
+    /// are one pod of their own ([`crate::pod::local`]).
+    pub publish: Option<std::path::PathBuf>,
+    /// The rank slot to claim: the variable `NIXL_AGENT_RANK_ENV` names
+    /// (explicit), else `LOCAL_RANK` (a preference), else the framework's
+    /// own rank, else the lowest free slot.
+    pub rank: crate::pod::claim::Wish,
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
@@ -108,7 +111,7 @@ impl Settings {
         let mut cfg = Config::default();
         let publish = match env.var(crate::pod::ENV_DIR) {
             None => None,
-            Some(dir) => Some((std::path::PathBuf::from(dir), crate::pod::wish_from_env(env)?)),
+            Some(dir) => Some(std::path::PathBuf::from(dir)),
         };
         // Ranks of a pod publish; the pod's agent serves them. A rank serves
         // HTTP itself only when told where.
@@ -201,6 +204,7 @@ impl Settings {
             backends,
             call_timeout,
             publish,
+            rank: crate::pod::wish_from_env(env)?,
         })
     }
 

@@ -24,6 +24,7 @@ __all__ = [
     "group",
     "instrument",
     "metrics",
+    "shutdown",
     "status",
 ]
 
@@ -107,6 +108,16 @@ def metrics():
     from . import _native
 
     return _native.metrics_text()
+
+
+def shutdown():
+    """Retires this process's rank (its file in the pod directory is
+    removed: a clean end, not a rank that died) and flushes its traces. Runs
+    at interpreter exit; a process that ends with ``os._exit`` (as
+    multiprocessing's fork children do) calls it first."""
+    from . import _native
+
+    _native.shutdown()
 
 
 def status():

@@ -11,20 +11,29 @@ use crate::observe::Observer;
 use crate::pod::publish::Publisher;
 use crate::telemetry::traces::TracingGuard;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The instrumentation of one process.
 pub struct Instrumentation {
     observer: Observer,
-    addr: Option<SocketAddr>,
-    /// The HTTP threads; they end with the process.
-    _http: Option<tokio::runtime::Runtime>,
-    /// The listening socket's descriptor (closed by a forked child).
-    listener_fd: Option<std::os::fd::RawFd>,
+    /// What serves HTTP, once this process holds the port (at start, or
+    /// later by taking it over from another rank of its address).
+    http: Arc<Mutex<Option<Served>>>,
     /// The fd tap, when capturing (undone by a forked child).
     tap: Option<StderrTap>,
-    _publisher: Option<Publisher>,
-    traces: std::sync::Mutex<Option<TracingGuard>>,
+    publisher: Mutex<Option<Publisher>>,
+    traces: Mutex<Option<TracingGuard>>,
+}
+
+/// The HTTP server: its runtime (its threads end with the process), the
+/// address, and the listening socket's descriptor (closed by a forked
+/// child).
+struct Served {
+    _rt: tokio::runtime::Runtime,
+    addr: SocketAddr,
+    fd: std::os::fd::RawFd,
 }
 
 impl Instrumentation {
@@ -58,44 +67,63 @@ impl Instrumentation {
         if let Some(t) = &tap {
             observer = observer.with_capture(Box::new(t.clone()));
         }
-        let (http, addr, listener_fd) = if settings.serve {
-            match serve(&observer, settings) {
-                Ok((rt, addr, fd)) => (Some(rt), Some(addr), Some(fd)),
-                // A forked child whose parent serves this address: expected,
-                // and not the child's to say on the program's stderr.
-                Err(e) if crate::telemetry::traces::forked_away() => {
-                    tracing::debug!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "a forked child records without HTTP: its parent serves this address");
-                    (None, None, None)
-                }
-                Err(e) => {
-                    tracing::warn!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
-                    (None, None, None)
-                }
-            }
+        // Without a pod directory, the processes sharing this address are a
+        // pod of their own (the scheduler processes of one container).
+        let local = if settings.serve && settings.publish.is_none() {
+            crate::pod::local::dir_for(settings.config.listen)
+                .map_err(|e| {
+                    tracing::warn!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "no private directory for the processes of this address; each serves only its own recording");
+                })
+                .ok()
+                .flatten()
         } else {
-            (None, None, None)
+            None
         };
-        let publisher = settings.publish.as_ref().and_then(|(dir, wish)| {
+        let publish_to = settings.publish.clone().or_else(|| local.clone());
+        let publisher = publish_to.as_ref().and_then(|dir| {
             use crate::pod::claim::Wish;
-            let wish = match (*wish, rank_hint) {
+            let wish = match (settings.rank, rank_hint) {
                 (Wish::Explicit(r), _) => Wish::Explicit(r),
                 (_, Some(h)) => Wish::Preferred(h),
                 (w, None) => w,
             };
+            if local.is_some() {
+                crate::pod::local::sweep(dir);
+            }
             Publisher::start(dir, wish, observer.metrics().clone(), observer.status_source())
                 .map_err(|e| {
                     tracing::warn!(target: LOG_TARGET, dir = %dir.display(), ?wish, error = %e, "cannot publish to the pod directory; recording without it");
                 })
                 .ok()
         });
+        let http = Arc::new(Mutex::new(None));
+        if settings.serve {
+            let listen = settings.config.listen;
+            let limits = settings.config.http.clone();
+            match serve(&observer, listen, &limits, local.as_deref()) {
+                Ok(s) => *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
+                // Another rank of this address serves the merged view; this
+                // one takes the port over when that one is gone.
+                Err(e) if local.is_some() && e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tracing::debug!(target: LOG_TARGET, listen = %listen, "another rank of this address serves it; taking it over if it goes");
+                    takeover(http.clone(), observer.clone(), listen, limits, local.clone());
+                }
+                // A forked child whose parent serves this address: expected,
+                // and not the child's to say on the program's stderr.
+                Err(e) if crate::telemetry::traces::forked_away() => {
+                    tracing::debug!(target: LOG_TARGET, listen = %listen, error = %e, "a forked child records without HTTP: its parent serves this address");
+                }
+                Err(e) => {
+                    tracing::warn!(target: LOG_TARGET, listen = %listen, error = %e, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
+                }
+            }
+        }
         Instrumentation {
             observer,
-            addr,
-            _http: http,
-            listener_fd,
+            http,
             tap,
-            _publisher: publisher,
-            traces: std::sync::Mutex::new(traces),
+            publisher: Mutex::new(publisher),
+            traces: Mutex::new(traces),
         }
     }
 
@@ -103,14 +131,28 @@ impl Instrumentation {
         &self.observer
     }
 
-    /// The address /metrics is served on, if it is.
+    /// The address /metrics is served on, if this process serves it.
     pub fn addr(&self) -> Option<SocketAddr> {
-        self.addr
+        self.http
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|s| s.addr)
     }
 
     /// The pod slot this process publishes in, if it does.
     pub fn rank(&self) -> Option<u32> {
-        self._publisher.as_ref().map(Publisher::rank)
+        self.publisher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(Publisher::rank)
+    }
+
+    /// At a clean exit: the rank is retired (its file removed, its slot
+    /// freed), so the pod does not count it as a rank that died.
+    pub fn retire(&self) {
+        drop(self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 
     /// In a forked child, the instrumentation it inherited from its parent:
@@ -121,8 +163,17 @@ impl Instrumentation {
     /// (dropping would wait on threads that do not exist here).
     pub fn abandon_in_child(self) {
         crate::telemetry::traces::forked();
-        if let Some(fd) = self.listener_fd {
-            crate::nixl::close_inherited(fd);
+        // try_lock: a thread of the parent may have held it at the fork.
+        if let Ok(guard) = self.http.try_lock() {
+            if let Some(s) = guard.as_ref() {
+                crate::nixl::close_inherited(s.fd);
+            }
+        }
+        // The parent's rank slot: free once the parent is gone.
+        if let Ok(guard) = self.publisher.try_lock() {
+            if let Some(p) = guard.as_ref() {
+                crate::nixl::close_inherited(p.lock_fd());
+            }
         }
         if let Some(t) = &self.tap {
             t.restore_in_child();
@@ -139,29 +190,60 @@ impl Instrumentation {
     }
 }
 
-/// Binds the listen address and serves the observer's routes on a runtime
-/// of its own (one worker thread, no interpreter lock).
+/// Binds `listen` and serves the observer's routes on a runtime of its own
+/// (one worker thread, no interpreter lock); with `local`, the routes of a
+/// zero-configuration pod's port holder (its own recording while it is
+/// alone, the merged view of the address's ranks once it is not).
 fn serve(
     observer: &Observer,
-    settings: &Settings,
-) -> std::io::Result<(tokio::runtime::Runtime, SocketAddr, std::os::fd::RawFd)> {
+    listen: SocketAddr,
+    limits: &crate::config::HttpConfig,
+    local: Option<&Path>,
+) -> std::io::Result<Served> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .max_blocking_threads(1)
         .thread_name("nixl-agent-http")
         .enable_all()
         .build()?;
-    let listener = rt.block_on(tokio::net::TcpListener::bind(settings.config.listen))?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind(listen))?;
     let addr = listener.local_addr()?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Served until the process ends.
     std::mem::forget(stop_tx);
-    rt.spawn(crate::http::server::serve(
-        listener,
-        observer.router(),
-        settings.config.http.clone(),
-        stop_rx,
-    ));
-    Ok((rt, addr, fd))
+    let router = {
+        let _in_runtime = rt.enter();
+        match local {
+            Some(dir) => crate::pod::serve::local_router(observer.router(), dir.to_path_buf()),
+            None => observer.router(),
+        }
+    };
+    rt.spawn(crate::http::server::serve(listener, router, limits.clone(), stop_rx));
+    Ok(Served { _rt: rt, addr, fd })
+}
+
+/// A rank that does not hold its address's port tries it every
+/// [`crate::pod::local::TAKEOVER_EVERY`] and serves once it gets it (the
+/// holder exited or died).
+fn takeover(
+    http: Arc<Mutex<Option<Served>>>,
+    observer: Observer,
+    listen: SocketAddr,
+    limits: crate::config::HttpConfig,
+    local: Option<PathBuf>,
+) {
+    let spawned = std::thread::Builder::new()
+        .name("nixl-agent-takeover".into())
+        .spawn(move || loop {
+            std::thread::sleep(crate::pod::local::TAKEOVER_EVERY);
+            if let Ok(s) = serve(&observer, listen, &limits, local.as_deref()) {
+                tracing::info!(target: LOG_TARGET, listen = %listen, "took the address over: serving this address's ranks");
+                *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+                return;
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(target: LOG_TARGET, error = %e, "cannot start the thread that would take the address over");
+    }
 }

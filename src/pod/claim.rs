@@ -43,7 +43,14 @@ pub struct Claim {
     pub rank: u32,
     /// Set when the process was told a rank it could not have.
     pub conflict: Option<Conflict>,
-    _lock: File,
+    lock: File,
+}
+
+impl Claim {
+    /// The lock's descriptor (a forked child closes its copy).
+    pub fn lock_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.lock)
+    }
 }
 
 /// The lock file of slot `rank`.
@@ -80,6 +87,14 @@ fn try_slot(dir: &Path, rank: u32, last: &mut Option<io::Error>) -> Option<File>
     }
 }
 
+/// Whether no live process holds slot `rank` (a lock file that cannot be
+/// opened counts as held: nothing is done on its account).
+pub fn is_free(dir: &Path, rank: u32) -> bool {
+    let mut last = None;
+    // Taken and released at once.
+    try_slot(dir, rank, &mut last).is_some()
+}
+
 /// Claims a slot of `dir` (created if missing) as `wish` asks.
 pub fn claim(dir: &Path, wish: Wish) -> io::Result<Claim> {
     std::fs::create_dir_all(dir)?;
@@ -94,7 +109,7 @@ pub fn claim(dir: &Path, wish: Wish) -> io::Result<Claim> {
             return Ok(Claim {
                 rank: r,
                 conflict: None,
-                _lock: f,
+                lock: f,
             });
         }
     }
@@ -104,7 +119,7 @@ pub fn claim(dir: &Path, wish: Wish) -> io::Result<Claim> {
             return Ok(Claim {
                 rank,
                 conflict,
-                _lock: f,
+                lock: f,
             });
         }
     }

@@ -95,7 +95,8 @@ pub fn check_exposition(text: &str) -> Result<(), usize> {
 fn valid_sample(line: &str) -> bool {
     let b = line.as_bytes();
     let mut i = 0;
-    let name_char = |c: u8, first: bool| c.is_ascii_alphabetic() || c == b'_' || c == b':' || (!first && c.is_ascii_digit());
+    let name_char =
+        |c: u8, first: bool| c.is_ascii_alphabetic() || c == b'_' || c == b':' || (!first && c.is_ascii_digit());
     if b.is_empty() || !name_char(b[0], true) {
         return false;
     }
@@ -135,9 +136,9 @@ fn valid_sample(line: &str) -> bool {
     }
     let rest = &line[i.min(line.len())..];
     let mut parts = rest.strip_prefix(' ').unwrap_or("\u{0}").split(' ');
-    let value_ok = parts.next().is_some_and(|v| {
-        matches!(v, "+Inf" | "-Inf" | "NaN") || (!v.is_empty() && v.parse::<f64>().is_ok())
-    });
+    let value_ok = parts
+        .next()
+        .is_some_and(|v| matches!(v, "+Inf" | "-Inf" | "NaN") || (!v.is_empty() && v.parse::<f64>().is_ok()));
     let ts_ok = match parts.next() {
         None => true,
         Some(t) => t.parse::<f64>().is_ok(),
@@ -275,11 +276,22 @@ pub struct Check {
 /// ready, and no live process holds a rank it was not told (a conflict:
 /// two processes asked for one rank). `rejected`: rank files not taken,
 /// with why (named instead of "no process has published this rank").
-pub fn readiness(expected: u32, ranks: &[Rank], rejected: &[(u32, String)]) -> (bool, Vec<Check>) {
-    let mut numbers: Vec<u32> = (0..expected).collect();
-    for r in ranks.iter().filter(|r| r.alive && r.conflict.is_some() && r.rank >= expected) {
+/// `expected: None`: the ranks present (zero-configuration pods, whose
+/// size nobody said).
+pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String)]) -> (bool, Vec<Check>) {
+    let mut numbers: Vec<u32> = match expected {
+        Some(n) => (0..n).collect(),
+        None => ranks
+            .iter()
+            .map(|r| r.rank)
+            .chain(rejected.iter().map(|(n, _)| *n))
+            .collect(),
+    };
+    for r in ranks.iter().filter(|r| r.alive && r.conflict.is_some()) {
         numbers.push(r.rank);
     }
+    numbers.sort_unstable();
+    numbers.dedup();
     let checks: Vec<Check> = numbers
         .into_iter()
         .map(|rank| {
@@ -346,16 +358,28 @@ mod tests {
         let m = merge("", &[rank(0, true, true), rank(1, false, true)]);
         assert!(!m.contains("nixl_agent_ready{rank=\"1\"}"), "{m}");
         assert!(m.contains("nixl_agent_registration_attempts_total{rank=\"1\",group=\"kv\"} 2"));
-        let (ready, checks) = readiness(2, &[rank(0, true, true), rank(1, false, true)], &[]);
+        let (ready, checks) = readiness(Some(2), &[rank(0, true, true), rank(1, false, true)], &[]);
         assert!(!ready);
-        assert_eq!(checks[1].failure.as_deref(), Some("its process stopped publishing (dead)"));
+        assert_eq!(
+            checks[1].failure.as_deref(),
+            Some("its process stopped publishing (dead)")
+        );
     }
 
     #[test]
     fn every_expected_rank_must_be_there_and_ready() {
-        assert!(readiness(2, &[rank(0, true, true), rank(1, true, true)], &[]).0);
-        assert!(!readiness(3, &[rank(0, true, true), rank(1, true, true)], &[]).0);
-        assert!(!readiness(1, &[rank(0, true, false)], &[]).0);
+        assert!(readiness(Some(2), &[rank(0, true, true), rank(1, true, true)], &[]).0);
+        assert!(!readiness(Some(3), &[rank(0, true, true), rank(1, true, true)], &[]).0);
+        assert!(!readiness(Some(1), &[rank(0, true, false)], &[]).0);
+    }
+
+    #[test]
+    fn with_no_size_said_the_ranks_present_are_the_pod() {
+        assert!(readiness(None, &[rank(0, true, true), rank(3, true, true)], &[]).0);
+        let (ready, checks) = readiness(None, &[rank(0, true, true), rank(3, false, true)], &[]);
+        assert!(!ready);
+        assert_eq!(checks.iter().map(|c| c.rank).collect::<Vec<_>>(), [0, 3]);
+        assert!(!readiness(None, &[rank(0, true, true)], &[(1, "too_large".into())]).0);
     }
 
     #[test]
@@ -363,19 +387,27 @@ mod tests {
         let mut told = rank(2, true, true);
         told.conflict = Some(0);
         told.pid = 77;
-        let (ready, checks) = readiness(2, &[rank(0, true, true), rank(1, true, true), told], &[]);
+        let (ready, checks) = readiness(Some(2), &[rank(0, true, true), rank(1, true, true), told], &[]);
         assert!(!ready);
         assert_eq!(
             checks[2].failure.as_deref(),
             Some("conflict: pid 77 was told rank 0, which another live process holds")
         );
-        let (_, checks) = readiness(2, &[rank(0, true, true)], &[(1, "bad_exposition (line 3)".into())]);
-        assert_eq!(checks[1].failure.as_deref(), Some("its file was rejected: bad_exposition (line 3)"));
+        let (_, checks) = readiness(
+            Some(2),
+            &[rank(0, true, true)],
+            &[(1, "bad_exposition (line 3)".into())],
+        );
+        assert_eq!(
+            checks[1].failure.as_deref(),
+            Some("its file was rejected: bad_exposition (line 3)")
+        );
     }
 
     #[test]
     fn expositions_are_checked_line_by_line() {
-        let good = "# HELP a b\n# TYPE a counter\na_total{x=\"1\",y=\"a \\\"q\\\" b\"} 3\nb 1.5e3 1700000000\nc{} +Inf\n\
+        let good =
+            "# HELP a b\n# TYPE a counter\na_total{x=\"1\",y=\"a \\\"q\\\" b\"} 3\nb 1.5e3 1700000000\nc{} +Inf\n\
                     d_bucket{le=\"0.1\"} 2 # {trace_id=\"ab\"} 0.05 1.7e9\n# EOF\n";
         assert_eq!(check_exposition(good), Ok(()));
         for (bad, line) in [
@@ -404,7 +436,10 @@ mod tests {
         let m = merge_format(own, &[a.clone(), b], true).unwrap();
         assert_eq!(m.matches("# EOF").count(), 1, "{m}");
         assert!(m.ends_with("# EOF\n"));
-        assert!(m.contains("h_bucket{rank=\"1\",le=\"1\"} 1 # {trace_id=\"t\"} 0.5"), "{m}");
+        assert!(
+            m.contains("h_bucket{rank=\"1\",le=\"1\"} 1 # {trace_id=\"t\"} 0.5"),
+            "{m}"
+        );
         // A rank without OpenMetrics: the caller serves text.
         assert!(merge_format(own, &[a, rank(2, true, true)], true).is_none());
     }

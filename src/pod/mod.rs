@@ -12,10 +12,9 @@
 //! used by vLLM and SGLang) and NIXL's own `NIXL_TELEMETRY_MULTIPROC_DIR`.
 
 pub mod claim;
-#[cfg(feature = "cli")]
+pub mod local;
 pub mod merge;
 pub mod publish;
-#[cfg(feature = "cli")]
 pub mod serve;
 
 use crate::config::{ConfigError, Env};
@@ -36,7 +35,6 @@ pub const LOCAL_RANK: &str = "LOCAL_RANK";
 /// Most ranks a pod may have: the `rank` label stays bounded.
 pub const MAX_RANKS: usize = 256;
 /// A rank file not touched for this long belongs to a process that died.
-#[cfg(feature = "cli")]
 pub const STALE_AFTER: Duration = Duration::from_millis(1500);
 /// How often a publisher looks for a change, and touches its file.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);

@@ -26,6 +26,8 @@ pub const VERSION: u32 = 1;
 /// again.
 pub struct Publisher {
     stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    path: std::path::PathBuf,
     rank: u32,
     conflict: Option<Conflict>,
     _claim: Arc<Claim>,
@@ -64,7 +66,8 @@ impl Publisher {
         let stop2 = stop.clone();
         let held = claim.clone();
         let conflict2 = conflict.clone();
-        std::thread::Builder::new()
+        let own_path = path.clone();
+        let thread = std::thread::Builder::new()
             .name("nixl-agent-publish".into())
             .spawn(move || {
                 let mut touched = Instant::now();
@@ -74,7 +77,11 @@ impl Publisher {
                 // The slot is held while this thread writes its file.
                 let _held = held;
                 while !stop2.load(Ordering::Acquire) {
-                    std::thread::sleep(super::PUBLISH_EVERY);
+                    // Woken early when the publisher is dropped.
+                    std::thread::park_timeout(super::PUBLISH_EVERY);
+                    if stop2.load(Ordering::Acquire) {
+                        break;
+                    }
                     let changed = metrics.generation() != last.generation;
                     if changed || rewritten.elapsed() >= super::HEARTBEAT * 4 {
                         if let Ok(w) = write(&path, &tmp, rank, conflict2.as_ref(), &metrics, &status) {
@@ -93,6 +100,8 @@ impl Publisher {
             })?;
         Ok(Publisher {
             stop,
+            thread: Some(thread),
+            path: own_path,
             rank,
             conflict,
             _claim: claim,
@@ -104,15 +113,30 @@ impl Publisher {
         self.rank
     }
 
+    /// The claim's lock descriptor (a forked child closes its copy, so that
+    /// the parent's slot is free once the parent is gone).
+    pub(crate) fn lock_fd(&self) -> std::os::fd::RawFd {
+        self._claim.lock_fd()
+    }
+
     /// The rank this process was told and could not have, if any.
     pub fn conflict(&self) -> Option<u32> {
         self.conflict.as_ref().map(|c| c.wanted)
     }
 }
 
+/// A publisher dropped (the process ends cleanly, an embedder stops
+/// publishing) retires its rank: the thread stops, the file is removed, and
+/// then the slot is free. A process that dies instead leaves its file to go
+/// stale: a dead rank, until a process claims the slot again.
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        let _ = fs::remove_file(&self.path);
     }
 }
 

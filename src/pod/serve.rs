@@ -6,7 +6,6 @@
 //! 200 when every expected rank is alive and ready, /v1/status lists them.
 
 use super::merge::{self, Check, Rank, Unfit};
-use std::collections::HashSet;
 use crate::config::HttpConfig;
 use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
 use crate::telemetry::exposition::{self, Format};
@@ -18,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -26,7 +26,6 @@ use tokio::sync::watch;
 /// What the pod's agent last read from the directory.
 #[derive(Debug, Clone)]
 pub struct PodView {
-    pub expected: u32,
     pub ranks: Vec<Rank>,
     /// Files of the directory not taken as a rank, and why.
     pub rejected: Vec<Rejected>,
@@ -43,7 +42,6 @@ pub struct PodView {
 impl Default for PodView {
     fn default() -> Self {
         PodView {
-            expected: 0,
             ranks: Vec::new(),
             rejected: Vec::new(),
             ready: false,
@@ -89,6 +87,7 @@ struct Own {
     registry: Registry,
     ready: IntGauge,
     rank_up: IntGaugeVec,
+    ranks_expected: IntGauge,
     conflicts: prometheus::IntCounter,
     rejected: prometheus::IntCounterVec,
     watch_age: prometheus::Gauge,
@@ -103,7 +102,7 @@ fn opts(name: &str) -> Opts {
 }
 
 impl Own {
-    fn new(expected: u32) -> Own {
+    fn new(expected: Option<u32>) -> Own {
         let registry = Registry::new();
         let ready = IntGauge::with_opts(opts(names::READY)).expect("valid");
         let rank_up = IntGaugeVec::new(opts(names::RANK_UP), Family::get(names::RANK_UP).labels).expect("valid");
@@ -113,7 +112,7 @@ impl Own {
         build
             .with_label_values(&[b.version, b.revision, &b.nixl_version, b.nixl_sys_version, b.role])
             .set(1);
-        ranks.set(i64::from(expected));
+        ranks.set(i64::from(expected.unwrap_or(0)));
         let conflicts = prometheus::IntCounter::with_opts(opts(names::RANK_CONFLICTS_TOTAL)).expect("valid");
         let rejected = prometheus::IntCounterVec::new(
             opts(names::POD_FILES_REJECTED_TOTAL),
@@ -127,7 +126,7 @@ impl Own {
         for c in [
             Box::new(ready.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(rank_up.clone()),
-            Box::new(ranks),
+            Box::new(ranks.clone()),
             Box::new(build),
             Box::new(conflicts.clone()),
             Box::new(rejected.clone()),
@@ -143,6 +142,7 @@ impl Own {
             registry,
             ready,
             rank_up,
+            ranks_expected: ranks,
             conflicts,
             rejected,
             watch_age,
@@ -191,24 +191,43 @@ pub fn read_dir(dir: &Path, now: SystemTime) -> DirRead {
             Ok(Some(r)) => r,
             Ok(None) => continue,
             Err(()) => {
-                out.rejected.push(rejected(&file, None, "name", "not rank-<N>.json with N from 0 to 255".into(), None));
+                out.rejected.push(rejected(
+                    &file,
+                    None,
+                    "name",
+                    "not rank-<N>.json with N from 0 to 255".into(),
+                    None,
+                ));
                 continue;
             }
         };
         let meta = match std::fs::symlink_metadata(e.path()) {
             Ok(m) => m,
             Err(err) => {
-                out.rejected.push(rejected(&file, Some(named), "unreadable", err.to_string(), None));
+                out.rejected
+                    .push(rejected(&file, Some(named), "unreadable", err.to_string(), None));
                 continue;
             }
         };
         let version = Some((meta.modified().ok(), meta.len()));
         if !meta.file_type().is_file() {
-            out.rejected.push(rejected(&file, Some(named), "not_regular", format!("{:?}", meta.file_type()), version));
+            out.rejected.push(rejected(
+                &file,
+                Some(named),
+                "not_regular",
+                format!("{:?}", meta.file_type()),
+                version,
+            ));
             continue;
         }
         if meta.len() > MAX_FILE_BYTES {
-            out.rejected.push(rejected(&file, Some(named), "too_large", format!("{} bytes", meta.len()), version));
+            out.rejected.push(rejected(
+                &file,
+                Some(named),
+                "too_large",
+                format!("{} bytes", meta.len()),
+                version,
+            ));
             continue;
         }
         let opened = std::fs::OpenOptions::new()
@@ -225,11 +244,18 @@ pub fn read_dir(dir: &Path, now: SystemTime) -> DirRead {
         });
         match read {
             Err(err) => {
-                out.rejected.push(rejected(&file, Some(named), "unreadable", err.to_string(), version));
+                out.rejected
+                    .push(rejected(&file, Some(named), "unreadable", err.to_string(), version));
                 continue;
             }
             Ok(n) if n as u64 > MAX_FILE_BYTES => {
-                out.rejected.push(rejected(&file, Some(named), "too_large", format!("over {MAX_FILE_BYTES} bytes"), version));
+                out.rejected.push(rejected(
+                    &file,
+                    Some(named),
+                    "too_large",
+                    format!("over {MAX_FILE_BYTES} bytes"),
+                    version,
+                ));
                 continue;
             }
             Ok(_) => {}
@@ -288,7 +314,7 @@ fn rejected(
     }
 }
 
-fn view(dir: &Path, expected: u32, own: &Own, openmetrics_wanted: bool) -> PodView {
+fn view(dir: &Path, expected: Option<u32>, own: &Own, openmetrics_wanted: bool) -> PodView {
     let t0 = std::time::Instant::now();
     let DirRead { ranks, rejected } = read_dir(dir, SystemTime::now());
     let named_rejects: Vec<(u32, String)> = rejected
@@ -297,6 +323,9 @@ fn view(dir: &Path, expected: u32, own: &Own, openmetrics_wanted: bool) -> PodVi
         .collect();
     let (ready, checks) = merge::readiness(expected, &ranks, &named_rejects);
     own.ready.set(i64::from(ready));
+    if expected.is_none() {
+        own.ranks_expected.set(checks.len() as i64);
+    }
     own.rank_up.reset();
     for r in &ranks {
         own.rank_up
@@ -331,7 +360,6 @@ fn view(dir: &Path, expected: u32, own: &Own, openmetrics_wanted: bool) -> PodVi
         None
     };
     PodView {
-        expected,
         ranks,
         rejected,
         ready,
@@ -345,7 +373,7 @@ fn view(dir: &Path, expected: u32, own: &Own, openmetrics_wanted: bool) -> PodVi
 /// Keeps `tx` up to date with the directory until every receiver is gone.
 /// Each pass reads the directory on a blocking thread, never on the
 /// server's async worker.
-pub async fn watch_dir(dir: PathBuf, expected: u32, tx: watch::Sender<Arc<PodView>>) {
+pub async fn watch_dir(dir: PathBuf, expected: Option<u32>, tx: watch::Sender<Arc<PodView>>) {
     let own = Arc::new(Own::new(expected));
     let mut tick = tokio::time::interval(super::PUBLISH_EVERY);
     loop {
@@ -365,6 +393,28 @@ pub const WATCH_STALLED: std::time::Duration = super::PUBLISH_EVERY.saturating_m
 
 type PodState = watch::Receiver<Arc<PodView>>;
 
+/// A zero-configuration pod's port holder ([`super::local`]): while it is
+/// the only rank of its address it serves its own recording (`own`)
+/// unchanged; once other ranks publish beside it, the merged view of all of
+/// them, as `nixl-agent pod` would. Starts the directory watcher on the
+/// current runtime.
+pub fn local_router(own: Router, dir: PathBuf) -> Router {
+    use tower::ServiceExt;
+    let (tx, view) = watch::channel(Arc::new(PodView::default()));
+    tokio::spawn(watch_dir(dir, None, tx));
+    let pod = router(view.clone());
+    Router::new().fallback(move |req: axum::extract::Request| {
+        let shared = view.borrow().ranks.len() > 1;
+        let chosen = if shared { pod.clone() } else { own.clone() };
+        async move {
+            match chosen.oneshot(req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
+        }
+    })
+}
+
 /// The pod's endpoints, reading the last view.
 pub fn router(view: PodState) -> Router {
     Router::new()
@@ -383,7 +433,10 @@ async fn livez(State(v): State<PodState>) -> Response {
     if age > WATCH_STALLED {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("the pod directory watcher has not completed a pass for {:.1} s\n", age.as_secs_f64()),
+            format!(
+                "the pod directory watcher has not completed a pass for {:.1} s\n",
+                age.as_secs_f64()
+            ),
         )
             .into_response();
     }
@@ -398,7 +451,11 @@ async fn metrics(State(v): State<PodState>, headers: axum::http::HeaderMap) -> R
         (Format::OpenMetrics, Some(om)) => {
             ([(header::CONTENT_TYPE, Format::OpenMetrics.content_type())], om.clone()).into_response()
         }
-        _ => ([(header::CONTENT_TYPE, Format::Text.content_type())], view.metrics.clone()).into_response(),
+        _ => (
+            [(header::CONTENT_TYPE, Format::Text.content_type())],
+            view.metrics.clone(),
+        )
+            .into_response(),
     }
 }
 
@@ -429,7 +486,7 @@ async fn status(State(v): State<PodState>) -> Response {
         .iter()
         .map(|r| serde_json::json!({"rank": r.rank, "pid": r.pid, "alive": r.alive, "ready": r.ready, "conflict": r.conflict.map(|w| serde_json::json!({"wanted": w})), "status": r.status}))
         .collect();
-    let body = serde_json::json!({"ranks_expected": view.expected, "ready": view.ready, "ranks": ranks, "rejected": view.rejected});
+    let body = serde_json::json!({"ranks_expected": view.checks.len(), "ready": view.ready, "ranks": ranks, "rejected": view.rejected});
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
@@ -442,7 +499,7 @@ pub async fn serve(
     stop: watch::Receiver<bool>,
 ) {
     let (tx, rx) = watch::channel(Arc::new(PodView::default()));
-    let watcher = tokio::spawn(watch_dir(dir, expected, tx));
+    let watcher = tokio::spawn(watch_dir(dir, Some(expected), tx));
     http::server::serve(listener, router(rx), limits, stop).await;
     watcher.abort();
 }
@@ -498,10 +555,14 @@ mod tests {
         let p0 = o.publish(dir.path(), 0).unwrap();
         let p1 = o.publish(dir.path(), 1).unwrap();
         plant_hostile_files(dir.path());
-        let own = Own::new(2);
+        let own = Own::new(Some(2));
         let t0 = std::time::Instant::now();
-        let v = view(dir.path(), 2, &own, true);
-        assert!(t0.elapsed() < Duration::from_secs(2), "no FIFO or 1 GiB read: {:?}", t0.elapsed());
+        let v = view(dir.path(), Some(2), &own, true);
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "no FIFO or 1 GiB read: {:?}",
+            t0.elapsed()
+        );
         let ranks: Vec<(u32, bool)> = v.ranks.iter().map(|r| (r.rank, r.alive)).collect();
         assert_eq!(ranks, [(0, true), (1, true), (9, false)], "{:#?}", v.rejected);
         let reasons: Vec<(&str, &str)> = v.rejected.iter().map(|r| (r.file.as_str(), r.reason)).collect();
@@ -522,16 +583,28 @@ mod tests {
         let checks: Vec<(u32, Option<&str>)> = v.checks.iter().map(|c| (c.rank, c.failure.as_deref())).collect();
         assert_eq!(
             checks,
-            [(0, Some("not ready: see /v1/status")), (1, Some("not ready: see /v1/status"))]
+            [
+                (0, Some("not ready: see /v1/status")),
+                (1, Some("not ready: see /v1/status"))
+            ]
         );
         assert_eq!(super::merge::check_exposition(&v.metrics), Ok(()));
-        assert_eq!(super::merge::check_exposition(v.openmetrics.as_deref().unwrap()), Ok(()));
+        assert_eq!(
+            super::merge::check_exposition(v.openmetrics.as_deref().unwrap()),
+            Ok(())
+        );
         assert!(!v.metrics.contains("rank=\"7\"") && !v.metrics.contains("rank=\"8\""));
         // Counted once per version of a file, not once per pass.
-        let _ = view(dir.path(), 2, &own, false);
+        let _ = view(dir.path(), Some(2), &own, false);
         let text = crate::telemetry::exposition::encode(&own.registry, Format::Text);
-        assert!(text.contains("nixl_agent_pod_files_rejected_total{reason=\"not_regular\"} 2"), "{text}");
-        assert!(text.contains("nixl_agent_pod_files_rejected_total{reason=\"name\"} 1"), "{text}");
+        assert!(
+            text.contains("nixl_agent_pod_files_rejected_total{reason=\"not_regular\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nixl_agent_pod_files_rejected_total{reason=\"name\"} 1"),
+            "{text}"
+        );
         drop((p0, p1));
     }
 
@@ -547,11 +620,15 @@ mod tests {
         let second = b.publish(dir.path(), 0).unwrap();
         assert_eq!((first.rank(), first.conflict()), (0, None));
         assert_eq!((second.rank(), second.conflict()), (1, Some(0)));
-        let own = Own::new(1);
-        let v = view(dir.path(), 1, &own, false);
+        let own = Own::new(Some(1));
+        let v = view(dir.path(), Some(1), &own, false);
         assert!(!v.ready);
         let failure = v.checks.iter().find(|c| c.rank == 1).and_then(|c| c.failure.clone());
-        assert!(failure.as_deref().is_some_and(|f| f.starts_with("conflict: pid ")), "{:?}", v.checks);
+        assert!(
+            failure.as_deref().is_some_and(|f| f.starts_with("conflict: pid ")),
+            "{:?}",
+            v.checks
+        );
         let text = crate::telemetry::exposition::encode(&own.registry, Format::Text);
         assert!(text.contains("nixl_agent_rank_conflicts_total 1"), "{text}");
         drop(second);
@@ -564,10 +641,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let o = crate::observe::Observer::new(crate::observe::ObserveSettings::default());
         let publisher = o.publish(dir.path(), 0).unwrap();
+        // A copy of what the publisher wrote, as rank 3: a file nobody
+        // touches but this test.
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(super::super::file_name(0))).unwrap())
+                .unwrap();
+        v["rank"] = 3.into();
+        let path = dir.path().join(super::super::file_name(3));
+        std::fs::write(&path, v.to_string()).unwrap();
         drop(publisher);
-        // The publisher's thread may touch the file once more as it stops.
-        std::thread::sleep(Duration::from_millis(700));
-        let path = dir.path().join(super::super::file_name(0));
+        assert!(
+            !dir.path().join(super::super::file_name(0)).exists(),
+            "a retired rank's file is removed"
+        );
         let now = SystemTime::now();
         std::fs::File::options()
             .write(true)

@@ -51,7 +51,6 @@ impl Format {
 }
 
 /// Encodes the registry in the given format.
-#[cfg(any(test, feature = "cli"))]
 pub(crate) fn encode(registry: &Registry, format: Format) -> String {
     encode_with(registry, format, None)
 }

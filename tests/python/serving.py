@@ -289,6 +289,10 @@ def forked(argv):
     stdin closes."""
     mgr = NixlKVManager(KVArgs())
     mgr.register_buffer_to_engine()
+    if "--orphan" in argv:
+        # The test looks at the parent's socket, then lets it fork.
+        out("parent listening")
+        sys.stdin.readline()
     pid = os.fork()
     if pid == 0:
         child = nixl_agent("child", nixl_agent_config(backends=["UCX"]))
@@ -300,6 +304,11 @@ def forked(argv):
         if "--orphan" in argv:
             out("child pid", os.getpid())
             sys.stdin.read()
+        # os._exit (as multiprocessing's fork children end) skips atexit:
+        # the rank is retired first, or it would count as one that died.
+        import nixl_agent_instrument as nai
+
+        nai.shutdown()
         os._exit(0)
     if "--orphan" in argv:
         out("parent exits")

@@ -241,11 +241,13 @@ fn after_fork_in_child() {
     }
 }
 
-/// Flushes the traces (at interpreter exit).
+/// At interpreter exit: retires this process's rank (a clean exit is not a
+/// rank that died) and flushes the traces.
 #[pyfunction]
 fn shutdown(py: Python<'_>) {
     py.detach(|| {
         if let Some(r) = running() {
+            r.inst.retire();
             r.inst.flush_traces(Duration::from_secs(2));
         }
     })
