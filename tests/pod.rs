@@ -25,6 +25,10 @@ struct RankProcess {
 
 impl RankProcess {
     fn start(dir: &Path, rank: u32) -> RankProcess {
+        RankProcess::start_with(dir, &[("LOCAL_RANK", &rank.to_string())])
+    }
+
+    fn start_with(dir: &Path, env: &[(&str, &str)]) -> RankProcess {
         let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
         c.arg(support::python())
             .arg(repo().join("tests/python/serving.py"))
@@ -35,8 +39,10 @@ impl RankProcess {
             }
         }
         c.env("NIXL_AGENT_MULTIPROC_DIR", dir)
-            .env("LOCAL_RANK", rank.to_string())
             .env("NIXL_AGENT_EXPECT", "kv:DRAM,aux");
+        for (k, v) in env {
+            c.env(k, v);
+        }
         let mut child = c
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -47,9 +53,13 @@ impl RankProcess {
         let mut line = String::new();
         while line.trim_end() != "HOLD" {
             line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "rank {rank} ended before HOLD");
+            assert!(out.read_line(&mut line).unwrap() > 0, "{env:?}: ended before HOLD");
         }
         RankProcess { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn kill9(&mut self) {
@@ -195,4 +205,284 @@ fn a_pod_of_three_ranks_is_one_target_and_one_readiness() {
     let st: serde_json::Value = serde_json::from_str(&support::get(pod.addr, "/v1/status").unwrap().body).unwrap();
     assert_eq!(st["ready"], true, "{st}");
     assert_eq!(st["ranks"].as_array().unwrap().len(), 3);
+}
+
+/// SGLang's tensor parallelism: one launcher, N scheduler processes started
+/// with multiprocessing's `spawn`, one environment (tests/python/tp.py).
+struct Tp {
+    child: Child,
+    /// (rank the worker was given, its pid, what its registration did).
+    workers: Vec<(u32, u32, String)>,
+}
+
+impl Tp {
+    fn start(n: u32, args: &[&str], env: &[(&str, &str)]) -> Tp {
+        let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
+        c.arg(support::python())
+            .arg(repo().join("tests/python/tp.py"))
+            .arg(n.to_string())
+            .args(args);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" || k.ends_with("RANK") {
+                c.env_remove(k);
+            }
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut workers = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "the launcher ended: {workers:?}");
+            let line = line.trim_end();
+            if line == "ranks up" {
+                break;
+            }
+            // UCX writes its own errors to stdout (the null aux rank's).
+            if !line.starts_with("rank ") {
+                continue;
+            }
+            let f: Vec<&str> = line.splitn(5, ' ').collect();
+            workers.push((f[1].parse().unwrap(), f[3].parse().unwrap(), f[4].to_string()));
+        }
+        Tp { child, workers }
+    }
+}
+
+impl Drop for Tp {
+    fn drop(&mut self) {
+        // Closing stdin ends the workers cleanly (they retire their ranks).
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for (_, pid, _) in &self.workers {
+            support::signal(*pid, "KILL");
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The ranks a scrape shows samples for.
+fn ranks_of(s: &support::Scrape, metric: &str) -> std::collections::BTreeSet<String> {
+    s.samples
+        .iter()
+        .filter(|x| x.name == metric)
+        .filter_map(|x| x.labels.iter().find(|(k, _)| k == "rank").map(|(_, v)| v.clone()))
+        .collect()
+}
+
+/// Every rank's kv and aux, registered, under its own rank label.
+fn assert_three_ranks_registered(s: &support::Scrape) {
+    for rank in ["0", "1", "2"] {
+        let v = |group: &str| {
+            s.metric("nixl_agent_registered_descriptors")
+                .label("rank", rank)
+                .label("group", group)
+                .value()
+        };
+        assert_eq!((v("kv"), v("aux")), (4.0, 1.0), "rank {rank}");
+    }
+}
+
+/// Plants what a messy or hostile pod directory holds: a symlink to
+/// /dev/zero, a FIFO, a 1 GiB sparse file, garbage, a leftover copy of rank
+/// 0 under another name, a file whose content names another rank, and one
+/// with a modification time an hour ahead.
+fn plant_hostile_files(dir: &Path) {
+    let real = std::fs::read_to_string(dir.join("rank-0.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join("rank-20.json")).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(dir.join("rank-21.json"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::File::create(dir.join("rank-22.json"))
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    std::fs::write(dir.join("rank-23.json"), "{\"version\": 1, garbage").unwrap();
+    std::fs::write(dir.join("rank-0-old.json"), &real).unwrap();
+    std::fs::write(dir.join("rank-24.json"), &real).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&real).unwrap();
+    v["rank"] = 25.into();
+    std::fs::write(dir.join("rank-25.json"), v.to_string()).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(dir.join("rank-25.json"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(3600))
+        .unwrap();
+}
+
+/// With nothing but the launcher (no pod directory, no sidecar, no rank
+/// variable), the three scheduler processes sharing the default address
+/// are one pod: whichever holds the port serves the three ranks, ready.
+/// `kill -9` of the port holder: another rank serves the address within
+/// 2 s, and it is not ready (a rank died).
+#[test]
+fn tp_ranks_of_one_launcher_are_one_pod_with_no_configuration() {
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let tp = Tp::start(3, &[], &[("NIXL_AGENT_LISTEN", &listen)]);
+    assert!(tp.workers.iter().all(|w| w.2 == "registered"), "{:?}", tp.workers);
+    support::wait_for(Duration::from_secs(10), "the three ranks, ready", || {
+        let st: serde_json::Value = serde_json::from_str(&support::get(addr, "/v1/status").ok()?.body).ok()?;
+        (st["ranks"].as_array()?.len() == 3 && support::get(addr, "/readyz").ok()?.status == 200).then_some(())
+    });
+    let s = support::scrape(addr);
+    assert_three_ranks_registered(&s);
+    support::assert_promtool_clean(&support::get(addr, "/metrics").unwrap().body);
+
+    let inode = support::listening_inode(addr.port()).expect("the address is served");
+    let holder = tp
+        .workers
+        .iter()
+        .map(|w| w.1)
+        .find(|pid| support::socket_inodes(*pid).contains(&inode))
+        .expect("a worker holds the port");
+    support::signal(holder, "KILL");
+    let killed = Instant::now();
+    support::wait_for(Duration::from_secs(3), "another rank serving, not ready", || {
+        let r = support::get(addr, "/readyz?verbose").ok()?;
+        (r.status == 503).then_some(r)
+    });
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_secs(2),
+        "served again, not ready, after {took:?}"
+    );
+    let verbose = support::get(addr, "/readyz?verbose").unwrap().body;
+    assert!(
+        verbose.contains("failed: its process stopped publishing (dead)"),
+        "{verbose}"
+    );
+    assert_ne!(
+        support::listening_inode(addr.port()),
+        Some(inode),
+        "a new holder's socket"
+    );
+}
+
+/// With a pod directory and `nixl-agent pod`: the three scheduler
+/// processes of one launcher publish three distinct ranks (no rank
+/// variable), the pod is ready, and a hostile directory changes nothing
+/// but the rejected-file counter. Then a launch whose rank 1 gets a null
+/// aux pointer (the seed): not ready, the failure counted under rank 1,
+/// NixlAgentNotReady fires in a real Prometheus. Then two processes told
+/// the same rank: the second is refused, counted and named, nothing is
+/// overwritten.
+#[test]
+fn tp_ranks_publish_distinct_ranks_to_a_pod_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = PodAgent::start(dir.path(), 3);
+    let d = dir.path().display().to_string();
+    {
+        let tp = Tp::start(3, &[], &[("NIXL_AGENT_MULTIPROC_DIR", &d)]);
+        assert!(tp.workers.iter().all(|w| w.2 == "registered"), "{:?}", tp.workers);
+        support::wait_for(Duration::from_secs(10), "the pod ready", || {
+            (pod.readyz() == 200).then_some(())
+        });
+        assert_three_ranks_registered(&support::scrape(pod.addr));
+        plant_hostile_files(dir.path());
+        let s = support::wait_for(Duration::from_secs(5), "the hostile files counted", || {
+            let s = support::scrape(pod.addr);
+            let rejected: f64 = s
+                .samples
+                .iter()
+                .filter(|x| x.name == "nixl_agent_pod_files_rejected_total")
+                .map(|x| x.value)
+                .sum();
+            (rejected >= 6.0).then_some(s)
+        });
+        let ranks = ranks_of(&s, "nixl_agent_registered_descriptors");
+        assert_eq!(
+            ranks.into_iter().collect::<Vec<_>>(),
+            ["0", "1", "2"],
+            "only the real ranks"
+        );
+        assert_eq!(pod.readyz(), 200);
+        support::assert_promtool_clean(&support::get(pod.addr, "/metrics").unwrap().body);
+    }
+    // The launcher ended cleanly: its ranks retired.
+    support::wait_for(Duration::from_secs(10), "the pod not ready", || {
+        (pod.readyz() == 503).then_some(())
+    });
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let p = f.unwrap().path();
+        if p.file_name().unwrap().to_string_lossy().starts_with("rank-2") || p.to_string_lossy().contains("old") {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    let prom = prom::Prometheus::start(&[pod.addr], Some(&prom::rules_with_short_for()));
+    let tp = Tp::start(3, &["--null-aux", "1"], &[("NIXL_AGENT_MULTIPROC_DIR", &d)]);
+    assert!(
+        tp.workers.iter().any(|w| w.0 == 1 && w.2.starts_with("raised")),
+        "{:?}",
+        tp.workers
+    );
+    let s = support::wait_for(Duration::from_secs(10), "rank 1's failure published", || {
+        let s = support::scrape(pod.addr);
+        let failed = s
+            .samples
+            .iter()
+            .filter(|x| x.name == "nixl_agent_registration_failures_total" && x.value > 0.0)
+            .filter(|x| x.labels.iter().any(|(k, v)| k == "group" && v == "aux"))
+            .filter_map(|x| x.labels.iter().find(|(k, _)| k == "rank").map(|(_, v)| v.clone()))
+            .collect::<Vec<_>>();
+        (!failed.is_empty()).then_some((s, failed))
+    });
+    // The rank that failed is the worker given a null pointer: its slot is
+    // its engine rank, 1.
+    assert_eq!(s.1, ["1"], "the failure counted under rank 1 only");
+    assert_eq!(pod.readyz(), 503);
+    let verbose = support::get(pod.addr, "/readyz?verbose").unwrap().body;
+    assert!(
+        verbose.contains("[-]rank:1 failed: not ready") && verbose.contains("[+]rank:0 ok"),
+        "{verbose}"
+    );
+    let instance = pod.addr.to_string();
+    support::wait_for(Duration::from_secs(30), "NixlAgentNotReady firing", || {
+        prom.alerts()
+            .iter()
+            .any(|a| {
+                a["labels"]["alertname"] == "NixlAgentNotReady"
+                    && a["labels"]["instance"] == instance.as_str()
+                    && a["state"] == "firing"
+            })
+            .then_some(())
+    });
+    drop(tp);
+
+    // Two processes told the same rank.
+    let first = RankProcess::start_with(dir.path(), &[("NIXL_AGENT_RANK_ENV", "MY_RANK"), ("MY_RANK", "0")]);
+    let second = RankProcess::start_with(dir.path(), &[("NIXL_AGENT_RANK_ENV", "MY_RANK"), ("MY_RANK", "0")]);
+    let verbose = support::wait_for(Duration::from_secs(10), "the conflict named", || {
+        let v = support::get(pod.addr, "/readyz?verbose").ok()?.body;
+        v.contains(&format!("conflict: pid {} was told rank 0", second.pid()))
+            .then_some(v)
+    });
+    assert_eq!(pod.readyz(), 503, "{verbose}");
+    let owner: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("rank-0.json")).unwrap()).unwrap();
+    assert_eq!(owner["pid"], first.pid(), "rank 0 is still the first's");
+    assert_eq!(
+        support::scrape(pod.addr)
+            .metric("nixl_agent_rank_conflicts_total")
+            .value(),
+        1.0
+    );
 }

@@ -306,30 +306,6 @@ fn a_forked_child_records_on_its_own() {
     h.finish();
 }
 
-/// The inode of the socket listening on `port` (from /proc/net/tcp).
-fn listening_inode(port: u16) -> Option<String> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-        (local_port == port && f.get(3) == Some(&"0A")).then(|| f.get(9).map(|s| s.to_string()))?
-    })
-}
-
-/// The socket inodes a process holds open.
-fn socket_inodes(pid: u32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                .filter_map(|t| {
-                    let t = t.to_string_lossy().into_owned();
-                    t.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// A child that outlives its parent never held the parent's listening
 /// socket (closed in the child at the fork); once the parent exits, the
 /// child — another process of the same address — takes the address over
@@ -354,7 +330,7 @@ fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
         assert!(stdout.read_line(&mut line).unwrap() > 0, "ended early: {lines:?}");
         let line = line.trim_end().to_string();
         if line == "parent listening" {
-            parents_socket = listening_inode(addr.port());
+            parents_socket = support::listening_inode(addr.port());
             child_stdin.write_all(b"\n").unwrap();
             child_stdin.flush().unwrap();
         }
@@ -366,7 +342,7 @@ fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
     let child = child_pid.unwrap();
     let parents_socket = parents_socket.expect("the parent listens");
     assert!(
-        !socket_inodes(child).contains(&parents_socket),
+        !support::socket_inodes(child).contains(&parents_socket),
         "the child holds its parent's listening socket"
     );
     assert!(parent.wait().unwrap().success(), "{lines:?}");
@@ -389,7 +365,7 @@ fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
     let took = exited.elapsed();
     assert!(took <= Duration::from_secs(2), "handed over after {took:?}");
     assert_ne!(
-        listening_inode(addr.port()),
+        support::listening_inode(addr.port()),
         Some(parents_socket),
         "a socket of the child's own"
     );

@@ -403,3 +403,27 @@ pub fn assert_projections_agree(addr: SocketAddr) -> serde_json::Value {
     }
     status
 }
+
+/// The inode of the socket listening on `port` (from /proc/net/tcp).
+pub fn listening_inode(port: u16) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+        (local_port == port && f.get(3) == Some(&"0A")).then(|| f.get(9).map(|s| s.to_string()))?
+    })
+}
+
+/// The socket inodes a process holds open.
+pub fn socket_inodes(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|t| {
+                    let t = t.to_string_lossy().into_owned();
+                    t.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
