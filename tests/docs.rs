@@ -192,6 +192,8 @@ fn python_settings_are_the_ones_read() {
         i::ENV_BACKEND.to_string(),
         i::ENV_CALL_TIMEOUT.to_string(),
         "NIXL_AGENT_LOG".to_string(),
+        i::ENV_POD_DIR.to_string(),
+        i::ENV_RANK_ENV.to_string(),
     ];
     read_by_code.sort();
     assert_eq!(documented, read_by_code);
