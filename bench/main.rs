@@ -7,7 +7,7 @@
 //! nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH]
 //!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
-//!            [--sections registration,embedding,scrape,memory,ttr,idle] [--embed-procs 6]
+//!            [--sections registration,embedding,scrape,pod,memory,ttr,idle] [--embed-procs 6]
 //!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
 //! nixl-bench worker raw|agent|batched               (internal: a contender process)
@@ -46,7 +46,7 @@ struct Args {
     contenders: Vec<String>,
 }
 
-const SECTIONS: &[&str] = &["registration", "embedding", "scrape", "memory", "ttr", "idle"];
+const SECTIONS: &[&str] = &["registration", "embedding", "scrape", "pod", "memory", "ttr", "idle"];
 
 fn usage() -> ! {
     eprintln!(
@@ -189,6 +189,7 @@ fn run(args: &Args) -> Result<bool, String> {
         machine: common::Machine::describe(),
         registration: None,
         scrape: None,
+        pod: None,
         memory: None,
         time_to_ready: None,
         idle_cpu: None,
@@ -236,6 +237,12 @@ fn run(args: &Args) -> Result<bool, String> {
     if on("scrape") {
         section("scrape", &mut |r| {
             r.scrape = Some(sections::scrape(&args.agent_bin, 64, warm, load)?);
+            Ok(())
+        });
+    }
+    if on("pod") {
+        section("pod", &mut |r| {
+            r.pod = Some(sections::pod(&args.agent_bin, 8, 64, warm, load, args.reps)?);
             Ok(())
         });
     }

@@ -3,7 +3,7 @@
 
 use crate::common::Machine;
 use crate::registration::{self, Report as Registration};
-use crate::sections::{IdleReport, MemoryRow, ReadyReport, ScrapeReport};
+use crate::sections::{IdleReport, MemoryRow, PodReport, ReadyReport, ScrapeReport};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -16,6 +16,7 @@ pub struct Results {
     pub machine: Machine,
     pub registration: Option<Registration>,
     pub scrape: Option<ScrapeReport>,
+    pub pod: Option<PodReport>,
     pub memory: Option<Vec<MemoryRow>>,
     pub time_to_ready: Option<ReadyReport>,
     pub idle_cpu: Option<IdleReport>,
@@ -184,6 +185,18 @@ pub fn judge(r: &Results) -> Vec<Target> {
             "an embedding process grows by ≤ 8 MiB (nixl-agent's own memory, no second UCX context)",
             format!("{:+.0} KiB", e.observer_rss_kib),
             Some(e.observer_rss_kib <= 8192.0),
+        ));
+    }
+    if let Some(p) = &r.pod {
+        let ratio = p.register_ns_publishing / p.register_ns_plain;
+        t.push(target(
+            "pod.publishing_free",
+            "publishing to a pod directory adds nothing to the registration path (≤ 1.05× a recording that does not publish)",
+            format!(
+                "{ratio:.2}× ({:.0} ns vs {:.0} ns a call of 64 regions)",
+                p.register_ns_publishing, p.register_ns_plain
+            ),
+            Some(ratio <= 1.05),
         ));
     }
     if let Some(idle) = &r.idle_cpu {
@@ -368,6 +381,36 @@ pub fn render(r: &Results) -> String {
             }
         }
         o.push('\n');
+    }
+    if let Some(p) = &r.pod {
+        let _ = writeln!(
+            o,
+            "Pod ({} SGLang-shaped ranks, kv + aux + state each, merged by `nixl-agent pod`; {} connections kept alive, {:.0} s each):\n",
+            p.ranks, p.connections, p.seconds
+        );
+        let _ = writeln!(o, "| endpoint | req/s | p50 ms | p99 ms | body bytes | errors |");
+        let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|");
+        for (name, l) in [
+            (format!("pod /metrics ({} ranks)", p.ranks), &p.pod_metrics),
+            ("one process's /metrics".to_string(), &p.single_metrics),
+        ] {
+            let _ = writeln!(
+                o,
+                "| {name} | {:.0} | {} | {} | {} | {} |",
+                l.rps,
+                f(l.p50_ms),
+                f(l.p99_ms),
+                l.response_bytes,
+                l.errors
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nOne observed registration call (64 regions, no NIXL call): {:.0} ns publishing to a pod directory, {:.0} ns not publishing ({:.2}×).\n",
+            p.register_ns_publishing,
+            p.register_ns_plain,
+            p.register_ns_publishing / p.register_ns_plain
+        );
     }
     if let Some(rows) = &r.memory {
         let _ = writeln!(

@@ -7,6 +7,7 @@ use crate::procs::{get, get_text, AgentProc, GroupShape, RawProc, DEFAULT_PLAN};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::Path;
+use nixl_agent::{AgentId, Call, Kind, MemType, ObserveSettings, Observer, Outcome, Region};
 use std::time::{Duration, Instant};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -266,5 +267,137 @@ pub fn idle_cpu(agent_bin: &Path, seconds: u64) -> Result<IdleReport, String> {
         agent_pct: pct(0).ok_or("agent CPU time")?,
         raw_pct: pct(1).ok_or("raw CPU time")?,
         nixl_exporter_pct: pct(2),
+    })
+}
+
+// --- 7. pod ------------------------------------------------------------------
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodReport {
+    pub ranks: u32,
+    pub connections: usize,
+    pub seconds: f64,
+    /// `nixl-agent pod` serving `ranks` SGLang-shaped rank files.
+    pub pod_metrics: LoadResult,
+    /// The binary's own /metrics (its default plan): one process.
+    pub single_metrics: LoadResult,
+    /// One observed registration call (64 regions, begin to end, no NIXL
+    /// call), median ns: a recording that publishes to a pod directory, and
+    /// one that does not, interleaved.
+    pub register_ns_publishing: f64,
+    pub register_ns_plain: f64,
+}
+
+/// One rank in the SGLang shape: kv (4 regions), aux (1), state (1),
+/// recorded by an observer as the instrumented scheduler would.
+fn sglang_rank() -> Observer {
+    let o = Observer::new(ObserveSettings::default());
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "bench-rank", Vec::new);
+    for (group, kind, n) in [("kv", Kind::Kv, 4), ("aux", Kind::Aux, 1), ("state", Kind::State, 1)] {
+        let regions: Vec<Region> = (0..n).map(|i| Region::new(0x7000_0000 + i * 0x10000, 0x10000, 0)).collect();
+        call(&o, agent, group, &kind, &regions);
+    }
+    o
+}
+
+fn call(o: &Observer, agent: AgentId, group: &str, kind: &Kind, regions: &[Region]) {
+    let c = Call {
+        agent,
+        backends: None,
+        group,
+        kind,
+        mem_type: MemType::Dram,
+        device: 0,
+        regions,
+    };
+    let p = o.begin(&c);
+    o.end(p, &c, None, Outcome::Registered);
+}
+
+/// Median ns of one observed call on `o`, `calls` at a time.
+fn call_ns(o: &Observer, regions: &[Region], calls: usize) -> f64 {
+    let agent = AgentId::fresh();
+    let t0 = Instant::now();
+    for _ in 0..calls {
+        call(o, agent, "kv", &Kind::Kv, regions);
+    }
+    t0.elapsed().as_nanos() as f64 / calls as f64
+}
+
+pub fn pod(
+    agent_bin: &Path,
+    ranks: u32,
+    connections: usize,
+    warmup: Duration,
+    duration: Duration,
+    reps: usize,
+) -> Result<PodReport, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut held = Vec::new();
+    for r in 0..ranks {
+        let o = sglang_rank();
+        let p = o.publish(dir.path(), r).map_err(|e| format!("publish rank {r}: {e}"))?;
+        held.push((o, p));
+    }
+    let port = crate::procs::free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
+    let mut pod = std::process::Command::new(agent_bin)
+        .args(["pod", "--ranks", &ranks.to_string(), "--listen", &addr.to_string(), "--dir"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nixl-agent pod: {e}"))?;
+    let served = (|| {
+        wait_http(addr, "/livez", READY_TIMEOUT)?;
+        // Every rank merged in.
+        let end = Instant::now() + READY_TIMEOUT;
+        loop {
+            let (_, body) = get_text(addr, "/metrics").map_err(|e| e.to_string())?;
+            let merged = (0..ranks).all(|r| body.contains(&format!("rank=\"{r}\"")));
+            if merged {
+                break;
+            }
+            if Instant::now() > end {
+                return Err("the pod never merged every rank".to_string());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let single = start_agent(agent_bin, None)?;
+        let ka = Conns::KeepAlive;
+        let pod_metrics = load::run(addr, "/metrics", connections, ka, warmup, duration);
+        let single_metrics = load::run(single.addr, "/metrics", connections, ka, warmup, duration);
+        Ok((pod_metrics, single_metrics))
+    })();
+    let _ = pod.kill();
+    let _ = pod.wait();
+    let (pod_metrics, single_metrics) = served?;
+    // The registration path with and without a publisher beside it.
+    let plain = Observer::new(ObserveSettings::default());
+    let publishing = Observer::new(ObserveSettings::default());
+    let _publisher = publishing
+        .publish(dir.path(), ranks)
+        .map_err(|e| format!("publish: {e}"))?;
+    let regions: Vec<Region> = (0..64).map(|i| Region::new(0x9000_0000 + i * 0x1000, 0x1000, 0)).collect();
+    let (mut with, mut without): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+    for rep in 0..reps.max(3) {
+        if rep % 2 == 0 {
+            with.push(call_ns(&publishing, &regions, 2000));
+            without.push(call_ns(&plain, &regions, 2000));
+        } else {
+            without.push(call_ns(&plain, &regions, 2000));
+            with.push(call_ns(&publishing, &regions, 2000));
+        }
+    }
+    drop(held);
+    Ok(PodReport {
+        ranks,
+        connections,
+        seconds: duration.as_secs_f64(),
+        pod_metrics,
+        single_metrics,
+        register_ns_publishing: median(&with),
+        register_ns_plain: median(&without),
     })
 }

@@ -105,6 +105,7 @@ fn benchmark_smoke_run_produces_every_section() {
         "| N | raw, registration order |",
         "| endpoint | connections | req/s |",
         "| plan | agent MiB |",
+        "| pod /metrics (8 ranks) |",
         "Time to ready",
         "Idle CPU",
         "| target | measured | status |",
@@ -158,6 +159,15 @@ fn benchmark_smoke_run_produces_every_section() {
         assert_eq!(num(scrape, &format!("{key}.errors")), 0.0, "{key}: {}", scrape[key]);
     }
     assert_eq!(num(scrape, "connections"), 64.0);
+
+    // The pod: 8 ranks merged, a single process beside it, the registration
+    // path with and without publishing.
+    let pod = &v["pod"];
+    for key in ["pod_metrics", "single_metrics"] {
+        assert!(num(pod, &format!("{key}.requests")) > 0.0, "{key}: {}", pod[key]);
+        assert_eq!(num(pod, &format!("{key}.errors")), 0.0, "{key}: {}", pod[key]);
+    }
+    assert!(num(pod, "register_ns_publishing") > 0.0 && num(pod, "register_ns_plain") > 0.0);
 
     // 3. Memory: both plans, both processes.
     let mem = v["memory"].as_array().expect("memory rows");
