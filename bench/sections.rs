@@ -4,10 +4,10 @@
 use crate::common::{cpu_time, median, ms, proc_status_kib, smaps_rollup_kib};
 use crate::load::{self, Conns, LoadResult};
 use crate::procs::{get, get_text, AgentProc, GroupShape, RawProc, DEFAULT_PLAN};
+use nixl_agent::{AgentId, Call, Kind, MemType, ObserveSettings, Observer, Outcome, Region};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::Path;
-use nixl_agent::{AgentId, Call, Kind, MemType, ObserveSettings, Observer, Outcome, Region};
 use std::time::{Duration, Instant};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -295,7 +295,9 @@ fn sglang_rank() -> Observer {
     let agent = AgentId::fresh();
     o.saw_agent(agent, "bench-rank", Vec::new);
     for (group, kind, n) in [("kv", Kind::Kv, 4), ("aux", Kind::Aux, 1), ("state", Kind::State, 1)] {
-        let regions: Vec<Region> = (0..n).map(|i| Region::new(0x7000_0000 + i * 0x10000, 0x10000, 0)).collect();
+        let regions: Vec<Region> = (0..n)
+            .map(|i| Region::new(0x7000_0000 + i * 0x10000, 0x10000, 0))
+            .collect();
         call(&o, agent, group, &kind, &regions);
     }
     o
@@ -343,7 +345,14 @@ pub fn pod(
     let port = crate::procs::free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
     let mut pod = std::process::Command::new(agent_bin)
-        .args(["pod", "--ranks", &ranks.to_string(), "--listen", &addr.to_string(), "--dir"])
+        .args([
+            "pod",
+            "--ranks",
+            &ranks.to_string(),
+            "--listen",
+            &addr.to_string(),
+            "--dir",
+        ])
         .arg(dir.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -379,7 +388,9 @@ pub fn pod(
     let _publisher = publishing
         .publish(dir.path(), ranks)
         .map_err(|e| format!("publish: {e}"))?;
-    let regions: Vec<Region> = (0..64).map(|i| Region::new(0x9000_0000 + i * 0x1000, 0x1000, 0)).collect();
+    let regions: Vec<Region> = (0..64)
+        .map(|i| Region::new(0x9000_0000 + i * 0x1000, 0x1000, 0))
+        .collect();
     let (mut with, mut without): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
     for rep in 0..reps.max(3) {
         if rep % 2 == 0 {

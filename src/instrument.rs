@@ -109,10 +109,7 @@ impl Settings {
     /// Reads every setting; the first unusable one is named in the error.
     pub fn from_env(env: &dyn Env) -> Result<Settings, ConfigError> {
         let mut cfg = Config::default();
-        let publish = match env.var(crate::pod::ENV_DIR) {
-            None => None,
-            Some(dir) => Some(std::path::PathBuf::from(dir)),
-        };
+        let publish = env.var(crate::pod::ENV_DIR).map(std::path::PathBuf::from);
         // Ranks of a pod publish; the pod's agent serves them. A rank serves
         // HTTP itself only when told where.
         let listen_off = env

@@ -42,7 +42,7 @@ pub fn format_size(bytes: u64) -> String {
         ("MiB", 1 << 20),
         ("KiB", 1 << 10),
     ] {
-        if bytes >= mult && bytes % mult == 0 {
+        if bytes >= mult && bytes.is_multiple_of(mult) {
             return format!("{}{unit}", bytes / mult);
         }
     }
@@ -71,7 +71,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Formats a duration the way [`parse_duration`] reads it back.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         format!("{ms}ms")
     } else {
         format!("{}s", ms / 1000)

@@ -185,9 +185,9 @@ fn runbook_section<'a>(runbooks: &'a str, name: &str) -> &'a str {
 
 fn duration_word(seconds: f64) -> String {
     let s = seconds as u64;
-    if s % 3600 == 0 && s > 0 {
+    if s.is_multiple_of(3600) && s > 0 {
         format!("{}h", s / 3600)
-    } else if s % 60 == 0 {
+    } else if s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")

@@ -415,6 +415,23 @@ fn tp_ranks_publish_distinct_ranks_to_a_pod_directory() {
         );
         assert_eq!(pod.readyz(), 200);
         support::assert_promtool_clean(&support::get(pod.addr, "/metrics").unwrap().body);
+        // OpenMetrics when the scraper asks for it, as Prometheus does.
+        let om = support::request(
+            pod.addr,
+            "GET",
+            "/metrics",
+            &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")],
+        )
+        .unwrap();
+        assert!(
+            om.header("content-type")
+                .is_some_and(|c| c.starts_with("application/openmetrics-text")),
+            "{:?}",
+            om.headers
+        );
+        assert_eq!(om.body.matches("# EOF").count(), 1);
+        assert!(om.body.ends_with("# EOF\n"));
+        assert!(om.body.contains("rank=\"2\""));
     }
     // The launcher ended cleanly: its ranks retired.
     support::wait_for(Duration::from_secs(10), "the pod not ready", || {

@@ -6,6 +6,7 @@
 //! 200 when every expected rank is alive and ready, /v1/status lists them.
 
 use super::merge::{self, Check, Rank, Unfit};
+#[cfg(feature = "cli")]
 use crate::config::HttpConfig;
 use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
 use crate::telemetry::exposition::{self, Format};
@@ -82,6 +83,10 @@ pub const REJECT_REASONS: [&str; 7] = [
 /// Most bytes a rank file may hold (a rank's recording is tens of KB).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
+/// What a pod agent counted already: rejected files (name and version),
+/// conflicts (rank and pid).
+type Counted = (HashSet<(String, (Option<SystemTime>, u64))>, HashSet<(u32, u32)>);
+
 /// The pod's own series.
 struct Own {
     registry: Registry,
@@ -93,7 +98,7 @@ struct Own {
     watch_age: prometheus::Gauge,
     /// What was counted already: (file, its version) rejected, (rank, pid)
     /// in conflict.
-    counted: std::sync::Mutex<(HashSet<(String, (Option<SystemTime>, u64))>, HashSet<(u32, u32)>)>,
+    counted: std::sync::Mutex<Counted>,
 }
 
 fn opts(name: &str) -> Opts {
@@ -491,6 +496,7 @@ async fn status(State(v): State<PodState>) -> Response {
 }
 
 /// Serves the pod directory on `listener` until `stop` turns true.
+#[cfg(feature = "cli")]
 pub async fn serve(
     listener: tokio::net::TcpListener,
     dir: PathBuf,
