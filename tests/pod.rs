@@ -18,6 +18,29 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `nixl-agent-instrument python <script> <args>` with a clean
+/// NIXL_AGENT_* / rank environment plus `env`; stdin and stdout piped.
+fn instrumented(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
+    let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
+    c.arg(support::python()).arg(repo().join(script)).args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" || k.ends_with("RANK") {
+            c.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
 /// One rank: the SGLang-shaped program, held after registering.
 struct RankProcess {
     child: Child,
@@ -29,27 +52,13 @@ impl RankProcess {
     }
 
     fn start_with(dir: &Path, env: &[(&str, &str)]) -> RankProcess {
-        let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
-        c.arg(support::python())
-            .arg(repo().join("tests/python/serving.py"))
-            .args(["sglang", "--hold"]);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" {
-                c.env_remove(k);
-            }
-        }
-        c.env("NIXL_AGENT_MULTIPROC_DIR", dir)
-            .env("NIXL_AGENT_EXPECT", "kv:DRAM,aux");
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let d = dir.display().to_string();
+        let mut all = vec![
+            ("NIXL_AGENT_MULTIPROC_DIR", d.as_str()),
+            ("NIXL_AGENT_EXPECT", "kv:DRAM,aux"),
+        ];
+        all.extend_from_slice(env);
+        let (child, mut out) = instrumented("tests/python/serving.py", &["sglang", "--hold"], &all);
         let mut line = String::new();
         while line.trim_end() != "HOLD" {
             line.clear();
@@ -217,26 +226,10 @@ struct Tp {
 
 impl Tp {
     fn start(n: u32, args: &[&str], env: &[(&str, &str)]) -> Tp {
-        let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
-        c.arg(support::python())
-            .arg(repo().join("tests/python/tp.py"))
-            .arg(n.to_string())
-            .args(args);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" || k.ends_with("RANK") {
-                c.env_remove(k);
-            }
-        }
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let n = n.to_string();
+        let mut all = vec![n.as_str()];
+        all.extend_from_slice(args);
+        let (child, mut out) = instrumented("tests/python/tp.py", &all, env);
         let mut workers = Vec::new();
         loop {
             let mut line = String::new();
