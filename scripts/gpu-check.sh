@@ -23,11 +23,19 @@ pack() {
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu": print(m["executable"])' | tail -n1)
+  # The library's unit tests: the CUDA-context test lives beside cuda.rs.
+  local lib_bin
+  lib_bin=$(cargo test --release --lib --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and "lib" in m["target"]["kind"]: print(m["executable"])' | tail -n1)
   rm -rf "$out" && mkdir -p "$out"
   cp target/release/nixl-agent "$out/nixl-agent"
   cp "$test_bin" "$out/gpu-tests"
+  cp "$lib_bin" "$out/lib-tests"
   echo "$root/target/release/nixl-agent" > "$out/built-path"
-  strip "$out/nixl-agent" "$out/gpu-tests"
+  strip "$out/nixl-agent" "$out/gpu-tests" "$out/lib-tests"
   # The NIXL libraries, the UCX plugin and UCX modules, and what they load.
   local libs=.deps/nixl
   local list
@@ -65,6 +73,9 @@ run() {
   fi
   echo "== GPU tests"
   "$out/gpu-tests" --test-threads 1 --nocapture
+  echo "== a VRAM pointer query leaves the caller's CUDA context alone"
+  "$out/lib-tests" --exact nixl::cuda::tests::a_pointer_query_leaves_the_callers_context_alone \
+    --include-ignored --nocapture
   echo "== release binary, VRAM plan"
   cat > "$out/vram.toml" <<'TOML'
 listen = "127.0.0.1:10915"
