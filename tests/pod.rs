@@ -87,6 +87,21 @@ impl Drop for RankProcess {
     }
 }
 
+/// Waits (30 s at most) for NixlAgentNotReady to fire for the pod's target.
+fn wait_not_ready_alert(prom: &prom::Prometheus, pod: &PodAgent) {
+    let instance = pod.addr.to_string();
+    support::wait_for(Duration::from_secs(30), "NixlAgentNotReady firing for the pod", || {
+        prom.alerts()
+            .iter()
+            .any(|a| {
+                a["labels"]["alertname"] == "NixlAgentNotReady"
+                    && a["labels"]["instance"] == instance.as_str()
+                    && a["state"] == "firing"
+            })
+            .then_some(())
+    });
+}
+
 struct PodAgent {
     child: Child,
     addr: SocketAddr,
@@ -194,17 +209,7 @@ fn a_pod_of_three_ranks_is_one_target_and_one_readiness() {
             .value(),
         1.0
     );
-    let instance = pod.addr.to_string();
-    support::wait_for(Duration::from_secs(30), "NixlAgentNotReady firing for the pod", || {
-        prom.alerts()
-            .iter()
-            .any(|a| {
-                a["labels"]["alertname"] == "NixlAgentNotReady"
-                    && a["labels"]["instance"] == instance.as_str()
-                    && a["state"] == "firing"
-            })
-            .then_some(())
-    });
+    wait_not_ready_alert(&prom, &pod);
 
     // The rank comes back: ready again.
     ranks[1] = RankProcess::start(dir.path(), 1);
@@ -469,17 +474,7 @@ fn tp_ranks_publish_distinct_ranks_to_a_pod_directory() {
             && b.contains("[+]rank:2 ok"))
         .then_some(())
     });
-    let instance = pod.addr.to_string();
-    support::wait_for(Duration::from_secs(30), "NixlAgentNotReady firing", || {
-        prom.alerts()
-            .iter()
-            .any(|a| {
-                a["labels"]["alertname"] == "NixlAgentNotReady"
-                    && a["labels"]["instance"] == instance.as_str()
-                    && a["state"] == "firing"
-            })
-            .then_some(())
-    });
+    wait_not_ready_alert(&prom, &pod);
     drop(tp);
 
     // Two processes told the same rank.

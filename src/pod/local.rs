@@ -76,12 +76,7 @@ pub fn dir_for(listen: SocketAddr) -> std::io::Result<Option<PathBuf>> {
 pub fn sweep(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.filter_map(Result::ok) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rank) = name
-            .strip_prefix("rank-")
-            .and_then(|r| r.strip_suffix(".json"))
-            .and_then(|r| r.parse::<u32>().ok())
-        else {
+        let Ok(Some(rank)) = super::rank_of_file(&e.file_name().to_string_lossy()) else {
             continue;
         };
         if super::claim::is_free(dir, rank) {

@@ -46,6 +46,21 @@ pub fn file_name(rank: u32) -> String {
     format!("rank-{rank}.json")
 }
 
+/// The inverse of [`file_name`]: the rank a file's name gives, exactly
+/// `rank-<N>.json` with N a rank in decimal without leading zeros.
+/// `Err(())`: a rank-like name that is not one (`rank-0-old.json`);
+/// `Ok(None)`: not a rank file's name at all (locks, temporary files).
+pub fn rank_of_file(name: &str) -> Result<Option<u32>, ()> {
+    let Some(n) = name.strip_prefix("rank-").and_then(|r| r.strip_suffix(".json")) else {
+        return Ok(None);
+    };
+    let canonical = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    match n.parse::<u32>() {
+        Ok(r) if canonical && (r as usize) < MAX_RANKS => Ok(Some(r)),
+        _ => Err(()),
+    }
+}
+
 /// The rank this process asks for: the variable named by
 /// `NIXL_AGENT_RANK_ENV` (explicit), else `LOCAL_RANK` (a preference), else
 /// none said (the framework's own rank, else the lowest free slot). A value

@@ -163,21 +163,6 @@ pub struct DirRead {
     pub rejected: Vec<Rejected>,
 }
 
-/// The rank a file's name gives: exactly `rank-<N>.json`, N a rank in
-/// decimal without leading zeros. `Err(())`: a rank-like name that is not
-/// one (`rank-0-old.json`); `Ok(None)`: not a rank file's name at all
-/// (locks, temporary files, anything else).
-fn rank_of_name(name: &str) -> Result<Option<u32>, ()> {
-    let Some(n) = name.strip_prefix("rank-").and_then(|r| r.strip_suffix(".json")) else {
-        return Ok(None);
-    };
-    let canonical = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
-    match n.parse::<u32>() {
-        Ok(r) if canonical && (r as usize) < super::MAX_RANKS => Ok(Some(r)),
-        _ => Err(()),
-    }
-}
-
 /// Reads every rank file of `dir`, distrusting it: regular files only
 /// (never a symlink, FIFO or device; opened without following links and
 /// without blocking), at most [`MAX_FILE_BYTES`], the rank from the file's
@@ -192,7 +177,7 @@ pub fn read_dir(dir: &Path, now: SystemTime) -> DirRead {
     };
     for e in entries.filter_map(Result::ok) {
         let file = e.file_name().to_string_lossy().into_owned();
-        let named = match rank_of_name(&file) {
+        let named = match super::rank_of_file(&file) {
             Ok(Some(r)) => r,
             Ok(None) => continue,
             Err(()) => {
