@@ -4,9 +4,10 @@
 //! HTTP or FFI types, and nothing of the crate but `model`.
 
 use crate::model::{
-    AgentId, Failure, GroupFailure, GroupLabels, GroupState, Hooked, Phase, Reason, Region, RuntimeFacts,
+    AgentId, Failure, GroupFailure, GroupLabels, GroupState, Hooked, MemType, NotifDirection, PeerOp, Phase, Reason,
+    Region, RuntimeFacts, XferOp,
 };
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Who owns a group's name and decides its state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -101,6 +102,35 @@ impl CallKind {
             CallKind::Drain => "drain",
         }
     }
+}
+
+/// A transfer request the program made on one of its NIXL agents
+/// (`initialize_xfer`, `make_prepped_xfer`, `create_xfer_req`).
+#[derive(Debug, Clone, Copy)]
+pub struct XferRequest<'a> {
+    pub agent: AgentId,
+    /// NIXL's handle for it: unique among the process's live requests.
+    pub handle: u64,
+    pub op: XferOp,
+    /// Local descriptors and their bytes (what moves each time it is posted).
+    pub descriptors: usize,
+    pub bytes: u64,
+    pub local: Option<MemType>,
+    pub remote: Option<MemType>,
+    /// The backend NIXL chose for it (`query_xfer_backend`), when known.
+    pub backend: Option<&'a str>,
+    /// The remote agent's name (NIXL's; a UUID in SGLang and vLLM): ledger
+    /// and /v1/status only, never a label.
+    pub peer: &'a str,
+}
+
+/// How the program learned a posted transfer ended.
+#[derive(Debug, Clone, Copy)]
+pub enum XferEnd<'a> {
+    Done,
+    Failed(&'a Failure),
+    /// Released or collected while still in flight.
+    Released,
 }
 
 /// Everything the ledger and its projections hear about.
@@ -202,6 +232,61 @@ pub enum Event<'a> {
     /// with no expected group: a process that registered nothing cannot
     /// serve a transfer).
     AwaitRegistration,
+    /// A transfer request was created; `handle` names it from now on.
+    XferCreated(&'a XferRequest<'a>),
+    /// Creating a transfer request failed (an unknown peer, descriptors NIXL
+    /// refuses): a transfer that ended in error before it was posted.
+    XferCreateFailed {
+        agent: AgentId,
+        op: XferOp,
+        peer: &'a str,
+        failure: &'a Failure,
+    },
+    /// The request `handle` was posted (`transfer()`) at `at`.
+    XferPosted {
+        handle: u64,
+        at: Instant,
+        /// It also ended within the call: when, and how.
+        ended: Option<(Instant, XferEnd<'a>)>,
+        /// Trace it even if it succeeds (the sampler's choice).
+        sampled: bool,
+    },
+    /// The posted request `handle` ended: its first status that was not
+    /// "in progress", a failed post, or its release in flight.
+    XferEnded {
+        handle: u64,
+        at: Instant,
+        end: XferEnd<'a>,
+        /// NIXL's own measure of the transfer (its telemetry), when on.
+        measured: Option<Duration>,
+        sampled: bool,
+    },
+    /// The request `handle` was released: it cannot be posted again.
+    XferReleased {
+        handle: u64,
+        at: Instant,
+    },
+    /// The transfer watchdog's look at the clock: transfers in flight longer
+    /// than `stall_after` are stalled (counted once each).
+    XferTick {
+        at: Instant,
+        stall_after: Duration,
+    },
+    /// A call about a peer (`add_remote_agent`, `remove_remote_agent`, ...).
+    Peer {
+        agent: AgentId,
+        op: PeerOp,
+        /// The peer's name; for `Add`, what NIXL returned (empty on failure).
+        peer: &'a str,
+        failure: Option<&'a Failure>,
+    },
+    /// Notifications sent or received (`messages` of them), or a failed call.
+    Notified {
+        agent: AgentId,
+        direction: NotifDirection,
+        messages: u64,
+        failure: Option<&'a Failure>,
+    },
     DrainStarted,
     DrainFinished {
         deregistered: usize,

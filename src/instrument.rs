@@ -37,6 +37,9 @@ pub const ENV_BACKEND: &str = "NIXL_AGENT_BACKEND";
 /// Deadline on every observed NIXL call (`60s` by default): a call past it
 /// fails /livez until it returns.
 pub const ENV_CALL_TIMEOUT: &str = "NIXL_AGENT_CALL_TIMEOUT";
+/// How long a transfer may stay in flight before it counts as stalled
+/// (`30s` by default).
+pub const ENV_TRANSFER_STALL_AFTER: &str = "NIXL_AGENT_TRANSFER_STALL_AFTER";
 /// `NIXL_AGENT_LISTEN=off`: record, serve nothing (the metrics are still
 /// readable through the explicit API).
 pub const LISTEN_OFF: &str = "off";
@@ -88,6 +91,8 @@ pub struct Settings {
     pub backends: Vec<String>,
     /// The deadline on every observed NIXL call.
     pub call_timeout: std::time::Duration,
+    /// A transfer in flight longer than this is stalled.
+    pub transfer_stall_after: std::time::Duration,
     /// Publish to this pod directory (`NIXL_AGENT_MULTIPROC_DIR`) for a
     /// sidecar to serve. Without one, processes sharing the listen address
     /// are one pod of their own ([`crate::pod::local`]).
@@ -182,6 +187,18 @@ impl Settings {
                 }
             },
         };
+        let transfer_stall_after = match env.var(ENV_TRANSFER_STALL_AFTER) {
+            None => crate::observe::DEFAULT_STALL_AFTER,
+            Some(v) => match crate::units::parse_duration(v.trim()) {
+                Ok(d) if (config::MIN_NIXL_CALL_TIMEOUT..=config::MAX_DURATION).contains(&d) => d,
+                _ => {
+                    return Err(invalid(
+                        ENV_TRANSFER_STALL_AFTER,
+                        format!("`{v}` is not a duration from 10ms to 24h (e.g. 30s)"),
+                    ))
+                }
+            },
+        };
         if let Some(e) = &expect {
             if e.len() > max_groups {
                 return Err(invalid(
@@ -200,6 +217,7 @@ impl Settings {
             capture,
             backends,
             call_timeout,
+            transfer_stall_after,
             publish,
             rank: crate::pod::wish_from_env(env)?,
         })
@@ -218,6 +236,7 @@ impl Settings {
             // once something registered (`NIXL_AGENT_EXPECT=none` opts out).
             require_registration: self.expect.is_none(),
             call_timeout: Some(self.call_timeout),
+            transfer_stall_after: self.transfer_stall_after,
         }
     }
 }

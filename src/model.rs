@@ -8,6 +8,9 @@
 
 use std::fmt;
 
+mod transfer;
+pub use transfer::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
+
 /// Why a registration step failed: the closed vocabulary of the `reason` label.
 ///
 /// Adding a variant is a design change: update the docs/metrics.md table, the runbooks
@@ -33,12 +36,15 @@ pub enum Reason {
     NixlBackendError,
     InvalidArgument,
     Timeout,
+    PeerLost,
+    MetadataMismatch,
+    NixlError,
     Unknown,
 }
 
 impl Reason {
     /// Every reason, in the order docs/metrics.md documents them.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 22] = [
         Reason::NixlUnavailable,
         Reason::PluginUnavailable,
         Reason::BackendInitFailed,
@@ -57,6 +63,9 @@ impl Reason {
         Reason::NixlBackendError,
         Reason::InvalidArgument,
         Reason::Timeout,
+        Reason::PeerLost,
+        Reason::MetadataMismatch,
+        Reason::NixlError,
         Reason::Unknown,
     ];
 
@@ -81,6 +90,9 @@ impl Reason {
             Reason::NixlBackendError => "nixl_backend_error",
             Reason::InvalidArgument => "invalid_argument",
             Reason::Timeout => "timeout",
+            Reason::PeerLost => "peer_lost",
+            Reason::MetadataMismatch => "metadata_mismatch",
+            Reason::NixlError => "nixl_error",
             Reason::Unknown => "unknown",
         }
     }
@@ -114,6 +126,15 @@ impl Reason {
                 "the caller passed NIXL's Python API something it cannot take (wrong type or shape, unknown mem type or backend name, empty list)"
             }
             Reason::Timeout => "a lifecycle step did not finish within its deadline (the group's `last_reason` while the call runs; the attempt counts with the reason it ends with)",
+            Reason::PeerLost => {
+                "the remote agent of a transfer went away: NIXL reported a remote disconnect (the peer process died, its NIC or link failed, or UCX's keep-alive gave up)"
+            }
+            Reason::MetadataMismatch => {
+                "NIXL refused a remote agent's metadata or a transfer's descriptors as not matching what it knows (corrupted, truncated or stale metadata, another NIXL version)"
+            }
+            Reason::NixlError => {
+                "NIXL reported a failed transfer without a cause (its Python API's \"ERR\"); what NIXL/UCX printed is in the log"
+            }
             Reason::Unknown => "an error the agent does not classify; see the log and /v1/status",
         }
     }
@@ -141,6 +162,9 @@ impl Reason {
             Reason::NixlBackendError => "read the NIXL/UCX lines attached to the failure (diagnostics); UCX_LOG_LEVEL=debug tells more",
             Reason::InvalidArgument => "fix the call: a list of (addr, len, dev, meta) tuples with a mem type, an Nx3 array, tensors or a nixlRegDList; backends created first",
             Reason::Timeout => "the step exceeded its deadline: check for a hung driver or collector",
+            Reason::PeerLost => "check the peer's pod (restarted? OOM-killed?), its readiness and the link (ibstat, EFA/RDMA counters); with UCX, UCX_ERR_HANDLING_MODE=peer lets NIXL report the loss instead of hanging",
+            Reason::MetadataMismatch => "re-fetch the peer's metadata after it restarts, and run the same NIXL version on both sides (nixl_version of nixl_agent_build_info)",
+            Reason::NixlError => "read the NIXL/UCX lines in the serving process's log around the failure; UCX_LOG_LEVEL=info tells more",
             Reason::Unknown => "see the log and /v1/status for the error text",
         }
     }

@@ -60,6 +60,9 @@ pub struct ObserveSettings {
     /// fail and `nixl_agent_lifecycle_stuck` 1 until it returns (a watchdog
     /// thread looks). `None`: no watchdog.
     pub call_timeout: Option<Duration>,
+    /// A transfer in flight longer than this counts as stalled (once); the
+    /// transfer watchdog starts with the first transfer posted.
+    pub transfer_stall_after: Duration,
 }
 
 impl Default for ObserveSettings {
@@ -72,6 +75,7 @@ impl Default for ObserveSettings {
             backends: vec![DEFAULT_BACKEND.to_string()],
             require_registration: false,
             call_timeout: None,
+            transfer_stall_after: transfers::DEFAULT_STALL_AFTER,
         }
     }
 }
@@ -124,6 +128,8 @@ struct Inner {
     /// Set once an agent reported a backend (then `agent_backends` is read).
     any_agent_backends: AtomicBool,
     default_backends: Vec<String>,
+    /// Set once the transfer watchdog was started.
+    xfer_watch: AtomicBool,
 }
 
 /// Records registration calls the caller makes itself. Cheap to clone and
@@ -224,6 +230,7 @@ impl Observer {
             inflight: Arc::new(InFlight::new()),
             any_agent_backends: AtomicBool::new(false),
             default_backends: settings_backends,
+            xfer_watch: AtomicBool::new(false),
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
@@ -631,5 +638,8 @@ fn joined(label: &str, backends: &[String]) -> bool {
 mod inflight;
 #[cfg(test)]
 mod tests;
+mod transfers;
+
+pub use transfers::{Transfer, XferPoll, DEFAULT_STALL_AFTER};
 
 use inflight::InFlight;

@@ -165,6 +165,78 @@ pub struct Status {
     pub groups: Vec<GroupStatus>,
     /// The NIXL agents seen: the live ones and the last few released.
     pub agents: Vec<AgentStatus>,
+    /// The data path: transfers, peers, notifications.
+    pub transfers: TransferStatus,
+}
+
+/// The data path as the ledger holds it (`crate::ledger::transfers`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TransferStatus {
+    /// Per operation (read, write): how transfers ended, and what is in flight.
+    pub ops: Vec<XferOpStatus>,
+    /// Seconds in flight after which a transfer counts as stalled.
+    pub stall_after_seconds: Option<f64>,
+    /// The last failed transfers, newest last.
+    pub recent_failures: Vec<XferFailure>,
+    /// The peers seen most recently (remote agents by NIXL's name), newest
+    /// last: what last happened with each.
+    pub peers: Vec<PeerStatus>,
+    /// Remote agents loaded on the live NIXL agents now.
+    pub remote_agents: usize,
+    pub peers_lost: u64,
+    pub notifications_sent: u64,
+    pub notifications_received: u64,
+    pub notification_failures: u64,
+}
+
+/// One operation's transfers.
+#[derive(Debug, Clone, Serialize)]
+pub struct XferOpStatus {
+    pub op: crate::model::XferOp,
+    pub done: u64,
+    pub error: u64,
+    pub released_in_flight: u64,
+    pub stalled: u64,
+    /// Bytes of the transfers that completed.
+    pub bytes: u64,
+    pub in_flight: usize,
+    /// Of those, in flight longer than `stall_after_seconds`.
+    pub stalled_in_flight: usize,
+    /// Age of the oldest one in flight, as of the ledger's last look (at
+    /// most a second ago while any is in flight); 0 when none.
+    pub oldest_in_flight_seconds: f64,
+}
+
+/// One failed transfer.
+#[derive(Debug, Clone, Serialize)]
+pub struct XferFailure {
+    pub op: crate::model::XferOp,
+    pub reason: Reason,
+    pub error: String,
+    pub peer: String,
+    pub agent: AgentId,
+    /// `create`, `post` or `status`: which call said so.
+    pub stage: &'static str,
+    pub unix_seconds: f64,
+}
+
+/// One peer, as last seen.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerStatus {
+    pub name: String,
+    /// The local NIXL agent it was seen from.
+    pub agent: AgentId,
+    /// What last happened: a peer event (add, remove, fetch, check, connect),
+    /// `transfer` or `lost`.
+    pub last_event: &'static str,
+    pub ok: bool,
+    pub reason: Option<Reason>,
+    pub error: Option<String>,
+    pub unix_seconds: f64,
+    /// Its metadata is loaded on that agent now.
+    pub loaded: bool,
+    /// NIXL reported it disconnected since it was last added.
+    pub lost: bool,
 }
 
 /// One line of /readyz?verbose.
@@ -193,6 +265,7 @@ impl Status {
             backends: Vec::new(),
             groups: Vec::new(),
             agents: Vec::new(),
+            transfers: TransferStatus::default(),
         }
     }
 

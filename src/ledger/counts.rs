@@ -13,6 +13,8 @@ use crate::model::{Hooked, Reason};
 pub struct Bounds {
     pub duration: &'static [f64],
     pub descriptors: &'static [f64],
+    /// The transfer duration histogram's.
+    pub transfer_duration: &'static [f64],
 }
 
 /// A histogram's state: a count per bound and one for +Inf, the sum and the

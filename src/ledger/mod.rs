@@ -21,11 +21,13 @@
 
 pub mod counts;
 mod live;
+pub mod transfers;
 #[cfg(test)]
 mod tests;
 
 pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
 use live::{Live, LiveKey, LiveTable};
+pub use transfers::{TracedXfer, Transfers};
 
 use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
@@ -61,6 +63,8 @@ pub struct State {
     pub counts: Vec<GroupCounts>,
     pub process: ProcessCounts,
     pub bounds: Bounds,
+    /// The data path: requests, flights, peers, notifications.
+    pub transfers: Transfers,
     live: LiveTable,
     draining: bool,
 }
@@ -122,6 +126,7 @@ impl Ledger {
                 counts: Vec::new(),
                 process: ProcessCounts::default(),
                 bounds,
+                transfers: Transfers::new(bounds.transfer_duration),
                 live: LiveTable::default(),
                 draining: false,
             }),
@@ -138,14 +143,37 @@ impl Ledger {
 
     /// Applies one event, derives what it changes, and runs `project` with
     /// the state after it — all inside one write.
+    #[cfg(test)]
     pub fn apply(&self, e: &Event<'_>, project: impl FnOnce(&Event<'_>, &State, &Applied)) -> Applied {
+        self.apply_traced(e, project).0
+    }
+
+    /// Applies one event, derives what it changes, and runs `project` with
+    /// the state after it — all inside one write — and hands back the transfers the event ended
+    /// (or found stalled) that are to be traced.
+    pub fn apply_traced(
+        &self,
+        e: &Event<'_>,
+        project: impl FnOnce(&Event<'_>, &State, &Applied),
+    ) -> (Applied, Vec<TracedXfer>) {
         let mut st = self.lock();
         let mut applied = st.apply(e);
         self.derive_ready(&mut st, &mut applied);
         st.status.generation += 1;
         project(e, &st, &applied);
         self.notify(st.status.generation);
-        applied
+        let traced = if st.transfers.traced.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut st.transfers.traced)
+        };
+        (applied, traced)
+    }
+
+    /// Transfers in flight now (the watchdog's question: is there anything
+    /// to look at?).
+    pub fn transfers_in_flight(&self) -> usize {
+        self.lock().transfers.in_flight()
     }
 
     /// Publishes the new generation and wakes waiters, if any (waking none
@@ -271,7 +299,79 @@ impl State {
                     });
                 }
             }
-            Event::AgentReleased { agent } => self.release_agent(*agent),
+            Event::AgentReleased { agent } => {
+                self.release_agent(*agent);
+                self.transfers
+                    .agent_released(&mut self.status.transfers, *agent, Instant::now());
+                self.sync_transfers(None);
+            }
+            Event::XferCreated(r) => self.transfers.created(r),
+            Event::XferCreateFailed {
+                agent,
+                op,
+                peer,
+                failure,
+            } => {
+                self.transfers
+                    .create_failed(&mut self.status.transfers, *agent, *op, peer, failure, Instant::now());
+                self.sync_transfers(None);
+            }
+            Event::XferPosted {
+                handle,
+                at,
+                ended,
+                sampled,
+            } => {
+                out.unmatched = !self
+                    .transfers
+                    .posted(&mut self.status.transfers, *handle, *at, *ended, *sampled);
+                self.sync_transfers(None);
+            }
+            Event::XferEnded {
+                handle,
+                at,
+                end,
+                measured,
+                sampled,
+            } => {
+                out.unmatched = !self.transfers.ended(
+                    &mut self.status.transfers,
+                    *handle,
+                    *at,
+                    *end,
+                    *measured,
+                    *sampled,
+                    "status",
+                );
+                self.sync_transfers(None);
+            }
+            Event::XferReleased { handle, at } => {
+                self.transfers.released(&mut self.status.transfers, *handle, *at);
+                self.sync_transfers(None);
+            }
+            Event::XferTick { at, stall_after } => {
+                self.transfers.tick(*at, *stall_after);
+                self.sync_transfers(Some(*stall_after));
+            }
+            Event::Peer {
+                agent,
+                op,
+                peer,
+                failure,
+            } => {
+                self.transfers
+                    .peer(&mut self.status.transfers, *agent, *op, peer, *failure);
+                self.sync_transfers(None);
+            }
+            Event::Notified {
+                direction,
+                messages,
+                failure,
+                ..
+            } => {
+                self.transfers.notified(*direction, *messages, *failure);
+                self.sync_transfers(None);
+            }
             Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
             Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
             Event::Attempted(a) => {
@@ -569,6 +669,10 @@ impl State {
             a.descriptors = a.descriptors.saturating_sub(key.descriptors);
             a.bytes = a.bytes.saturating_sub(bytes);
         }
+    }
+
+    fn sync_transfers(&mut self, stall_after: Option<Duration>) {
+        self.transfers.sync(&mut self.status.transfers, stall_after);
     }
 
     fn release_agent(&mut self, agent: AgentId) {

@@ -8,6 +8,7 @@ fn ledger_with_kv() -> Ledger {
     let bounds = Bounds {
         duration: &[0.001, 1.0],
         descriptors: &[1.0, 64.0],
+        transfer_duration: &[0.001, 1.0],
     };
     let ledger = Ledger::new(Status::empty(), Instant::now(), bounds);
     let labels = GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".to_string()], 0);

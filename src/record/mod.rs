@@ -40,6 +40,7 @@ impl Recorder {
         let bounds = Bounds {
             duration: crate::telemetry::metrics::DURATION_BUCKETS,
             descriptors: crate::telemetry::metrics::DESCRIPTOR_BUCKETS,
+            transfer_duration: crate::telemetry::metrics::TRANSFER_DURATION_BUCKETS,
         };
         let ledger = Ledger::new(status, started, bounds);
         let metrics = Metrics::new(build, &ledger);
@@ -59,7 +60,18 @@ impl Recorder {
     /// can block (seen: ~0.35 s while NIXL loads a plugin on another
     /// thread), and probes must not wait for it.
     pub fn emit(&self, e: &Event<'_>) -> Applied {
-        let applied = self.ledger.apply(e, |e, st, a| self.metrics.on(e, st, a));
+        let (applied, traced) = self.ledger.apply_traced(e, |e, st, a| self.metrics.on(e, st, a));
+        // Transfers that failed, stalled or were sampled: a span each (the
+        // exemplar of a completed one points at it), and a log line for
+        // what did not complete.
+        for t in &traced {
+            let ids = crate::telemetry::traces::transfer_span(t);
+            if let (Some((trace, span)), Some(posted), Some(crate::model::XferOutcome::Done)) = (&ids, t.posted, t.outcome) {
+                let seconds = t.ended.saturating_duration_since(posted).as_secs_f64();
+                self.metrics.transfer_exemplar(t.op, seconds, trace, span);
+            }
+            log::transfer(t);
+        }
         log::on(e, &applied);
         applied
     }

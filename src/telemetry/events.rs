@@ -16,6 +16,35 @@ pub(crate) fn readiness(a: &Applied) {
     }
 }
 
+/// The log line of a transfer that failed, was released in flight or
+/// stalled (a success is never logged).
+pub(crate) fn transfer(t: &crate::ledger::TracedXfer) {
+    let outcome = t.outcome.map_or("in_flight", crate::model::XferOutcome::as_str);
+    let seconds = t.posted.map(|p| t.ended.saturating_duration_since(p).as_secs_f64());
+    match t.outcome {
+        Some(crate::model::XferOutcome::Done) => {}
+        None => tracing::warn!(
+            op = t.op.as_str(),
+            peer = %t.peer,
+            bytes = t.bytes,
+            seconds,
+            "transfer stalled: {}",
+            t.message.as_deref().unwrap_or("in flight past the stall threshold")
+        ),
+        Some(_) => tracing::warn!(
+            op = t.op.as_str(),
+            outcome,
+            stage = t.stage,
+            reason = t.reason.map(Reason::as_str),
+            peer = %t.peer,
+            bytes = t.bytes,
+            seconds,
+            error = t.message.as_deref(),
+            "transfer did not complete"
+        ),
+    }
+}
+
 /// Writes the log line of one event (and of the readiness flip it caused).
 pub(crate) fn on(e: &Event<'_>, applied: &Applied) {
     line(e, applied);
@@ -211,6 +240,43 @@ fn line(e: &Event<'_>, applied: &Applied) {
                 )
             }
         }
+        // Transfers: the failures and stalls are logged from what the
+        // ledger traced (`transfer`); a success is never a line.
+        Event::XferCreated(_)
+        | Event::XferCreateFailed { .. }
+        | Event::XferPosted { .. }
+        | Event::XferEnded { .. }
+        | Event::XferReleased { .. }
+        | Event::XferTick { .. } => {}
+        Event::Peer {
+            agent,
+            op,
+            peer,
+            failure: Some(f),
+        } => tracing::warn!(
+            agent = agent.0,
+            event = op.as_str(),
+            peer = *peer,
+            reason = f.reason.as_str(),
+            error = %f.message,
+            "NIXL call about a remote agent failed"
+        ),
+        Event::Peer { agent, op, peer, .. } => {
+            tracing::debug!(agent = agent.0, event = op.as_str(), peer = *peer, "remote agent")
+        }
+        Event::Notified {
+            agent,
+            direction,
+            failure: Some(f),
+            ..
+        } => tracing::warn!(
+            agent = agent.0,
+            direction = direction.as_str(),
+            reason = f.reason.as_str(),
+            error = %f.message,
+            "NIXL notification call failed"
+        ),
+        Event::Notified { .. } => {}
         Event::DrainStarted => tracing::info!("shutdown requested: not ready, deregistering"),
         Event::DrainFinished {
             deregistered,

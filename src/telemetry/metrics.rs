@@ -27,6 +27,10 @@ pub const DURATION_BUCKETS: &[f64] = &[0.000025, 0.0001, 0.0005, 0.0025, 0.01, 0
 /// Upper bounds of the descriptors-per-attempt histogram: 8× apart, up to
 /// the 1M regions of a KV cache registered per block.
 pub const DESCRIPTOR_BUCKETS: &[f64] = &[1.0, 8.0, 64.0, 512.0, 4096.0, 32768.0, 262144.0, 1048576.0];
+/// Upper bounds of the transfer duration histogram, in seconds: 10 µs (a
+/// small DRAM transfer completing within `transfer()`) to a minute (past the
+/// stall threshold), 10 bounds (13 series an op).
+pub const TRANSFER_DURATION_BUCKETS: &[f64] = &[0.00001, 0.0001, 0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 60.0];
 
 /// A sampled trace behind one histogram observation (OpenMetrics exemplar).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,15 +53,12 @@ impl Exemplars {
         map.get(&series_key(labels))?.get(bucket)?.clone()
     }
 
-    fn record(&self, labels: &[(&str, &str)], value: f64, ex: Exemplar) {
-        let bucket = DURATION_BUCKETS
-            .iter()
-            .position(|b| value <= *b)
-            .unwrap_or(DURATION_BUCKETS.len());
+    pub(super) fn record(&self, labels: &[(&str, &str)], bounds: &[f64], value: f64, ex: Exemplar) {
+        let bucket = bounds.iter().position(|b| value <= *b).unwrap_or(bounds.len());
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let slots = map
             .entry(series_key(labels))
-            .or_insert_with(|| vec![None; DURATION_BUCKETS.len() + 1]);
+            .or_insert_with(|| vec![None; bounds.len() + 1]);
         slots[bucket] = Some(ex);
     }
 }
@@ -121,7 +122,7 @@ fn group_labels(l: &GroupLabels, extra: Option<(&'static str, &str)>) -> Vec<Lab
     pairs.into_iter().map(|(k, v)| pair(k, v)).collect()
 }
 
-fn pair(k: &str, v: &str) -> LabelPair {
+pub(super) fn pair(k: &str, v: &str) -> LabelPair {
     let mut p = LabelPair::default();
     p.set_name(k.to_string());
     p.set_value(v.to_string());
@@ -158,6 +159,18 @@ const LEDGER_FAMILIES: &[&str] = &[
     names::ACCEPTED_INVALID_TOTAL,
     names::INSTRUMENTATION_ERRORS_TOTAL,
     names::OLDEST_CALL_SECONDS,
+    names::TRANSFERS_TOTAL,
+    names::TRANSFER_FAILURES_TOTAL,
+    names::TRANSFERS_STALLED_TOTAL,
+    names::TRANSFER_BYTES_TOTAL,
+    names::TRANSFER_DURATION_SECONDS,
+    names::TRANSFERS_IN_FLIGHT,
+    names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS,
+    names::PEER_EVENTS_TOTAL,
+    names::PEER_FAILURES_TOTAL,
+    names::PEERS_LOST_TOTAL,
+    names::REMOTE_AGENTS,
+    names::NOTIFICATIONS_TOTAL,
 ];
 
 impl LedgerCollector {
@@ -190,12 +203,12 @@ impl prometheus::core::Collector for LedgerCollector {
 }
 
 /// One family being rendered.
-struct Out {
-    mf: MetricFamily,
+pub(super) struct Out {
+    pub(super) mf: MetricFamily,
 }
 
 impl Out {
-    fn new(name: &str, kind: MetricType) -> Out {
+    pub(super) fn new(name: &str, kind: MetricType) -> Out {
         let f = Family::get(name);
         let mut mf = MetricFamily::default();
         mf.set_name(f.name.to_string());
@@ -204,7 +217,7 @@ impl Out {
         Out { mf }
     }
 
-    fn gauge(&mut self, labels: Vec<LabelPair>, v: f64) {
+    pub(super) fn gauge(&mut self, labels: Vec<LabelPair>, v: f64) {
         let mut g = prometheus::proto::Gauge::default();
         g.set_value(v);
         let mut m = Metric::from_label(labels);
@@ -212,7 +225,7 @@ impl Out {
         self.mf.mut_metric().push(m);
     }
 
-    fn counter(&mut self, labels: Vec<LabelPair>, v: u64) {
+    pub(super) fn counter(&mut self, labels: Vec<LabelPair>, v: u64) {
         let mut c = prometheus::proto::Counter::default();
         c.set_value(v as f64);
         let mut m = Metric::from_label(labels);
@@ -220,7 +233,7 @@ impl Out {
         self.mf.mut_metric().push(m);
     }
 
-    fn histogram(&mut self, labels: Vec<LabelPair>, bounds: &[f64], h: &crate::ledger::Histogram) {
+    pub(super) fn histogram(&mut self, labels: Vec<LabelPair>, bounds: &[f64], h: &crate::ledger::Histogram) {
         let mut ph = prometheus::proto::Histogram::default();
         ph.set_sample_count(h.count);
         ph.set_sample_sum(h.sum);
@@ -323,7 +336,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
     for (op, n) in &st.process.instrumentation_errors {
         instrumentation.counter(vec![pair("operation", op.as_str())], *n);
     }
-    [
+    let mut families: Vec<MetricFamily> = [
         attempts,
         failures,
         last_failure,
@@ -348,7 +361,9 @@ fn render(st: &State) -> Vec<MetricFamily> {
     ]
     .into_iter()
     .map(|o| o.mf)
-    .collect()
+    .collect();
+    families.extend(super::transfers::render(st));
+    families
 }
 
 /// Every metric the agent owns, plus the process collector. The families
@@ -464,6 +479,18 @@ impl Metrics {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The trace behind a transfer's duration observation.
+    pub(crate) fn transfer_exemplar(&self, op: crate::model::XferOp, seconds: f64, trace: &str, span: &str) {
+        let ex = Exemplar {
+            trace_id: trace.to_string(),
+            span_id: span.to_string(),
+            value: seconds,
+            unix_seconds: crate::ledger::counts::unix_now(),
+        };
+        self.exemplars
+            .record(&[("op", op.as_str())], TRANSFER_DURATION_BUCKETS, seconds, ex);
+    }
+
     /// The trace behind a duration observation, when one is sampled.
     fn exemplar(&self, l: &GroupLabels, seconds: f64) {
         let Some((trace, span)) = super::traces::current_ids() else {
@@ -482,6 +509,6 @@ impl Metrics {
             value: seconds,
             unix_seconds: crate::ledger::counts::unix_now(),
         };
-        self.exemplars.record(&labels, seconds, ex);
+        self.exemplars.record(&labels, DURATION_BUCKETS, seconds, ex);
     }
 }

@@ -9,5 +9,6 @@ pub mod logs;
 pub mod metrics;
 pub mod names;
 pub mod traces;
+mod transfers;
 
 pub use metrics::Metrics;

@@ -4,7 +4,10 @@
 //! `mem_type` value as a string literal: dashboards, alerts, the docs/metrics.md
 //! tables and the tests all check against this file.
 
-pub use crate::model::{Hooked, MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
+pub use crate::model::{
+    Hooked, MemType, NotifDirection, PeerOp, Reason, XferOp, XferOutcome, KIND_AUX, KIND_KV, KIND_STATE, OUTCOME_ERROR,
+    OUTCOME_OK,
+};
 
 /// Prefix shared by every metric the agent owns.
 pub const PREFIX: &str = "nixl_agent_";
@@ -38,6 +41,18 @@ pub const RANK_CONFLICTS_TOTAL: &str = "nixl_agent_rank_conflicts_total";
 pub const POD_FILES_REJECTED_TOTAL: &str = "nixl_agent_pod_files_rejected_total";
 pub const POD_WATCH_SECONDS: &str = "nixl_agent_pod_watch_pass_seconds";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
+pub const TRANSFERS_TOTAL: &str = "nixl_agent_transfers_total";
+pub const TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_transfer_failures_total";
+pub const TRANSFERS_STALLED_TOTAL: &str = "nixl_agent_transfers_stalled_total";
+pub const TRANSFER_BYTES_TOTAL: &str = "nixl_agent_transfer_bytes_total";
+pub const TRANSFER_DURATION_SECONDS: &str = "nixl_agent_transfer_duration_seconds";
+pub const TRANSFERS_IN_FLIGHT: &str = "nixl_agent_transfers_in_flight";
+pub const TRANSFER_OLDEST_IN_FLIGHT_SECONDS: &str = "nixl_agent_transfer_oldest_in_flight_seconds";
+pub const PEER_EVENTS_TOTAL: &str = "nixl_agent_peer_events_total";
+pub const PEER_FAILURES_TOTAL: &str = "nixl_agent_peer_failures_total";
+pub const PEERS_LOST_TOTAL: &str = "nixl_agent_peers_lost_total";
+pub const REMOTE_AGENTS: &str = "nixl_agent_remote_agents";
+pub const NOTIFICATIONS_TOTAL: &str = "nixl_agent_notifications_total";
 
 /// The labels every per-group family carries, in this order (some add one
 /// more: `reason` or `state`), so that any two can be joined on them.
@@ -220,6 +235,78 @@ pub const FAMILIES: &[Family] = &[
         &["operation"],
         "Failures inside nixl-agent's own wrapping of a NIXL call (Python instrumentation), by wrapped operation; the program's call went ahead untouched.",
     ),
+    Family::new(
+        TRANSFERS_TOTAL,
+        Type::Counter,
+        &["op", "outcome"],
+        "Transfer requests that ended, by op (read, write) and outcome: done (NIXL said DONE, from transfer() or the first check_xfer_state/get_xfer_status that saw it), error (refused at creation or post, or reported failed by a status poll; the reason is in nixl_agent_transfer_failures_total), released_in_flight (the handle was released or collected before anyone saw it end). Counted once per posting, when it ends.",
+    ),
+    Family::new(
+        TRANSFER_FAILURES_TOTAL,
+        Type::Counter,
+        &["op", "reason"],
+        "Transfers that ended in error, by op and closed reason (peer_lost for a remote disconnect, nixl_not_found for a peer never added, metadata_mismatch, nixl_backend_error, nixl_error when NIXL said only ERR).",
+    ),
+    Family::new(
+        TRANSFERS_STALLED_TOTAL,
+        Type::Counter,
+        &["op"],
+        "Transfers found in flight longer than the stall threshold (NIXL_AGENT_TRANSFER_STALL_AFTER, default 30 s); each is counted once, whatever it does afterwards.",
+    ),
+    Family::new(
+        TRANSFER_BYTES_TOTAL,
+        Type::Counter,
+        &["op"],
+        "Bytes of the local descriptors of transfers that completed (done), by op.",
+    ),
+    Family::new(
+        TRANSFER_DURATION_SECONDS,
+        Type::Histogram,
+        &["op"],
+        "Time from post (transfer()) to completion of transfers that completed, by op: NIXL's own telemetry (post plus transfer time) when the agent captures it, else the moment the program observed DONE (its poll interval included).",
+    ),
+    Family::new(
+        TRANSFERS_IN_FLIGHT,
+        Type::Gauge,
+        &["op"],
+        "Transfers posted and not yet seen to end, by op.",
+    ),
+    Family::new(
+        TRANSFER_OLDEST_IN_FLIGHT_SECONDS,
+        Type::Gauge,
+        &["op"],
+        "Age of the oldest transfer in flight, by op, as of the transfer watchdog's last look (at most a second ago); 0 when none is in flight.",
+    ),
+    Family::new(
+        PEER_EVENTS_TOTAL,
+        Type::Counter,
+        &["event", "outcome"],
+        "Calls about remote agents, by event (add: add_remote_agent/loadRemoteMD, remove, fetch: fetch_remote_metadata, check: check_remote_metadata found it, connect: make_connection) and outcome (ok, error).",
+    ),
+    Family::new(
+        PEER_FAILURES_TOTAL,
+        Type::Counter,
+        &["event", "reason"],
+        "Failed calls about remote agents, by event and closed reason (metadata_mismatch for metadata NIXL refuses, nixl_not_found, nixl_backend_error).",
+    ),
+    Family::new(
+        PEERS_LOST_TOTAL,
+        Type::Counter,
+        &[],
+        "Transfers or status polls on which NIXL reported the remote agent disconnected (reason peer_lost).",
+    ),
+    Family::new(
+        REMOTE_AGENTS,
+        Type::Gauge,
+        &[],
+        "Remote agents whose metadata is loaded on the process's live NIXL agents (added and not removed).",
+    ),
+    Family::new(
+        NOTIFICATIONS_TOTAL,
+        Type::Counter,
+        &["direction", "outcome"],
+        "Notifications by direction (send: send_notif, receive: messages get_new_notifs returned) and outcome (ok; error counts failed calls).",
+    ),
 ];
 
 /// Families whose series appear with their first event instead of at 0
@@ -236,6 +323,8 @@ pub const ON_FIRST_USE: &[&str] = &[
     TIME_TO_READY_SECONDS,
     ACCEPTED_INVALID_TOTAL,
     INSTRUMENTATION_ERRORS_TOTAL,
+    TRANSFER_FAILURES_TOTAL,
+    PEER_FAILURES_TOTAL,
 ];
 
 /// Families only `nixl-agent pod` exports (the pod's own series).
@@ -355,6 +444,18 @@ mod tests {
             RANK_CONFLICTS_TOTAL,
             POD_FILES_REJECTED_TOTAL,
             POD_WATCH_SECONDS,
+            TRANSFERS_TOTAL,
+            TRANSFER_FAILURES_TOTAL,
+            TRANSFERS_STALLED_TOTAL,
+            TRANSFER_BYTES_TOTAL,
+            TRANSFER_DURATION_SECONDS,
+            TRANSFERS_IN_FLIGHT,
+            TRANSFER_OLDEST_IN_FLIGHT_SECONDS,
+            PEER_EVENTS_TOTAL,
+            PEER_FAILURES_TOTAL,
+            PEERS_LOST_TOTAL,
+            REMOTE_AGENTS,
+            NOTIFICATIONS_TOTAL,
         ] {
             Family::get(name);
         }

@@ -107,7 +107,110 @@ pub fn provider(cfg: &TracingConfig) -> Option<(SdkTracerProvider, TracingGuard)
         .with_sampler(sampler(&cfg.sampler, cfg.sampler_arg))
         .with_resource(resource(cfg))
         .build();
+    // Transfers are traced with a sampler of their own: every failure and
+    // stall, a ratio of the successes (the provider's own sampler still
+    // decides for registrations).
+    let _ = TRANSFER_TRACER.set(provider.tracer("nixl-agent"));
+    let ratio = transfer_ratio(&cfg.sampler, cfg.sampler_arg);
+    TRANSFER_RATIO_PPM.store((ratio.clamp(0.0, 1.0) * 1e6) as u32, Ordering::Relaxed);
     Some((provider.clone(), TracingGuard { provider }))
+}
+
+/// The tracer transfer spans are made with (set with the provider).
+static TRANSFER_TRACER: OnceLock<opentelemetry_sdk::trace::SdkTracer> = OnceLock::new();
+/// The share of successful transfers traced, in parts per million.
+static TRANSFER_RATIO_PPM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Share of successful transfers traced unless `OTEL_TRACES_SAMPLER` asks
+/// for a ratio: a decode worker posts thousands a second.
+pub const DEFAULT_TRANSFER_SAMPLE_RATIO: f64 = 0.01;
+
+/// The ratio of successful transfers to trace: the configured ratio
+/// sampler's argument, `always_off` none, anything else the default.
+fn transfer_ratio(sampler: &str, arg: f64) -> f64 {
+    match sampler.strip_prefix("parentbased_").unwrap_or(sampler) {
+        "traceidratio" => arg,
+        "always_off" => 0.0,
+        _ => DEFAULT_TRANSFER_SAMPLE_RATIO,
+    }
+}
+
+/// Whether a successful transfer is to be traced: a cheap per-thread
+/// generator against the ratio; `false` without an exporter.
+pub fn sample_transfer() -> bool {
+    let ppm = TRANSFER_RATIO_PPM.load(Ordering::Relaxed);
+    if ppm == 0 || forked_away() {
+        return false;
+    }
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+            let local = 0u8;
+            (0x9E37_79B9_7F4A_7C15 ^ u64::from(std::process::id()).wrapping_mul(0xBF58_476D_1CE4_E5B9)
+                ^ (std::ptr::addr_of!(local) as u64))
+                | 1
+        });
+    }
+    let x = STATE.with(|s| {
+        // xorshift64*
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    });
+    (x % 1_000_000) < u64::from(ppm)
+}
+
+/// Exports one span for a traced transfer (failed, stalled or sampled),
+/// from its post to its end; its trace and span ids when it was exported.
+pub(crate) fn transfer_span(t: &crate::ledger::TracedXfer) -> Option<(String, String)> {
+    use opentelemetry::trace::{Span as _, SpanKind, Status as SpanStatus, Tracer as _};
+    if forked_away() {
+        return None;
+    }
+    let tracer = TRANSFER_TRACER.get()?;
+    let (now_sys, now) = (std::time::SystemTime::now(), Instant::now());
+    let wall = |i: Instant| now_sys - now.saturating_duration_since(i);
+    let mut attrs = vec![
+        KeyValue::new("nixl.op", t.op.as_str()),
+        KeyValue::new("nixl.descriptors", t.descriptors as i64),
+        KeyValue::new("nixl.bytes", t.bytes as i64),
+        KeyValue::new("nixl.peer", t.peer.clone()),
+        KeyValue::new("nixl.stage", t.stage),
+        KeyValue::new("nixl.stalled", t.stalled),
+        KeyValue::new(
+            "nixl.outcome",
+            t.outcome.map_or("in_flight", crate::model::XferOutcome::as_str),
+        ),
+    ];
+    if let Some(b) = &t.backend {
+        attrs.push(KeyValue::new("nixl.backend", b.clone()));
+    }
+    if let Some(r) = t.reason {
+        attrs.push(KeyValue::new("nixl.reason", r.as_str()));
+    }
+    for (key, mem) in [("nixl.local_mem_type", t.mem.0), ("nixl.remote_mem_type", t.mem.1)] {
+        if let Some(m) = mem {
+            attrs.push(KeyValue::new(key, m.as_str()));
+        }
+    }
+    let mut span = tracer
+        .span_builder("nixl.transfer")
+        .with_kind(SpanKind::Client)
+        .with_start_time(wall(t.posted.unwrap_or(t.ended)))
+        .with_attributes(attrs)
+        .start(tracer);
+    let failed = t.stalled || !matches!(t.outcome, Some(crate::model::XferOutcome::Done));
+    if failed {
+        span.set_status(SpanStatus::error(t.message.clone().unwrap_or_else(|| {
+            t.outcome.map_or("stalled", crate::model::XferOutcome::as_str).to_string()
+        })));
+    }
+    let sc = span.span_context().clone();
+    span.end_with_timestamp(wall(t.ended));
+    sc.is_sampled()
+        .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
 }
 
 /// The tracing layer that turns spans into OpenTelemetry spans.

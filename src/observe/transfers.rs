@@ -1,0 +1,197 @@
+//! Observe mode on the data path: the transfers, peers and notifications
+//! the program makes on its own NIXL agents, described as events for the
+//! ledger — the same recording path as its registrations. The front-ends
+//! (the Python wrappers, `ObservedAgent`) make the calls; this module says
+//! what happened, and runs the transfer watchdog that finds stalls.
+//!
+//! Architecture Invariant: nothing here changes a call or its result, and
+//! a poll that says "in progress" records nothing: the front-ends return
+//! before reaching this module.
+
+use super::{Inner, Observer};
+use crate::event::{Event, XferEnd, XferRequest};
+use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, XferOp};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// Default time in flight after which a transfer counts as stalled.
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
+
+/// One transfer request the program created, described for recording.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    /// The NIXL agent it was created on.
+    pub agent: AgentId,
+    /// NIXL's handle for the request (its address): what later calls name.
+    pub handle: u64,
+    pub op: XferOp,
+    /// Local descriptors, and their bytes.
+    pub descriptors: usize,
+    pub bytes: u64,
+    pub local: Option<MemType>,
+    pub remote: Option<MemType>,
+    /// The backend NIXL chose, when the front-end asked.
+    pub backend: Option<&'a str>,
+    /// The remote agent's name (ledger and /v1/status only, never a label).
+    pub peer: &'a str,
+}
+
+/// What a post or a status poll returned.
+#[derive(Debug)]
+pub enum XferPoll {
+    /// `PROC`: still in flight.
+    InProgress,
+    /// `DONE`.
+    Done,
+    /// An error (raised, or the status `ERR`), classified.
+    Failed(Failure),
+}
+
+impl Observer {
+    /// A transfer request was created (`initialize_xfer`,
+    /// `make_prepped_xfer`, `create_xfer_req`).
+    pub fn transfer_created(&self, t: &Transfer<'_>) {
+        self.0.rec.emit(&Event::XferCreated(&XferRequest {
+            agent: t.agent,
+            handle: t.handle,
+            op: t.op,
+            descriptors: t.descriptors,
+            bytes: t.bytes,
+            local: t.local,
+            remote: t.remote,
+            backend: t.backend,
+            peer: t.peer,
+        }));
+    }
+
+    /// Creating a transfer request to `peer` failed: a transfer that ended in
+    /// error before it was posted.
+    pub fn transfer_create_failed(&self, agent: AgentId, op: XferOp, peer: &str, failure: &Failure) {
+        self.0.rec.emit(&Event::XferCreateFailed {
+            agent,
+            op,
+            peer,
+            failure,
+        });
+    }
+
+    /// `transfer()` / `post_xfer_req` on `handle`, begun at `posted`,
+    /// returned `poll`.
+    pub fn transfer_posted(&self, handle: u64, posted: Instant, poll: &XferPoll) {
+        let now = Instant::now();
+        let ended = match poll {
+            XferPoll::InProgress => None,
+            XferPoll::Done => Some((now, XferEnd::Done)),
+            XferPoll::Failed(f) => Some((now, XferEnd::Failed(f))),
+        };
+        self.0.rec.emit(&Event::XferPosted {
+            handle,
+            at: posted,
+            ended,
+            sampled: crate::telemetry::traces::sample_transfer(),
+        });
+        if matches!(poll, XferPoll::InProgress) {
+            self.watch_transfers();
+        }
+    }
+
+    /// A status poll of `handle` (`check_xfer_state`, `get_xfer_status`)
+    /// that did not say "in progress". `measured`: NIXL's own duration of
+    /// the transfer, when its telemetry is on. Only the first such poll of a
+    /// posting counts.
+    pub fn transfer_status(&self, handle: u64, poll: &XferPoll, measured: Option<Duration>) {
+        let end = match poll {
+            XferPoll::InProgress => return,
+            XferPoll::Done => XferEnd::Done,
+            XferPoll::Failed(f) => XferEnd::Failed(f),
+        };
+        self.0.rec.emit(&Event::XferEnded {
+            handle,
+            at: Instant::now(),
+            end,
+            measured,
+            sampled: crate::telemetry::traces::sample_transfer(),
+        });
+    }
+
+    /// The request `handle` was released (or collected): a transfer still in
+    /// flight ends as released in flight.
+    pub fn transfer_released(&self, handle: u64) {
+        self.0.rec.emit(&Event::XferReleased {
+            handle,
+            at: Instant::now(),
+        });
+    }
+
+    /// A call about the remote agent `peer` (its name; for `Add`, what NIXL
+    /// returned, empty when it failed).
+    pub fn peer(&self, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
+        self.0.rec.emit(&Event::Peer {
+            agent,
+            op,
+            peer,
+            failure,
+        });
+    }
+
+    /// Notifications sent or received (`messages`), or a failed call.
+    pub fn notified(&self, agent: AgentId, direction: NotifDirection, messages: u64, failure: Option<&Failure>) {
+        self.0.rec.emit(&Event::Notified {
+            agent,
+            direction,
+            messages,
+            failure,
+        });
+    }
+
+    /// Starts the transfer watchdog with the first transfer in flight.
+    fn watch_transfers(&self) {
+        if self.0.xfer_watch.load(Ordering::Relaxed) || self.0.xfer_watch.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.0);
+        let stall_after = self.0.settings.transfer_stall_after;
+        let spawned = std::thread::Builder::new()
+            .name("nixl-xfer-watch".into())
+            .spawn(move || watchdog(weak, stall_after));
+        if spawned.is_err() {
+            self.0.xfer_watch.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// How often the watchdog looks: often enough that a stall is counted
+/// within a second of its threshold, and the oldest-in-flight gauge is at
+/// most that old.
+fn period(stall_after: Duration) -> Duration {
+    (stall_after / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+/// Looks at the transfers in flight until the observer is gone; writes
+/// nothing while none is in flight.
+fn watchdog(observer: Weak<Inner>, stall_after: Duration) {
+    let every = period(stall_after);
+    loop {
+        std::thread::sleep(every);
+        let Some(inner) = observer.upgrade() else { return };
+        if inner.rec.ledger().transfers_in_flight() > 0 {
+            inner.rec.emit(&Event::XferTick {
+                at: Instant::now(),
+                stall_after,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_looks_at_least_every_second_and_at_most_twenty_times_a_second() {
+        assert_eq!(period(DEFAULT_STALL_AFTER), Duration::from_secs(1));
+        assert_eq!(period(Duration::from_millis(400)), Duration::from_millis(100));
+        assert_eq!(period(Duration::from_millis(1)), Duration::from_millis(50));
+    }
+}

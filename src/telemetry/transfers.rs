@@ -1,0 +1,84 @@
+//! The data path's metric families, rendered from the ledger's transfer
+//! state at scrape time (like every family of recorded state): transfers by
+//! op and outcome, failures by reason, stalls, bytes, durations, what is in
+//! flight, peer events, peers lost, remote agents, notifications.
+
+use super::metrics::{pair, Out};
+use super::names;
+use crate::ledger::State;
+use crate::model::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
+use prometheus::proto::{MetricFamily, MetricType};
+
+pub(super) fn render(st: &State) -> Vec<MetricFamily> {
+    use MetricType::{COUNTER, GAUGE, HISTOGRAM};
+    let t = &st.transfers;
+    let c = &t.counts;
+    let mut transfers = Out::new(names::TRANSFERS_TOTAL, COUNTER);
+    let mut stalled = Out::new(names::TRANSFERS_STALLED_TOTAL, COUNTER);
+    let mut bytes = Out::new(names::TRANSFER_BYTES_TOTAL, COUNTER);
+    let mut duration = Out::new(names::TRANSFER_DURATION_SECONDS, HISTOGRAM);
+    let mut in_flight = Out::new(names::TRANSFERS_IN_FLIGHT, GAUGE);
+    let mut oldest = Out::new(names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS, GAUGE);
+    for op in XferOp::ALL {
+        let o = &c.ops[op.index()];
+        let op_label = || vec![pair("op", op.as_str())];
+        for outcome in XferOutcome::ALL {
+            transfers.counter(
+                vec![pair("op", op.as_str()), pair("outcome", outcome.as_str())],
+                o.outcomes[outcome.index()],
+            );
+        }
+        stalled.counter(op_label(), o.stalled);
+        bytes.counter(op_label(), o.bytes);
+        duration.histogram(op_label(), t.duration_bounds, &o.duration);
+        in_flight.gauge(op_label(), o.in_flight as f64);
+        oldest.gauge(op_label(), o.oldest_seconds);
+    }
+    let mut failures = Out::new(names::TRANSFER_FAILURES_TOTAL, COUNTER);
+    for (op, reason, n) in &c.failures {
+        failures.counter(vec![pair("op", op.as_str()), pair("reason", reason.as_str())], *n);
+    }
+    let mut peer_events = Out::new(names::PEER_EVENTS_TOTAL, COUNTER);
+    for (i, event) in PeerOp::ALL.iter().enumerate() {
+        for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
+            peer_events.counter(
+                vec![pair("event", event.as_str()), pair("outcome", outcome)],
+                c.peer_events[i][j],
+            );
+        }
+    }
+    let mut peer_failures = Out::new(names::PEER_FAILURES_TOTAL, COUNTER);
+    for (event, reason, n) in &c.peer_failures {
+        peer_failures.counter(vec![pair("event", event.as_str()), pair("reason", reason.as_str())], *n);
+    }
+    let mut lost = Out::new(names::PEERS_LOST_TOTAL, COUNTER);
+    lost.counter(Vec::new(), c.peers_lost);
+    let mut remote = Out::new(names::REMOTE_AGENTS, GAUGE);
+    remote.gauge(Vec::new(), c.remote_agents as f64);
+    let mut notifications = Out::new(names::NOTIFICATIONS_TOTAL, COUNTER);
+    for (i, direction) in NotifDirection::ALL.iter().enumerate() {
+        for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
+            notifications.counter(
+                vec![pair("direction", direction.as_str()), pair("outcome", outcome)],
+                c.notifications[i][j],
+            );
+        }
+    }
+    [
+        transfers,
+        failures,
+        stalled,
+        bytes,
+        duration,
+        in_flight,
+        oldest,
+        peer_events,
+        peer_failures,
+        lost,
+        remote,
+        notifications,
+    ]
+    .into_iter()
+    .map(|o| o.mf)
+    .collect()
+}
