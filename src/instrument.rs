@@ -437,5 +437,23 @@ pub fn reason_of_exception(class: &str) -> Reason {
     }
 }
 
+/// The closed reason of what a transfer, peer or notification call raised:
+/// NIXL's exception classes say more on the data path than at registration
+/// (a remote disconnect is a lost peer; a mismatch is metadata NIXL refuses).
+pub fn reason_of_transfer_exception(class: &str) -> Reason {
+    match class {
+        "nixlRemoteDisconnectError" => Reason::PeerLost,
+        "nixlMismatchError" => Reason::MetadataMismatch,
+        "nixlNotFoundError" => Reason::NixlNotFound,
+        "nixlBackendError" => Reason::NixlBackendError,
+        "nixlInvalidParamError" => Reason::NixlInvalidParam,
+        "nixlNotAllowedError" | "nixlRepostActiveError" | "nixlNotPostedError" => Reason::InvalidArgument,
+        "nixlCancelledError" | "nixlUnknownError" | "nixlNotSupportedError" | "nixlNoTelemetryError" => {
+            Reason::NixlError
+        }
+        other => reason_of_exception(other),
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -415,15 +415,26 @@ pub enum Hooked {
     RegisterMemory,
     /// `nixl_agent.deregister_memory`
     DeregisterMemory,
+    /// The transfer methods (`initialize_xfer`, `make_prepped_xfer`,
+    /// `prep_xfer_dlist`, `transfer`, `check_xfer_state`, handle release).
+    Transfer,
+    /// The peer methods (`add_remote_agent`, `remove_remote_agent`,
+    /// `fetch_remote_metadata`, `check_remote_metadata`, `make_connection`).
+    Peer,
+    /// `send_notif`, `get_new_notifs`.
+    Notification,
 }
 
 impl Hooked {
-    pub const ALL: [Hooked; 5] = [
+    pub const ALL: [Hooked; 8] = [
         Hooked::Import,
         Hooked::Init,
         Hooked::CreateBackend,
         Hooked::RegisterMemory,
         Hooked::DeregisterMemory,
+        Hooked::Transfer,
+        Hooked::Peer,
+        Hooked::Notification,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -433,6 +444,9 @@ impl Hooked {
             Hooked::CreateBackend => "create_backend",
             Hooked::RegisterMemory => "register_memory",
             Hooked::DeregisterMemory => "deregister_memory",
+            Hooked::Transfer => "transfer",
+            Hooked::Peer => "peer",
+            Hooked::Notification => "notification",
         }
     }
 

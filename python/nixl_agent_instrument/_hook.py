@@ -148,15 +148,214 @@ def wrap_class(cls):
     cls.create_backend = create_backend_
     cls.register_memory = register_memory_
     cls.deregister_memory = deregister_memory_
-    setattr(cls, _MARK, True)
-    # For benchmarks and tests: the methods as NIXL defined them.
-    cls.__nixl_agent_originals__ = {
+    originals = {
         "__init__": init,
         "create_backend": create_backend,
         "register_memory": register_memory,
         "deregister_memory": deregister_memory,
     }
+    try:
+        originals.update(_wrap_data_path(cls))
+    except Exception as e:
+        _hook_failed("import", e)
+    setattr(cls, _MARK, True)
+    # For benchmarks and tests: the methods as NIXL defined them.
+    cls.__nixl_agent_originals__ = originals
     return cls
+
+
+def _wrap_data_path(cls):
+    """Wraps the transfer, peer and notification methods NIXL's class has
+    (an older NIXL may lack some: those are left alone). Returns the
+    originals. The hot ones (``transfer``, ``check_xfer_state``,
+    ``get_new_notifs``, ``check_remote_metadata``) return before reaching
+    the extension when there is nothing to record: an "in progress" poll
+    costs one Python frame."""
+    import functools
+
+    originals = {}
+    ns = time.perf_counter_ns
+    native = _native
+
+    def have(name):
+        f = getattr(cls, name, None)
+        if callable(f):
+            originals[name] = f
+            return f
+        return None
+
+    f = have("transfer")
+    if f is not None:
+        transfer = f
+
+        @functools.wraps(transfer)
+        def transfer_(self, handle, *args, **kwargs):
+            t0 = ns()
+            try:
+                state = transfer(self, handle, *args, **kwargs)
+            except Exception as e:
+                native.xfer_posted(handle, ns() - t0, None, e)
+                raise
+            native.xfer_posted(handle, ns() - t0, state, None)
+            return state
+
+        cls.transfer = transfer_
+
+    f = have("check_xfer_state")
+    if f is not None:
+        check_xfer_state = f
+
+        @functools.wraps(check_xfer_state)
+        def check_xfer_state_(self, handle, *args, **kwargs):
+            try:
+                state = check_xfer_state(self, handle, *args, **kwargs)
+            except Exception as e:
+                native.xfer_state(self, handle, None, e)
+                raise
+            if state == "PROC":
+                return state
+            native.xfer_state(self, handle, state, None)
+            return state
+
+        cls.check_xfer_state = check_xfer_state_
+
+    def creation(name):
+        original = have(name)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def create(self, *args, **kwargs):
+            try:
+                handle = original(self, *args, **kwargs)
+            except Exception as e:
+                native.xfer_create_failed(self, name, args, kwargs, e)
+                raise
+            native.xfer_created(self, name, handle, args, kwargs)
+            return handle
+
+        setattr(cls, name, create)
+
+    creation("initialize_xfer")
+    creation("make_prepped_xfer")
+
+    f = have("prep_xfer_dlist")
+    if f is not None:
+        prep_xfer_dlist = f
+
+        @functools.wraps(prep_xfer_dlist)
+        def prep_xfer_dlist_(self, *args, **kwargs):
+            handle = prep_xfer_dlist(self, *args, **kwargs)
+            native.dlist_prepped(self, handle, args, kwargs)
+            return handle
+
+        cls.prep_xfer_dlist = prep_xfer_dlist_
+
+    def peer_call(name, event, answer_names_peer=False, truthy_only=False):
+        original = have(name)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def call(self, *args, **kwargs):
+            try:
+                result = original(self, *args, **kwargs)
+            except Exception as e:
+                native.peer(self, event, args, kwargs, None, e)
+                raise
+            if truthy_only and result is not True:
+                return result
+            native.peer(self, event, args, kwargs, result if answer_names_peer else None, None)
+            return result
+
+        setattr(cls, name, call)
+
+    peer_call("add_remote_agent", "add", answer_names_peer=True)
+    peer_call("remove_remote_agent", "remove")
+    peer_call("fetch_remote_metadata", "fetch")
+    peer_call("check_remote_metadata", "check", truthy_only=True)
+    peer_call("make_connection", "connect")
+
+    f = have("send_notif")
+    if f is not None:
+        send_notif = f
+
+        @functools.wraps(send_notif)
+        def send_notif_(self, *args, **kwargs):
+            try:
+                result = send_notif(self, *args, **kwargs)
+            except Exception as e:
+                native.notified(self, "send", None, e)
+                raise
+            native.notified(self, "send", None, None)
+            return result
+
+        cls.send_notif = send_notif_
+
+    f = have("get_new_notifs")
+    if f is not None:
+        get_new_notifs = f
+
+        @functools.wraps(get_new_notifs)
+        def get_new_notifs_(self, *args, **kwargs):
+            try:
+                notifs = get_new_notifs(self, *args, **kwargs)
+            except Exception as e:
+                native.notified(self, "receive", None, e)
+                raise
+            if not notifs:
+                return notifs
+            native.notified(self, "receive", notifs, None)
+            return notifs
+
+        cls.get_new_notifs = get_new_notifs_
+    return originals
+
+
+def wrap_handles(module):
+    """Wraps the release of NIXL's transfer and prepared-list handles
+    (``release()``, and ``__del__`` when a handle is collected unreleased),
+    once: a transfer still in flight then ends as released in flight."""
+    import functools
+
+    for cls_name, released in (("nixl_xfer_handle", "xfer_released"), ("nixl_prepped_dlist_handle", "dlist_released")):
+        cls = getattr(module, cls_name, None)
+        if not isinstance(cls, type) or getattr(cls, _MARK, False):
+            continue
+        note = getattr(_native, released)
+        release = getattr(cls, "release", None)
+        finalize = getattr(cls, "__del__", None)
+        if release is not None:
+
+            def make_release(release=release, note=note):
+                @functools.wraps(release)
+                def release_(self):
+                    was = getattr(self, "_released", True)
+                    try:
+                        return release(self)
+                    finally:
+                        if not was:
+                            note(self)
+
+                return release_
+
+            cls.release = make_release()
+        if finalize is not None:
+
+            def make_finalize(finalize=finalize, note=note):
+                @functools.wraps(finalize)
+                def finalize_(self):
+                    try:
+                        if not getattr(self, "_released", True):
+                            note(self)
+                    except BaseException:
+                        pass
+                    finalize(self)
+
+                return finalize_
+
+            cls.__del__ = make_finalize()
+        setattr(cls, _MARK, True)
 
 
 def _backend_name(args, kwargs):
@@ -202,6 +401,10 @@ def _patch(module):
         cls = getattr(module, "nixl_agent", None)
         if isinstance(cls, type) and _load():
             wrap_class(cls)
+            try:
+                wrap_handles(module)
+            except Exception as e:
+                _hook_failed("import", e)
     except Exception as e:
         _hook_failed("import", e)
 

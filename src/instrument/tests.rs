@@ -145,3 +145,16 @@ fn exceptions_map_into_the_closed_vocabulary() {
     assert_eq!(reason_of_exception("MemoryError"), Reason::AllocationFailed);
     assert_eq!(reason_of_exception("SomethingNew"), Reason::Unknown);
 }
+
+#[test]
+fn a_data_path_exception_names_its_reason() {
+    use super::reason_of_transfer_exception as r;
+    assert_eq!(r("nixlRemoteDisconnectError"), Reason::PeerLost);
+    assert_eq!(r("nixlMismatchError"), Reason::MetadataMismatch);
+    assert_eq!(r("nixlNotFoundError"), Reason::NixlNotFound);
+    assert_eq!(r("nixlBackendError"), Reason::NixlBackendError);
+    assert_eq!(r("nixlRepostActiveError"), Reason::InvalidArgument);
+    assert_eq!(r("nixlUnknownError"), Reason::NixlError);
+    assert_eq!(r("KeyError"), Reason::InvalidArgument);
+    assert_eq!(r("SomethingNew"), Reason::Unknown);
+}

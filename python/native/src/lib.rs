@@ -18,6 +18,8 @@
 
 #![deny(unsafe_code)]
 
+mod transfers;
+
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::instrument::{self, CallSite, Instrumentation, Settings};
 use nixl_agent::{AgentId, Call, Failure, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
@@ -55,6 +57,9 @@ struct Running {
     /// Each live `nixl_agent` instance (by its address) and its identity in
     /// the recording; removed when the instance is collected.
     agents: Mutex<HashMap<usize, AgentId>>,
+    /// Prepared descriptor lists by NIXL's handle (`make_prepped_xfer`
+    /// indexes into them).
+    prepped: Mutex<HashMap<u64, Arc<transfers::Prepped>>>,
     pid: u32,
 }
 
@@ -192,6 +197,7 @@ fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
         agents: Mutex::new(HashMap::new()),
+        prepped: Mutex::new(HashMap::new()),
         pid: me,
     }));
     STARTING.store(0, Ordering::Release);
@@ -795,5 +801,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(name_call, m)?)?;
     m.add_function(wrap_pyfunction!(register, m)?)?;
     m.add_function(wrap_pyfunction!(deregister, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::xfer_posted, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::xfer_state, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::xfer_created, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::xfer_create_failed, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::dlist_prepped, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::xfer_released, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::dlist_released, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::peer, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::notified, m)?)?;
     Ok(())
 }

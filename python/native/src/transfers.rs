@@ -1,0 +1,371 @@
+//! The data path's Python face: NIXL's transfer, peer and notification
+//! methods hand what they were given and what they returned here
+//! (`_hook._wrap_data_path`), after the call; this module turns it into the
+//! library's words and records it on the observer. Nothing here is called
+//! before NIXL's own method, nothing here raises, and an "in progress"
+//! poll never reaches it.
+
+use crate::{arg, guarded, regions_of, running, Running, Soft};
+use nixl_agent::instrument::{mem_type_word, reason_of_transfer_exception};
+use nixl_agent::{Failure, Hooked, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferPoll};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A prepared descriptor list (`prep_xfer_dlist`): what `make_prepped_xfer`
+/// indexes into.
+pub(crate) struct Prepped {
+    lengths: Vec<u64>,
+    mem: Option<MemType>,
+    /// The agent it was prepared for: NIXL_INIT_AGENT/"" (local), a remote
+    /// agent's name, or the agent's own (loopback).
+    peer: String,
+}
+
+/// Prepared lists remembered per process (a program that never releases
+/// them cannot grow this past it).
+const PREPPED_KEPT: usize = 4096;
+
+/// NIXL's handle number of a handle object (`_handle`), or of an int.
+fn handle_of(h: &Bound<'_, PyAny>) -> Option<u64> {
+    let py = h.py();
+    match h.getattr(intern!(py, "_handle")).soft() {
+        Some(v) => v.extract::<u64>().soft(),
+        None => h.extract::<u64>().soft(),
+    }
+}
+
+/// A name as NIXL's API gives it: a str, or bytes (`add_remote_agent`).
+fn name_of(v: &Bound<'_, PyAny>) -> Option<String> {
+    if let Ok(s) = v.cast::<PyString>() {
+        return s.extract::<String>().ok();
+    }
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Some(String::from_utf8_lossy(b.as_bytes()).into_owned());
+    }
+    None
+}
+
+/// The failure a data-path call raised, classified.
+fn failure_of(error: &Bound<'_, PyAny>) -> Failure {
+    let class = error
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
+    let text = error.str().map(|s| s.to_string()).unwrap_or_default();
+    Failure::new(reason_of_transfer_exception(&class), format!("{class}: {text}"))
+}
+
+/// What a post or status poll gave: its state word, or what it raised.
+fn poll_of(state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) -> XferPoll {
+    if !error.is_none() {
+        return XferPoll::Failed(failure_of(error));
+    }
+    match state.extract::<String>().ok().as_deref() {
+        Some("DONE") => XferPoll::Done,
+        Some("PROC") => XferPoll::InProgress,
+        Some(other) => XferPoll::Failed(Failure::new(
+            Reason::NixlError,
+            format!("NIXL reported the transfer {other} without saying why"),
+        )),
+        None => XferPoll::Failed(Failure::new(Reason::NixlError, "NIXL's transfer state was not a word")),
+    }
+}
+
+/// `transfer(handle)` returned `state` (or raised `error`) after `elapsed_ns`.
+#[pyfunction]
+pub(crate) fn xfer_posted(handle: &Bound<'_, PyAny>, elapsed_ns: &Bound<'_, PyAny>, state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        let h = handle_of(handle)?;
+        let elapsed = Duration::from_nanos(elapsed_ns.extract::<u64>().unwrap_or(0));
+        let posted = Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now);
+        r.observer().transfer_posted(h, posted, &poll_of(state, error));
+        Some(())
+    });
+}
+
+/// `check_xfer_state(handle)` returned `state` (not "PROC") or raised.
+#[pyfunction]
+pub(crate) fn xfer_state(_agent: &Bound<'_, PyAny>, handle: &Bound<'_, PyAny>, state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        let h = handle_of(handle)?;
+        r.observer().transfer_status(h, &poll_of(state, error), None);
+        Some(())
+    });
+}
+
+/// The operation word of a creation call.
+fn op_of(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> Option<XferOp> {
+    let word: String = arg(args, kwargs, 0, "operation")?.extract().ok()?;
+    XferOp::parse(&word)
+}
+
+/// The peer a creation call names: `initialize_xfer`'s `remote_agent`;
+/// `make_prepped_xfer`'s remote side's prepared agent.
+fn peer_of(r: &Running, method: &str, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> String {
+    match method {
+        "initialize_xfer" => arg(args, kwargs, 3, "remote_agent")
+            .and_then(|v| name_of(&v))
+            .unwrap_or_default(),
+        _ => arg(args, kwargs, 3, "remote_xfer_side")
+            .and_then(|v| handle_of(&v))
+            .and_then(|h| r.prepped(h))
+            .map(|p| p.peer.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// A `nixlXferDList`'s memory type word (`getType()` → `DRAM_SEG`).
+fn dlist_mem(list: &Bound<'_, PyAny>) -> Option<MemType> {
+    let t = list.call_method0(intern!(list.py(), "getType")).soft()?.str().soft()?.to_string();
+    if t.contains("VRAM") {
+        Some(MemType::Vram)
+    } else if t.contains("DRAM") {
+        Some(MemType::Dram)
+    } else {
+        None
+    }
+}
+
+/// The local side of a request: descriptors, bytes, memory type.
+fn local_side(
+    r: &Running,
+    method: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> (usize, u64, Option<MemType>, Option<MemType>) {
+    if method == "initialize_xfer" {
+        let local = arg(args, kwargs, 1, "local_descs");
+        let remote = arg(args, kwargs, 2, "remote_descs");
+        let (n, bytes, mem) = match local.as_ref().and_then(|l| regions_of(l, None)) {
+            Some((mem, regions)) => {
+                let bytes = regions.iter().fold(0u64, |a, x| a.saturating_add(x.len as u64));
+                let mem = local.as_ref().and_then(dlist_mem).or(Some(mem));
+                (regions.len(), bytes, mem)
+            }
+            None => (0, 0, None),
+        };
+        return (n, bytes, mem, remote.as_ref().and_then(dlist_mem));
+    }
+    let prepped = |i: usize, name: &str| arg(args, kwargs, i, name).and_then(|v| handle_of(&v)).and_then(|h| r.prepped(h));
+    let local = prepped(1, "local_xfer_side");
+    let remote = prepped(3, "remote_xfer_side");
+    let indices = arg(args, kwargs, 2, "local_indices").map(|v| indices_of(&v)).unwrap_or_default();
+    let bytes = match &local {
+        Some(p) => indices
+            .iter()
+            .filter_map(|i| p.lengths.get(*i))
+            .fold(0u64, |a, b| a.saturating_add(*b)),
+        None => 0,
+    };
+    (indices.len(), bytes, local.and_then(|p| p.mem), remote.and_then(|p| p.mem))
+}
+
+/// Indices as a list of ints or an integer array (read as bytes).
+fn indices_of(v: &Bound<'_, PyAny>) -> Vec<usize> {
+    let py = v.py();
+    if let Ok(l) = v.cast::<PyList>() {
+        return l.iter().filter_map(|i| i.extract::<usize>().ok()).collect();
+    }
+    if let Some(interface) = v.getattr(intern!(py, "__array_interface__")).soft() {
+        let typestr: Option<String> = interface.get_item("typestr").soft().and_then(|t| t.extract().ok());
+        let contiguous = interface.get_item("strides").soft().is_none_or(|s| s.is_none());
+        let width = match typestr.as_deref() {
+            Some("<i4" | "<u4") if cfg!(target_endian = "little") => Some(4),
+            Some("<i8" | "<u8") if cfg!(target_endian = "little") => Some(8),
+            _ => None,
+        };
+        if let (Some(w), true) = (width, contiguous) {
+            if let Some(b) = v.call_method0(intern!(py, "tobytes")).soft() {
+                if let Ok(b) = b.cast::<PyBytes>() {
+                    return b
+                        .as_bytes()
+                        .chunks_exact(w)
+                        .map(|c| {
+                            if w == 4 {
+                                i32::from_ne_bytes(c.try_into().unwrap_or([0; 4])).max(0) as usize
+                            } else {
+                                i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])).max(0) as usize
+                            }
+                        })
+                        .collect();
+                }
+            }
+        }
+    }
+    match v.try_iter() {
+        Ok(it) => it.filter_map(|i| i.ok()?.extract::<usize>().ok()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// `initialize_xfer` / `make_prepped_xfer` returned `handle`.
+#[pyfunction]
+#[pyo3(signature = (agent, method, handle, args, kwargs=None))]
+pub(crate) fn xfer_created(
+    agent: &Bound<'_, PyAny>,
+    method: &str,
+    handle: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) {
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        let h = handle_of(handle)?;
+        let op = op_of(args, kwargs)?;
+        let peer = peer_of(&r, method, args, kwargs);
+        let (descriptors, bytes, local, remote) = local_side(&r, method, args, kwargs);
+        // The backend NIXL chose: a lookup in NIXL's own table, no transfer.
+        let backend = agent
+            .call_method1(intern!(agent.py(), "query_xfer_backend"), (handle,))
+            .ok()
+            .and_then(|b| b.extract::<String>().ok());
+        r.observer().transfer_created(&Transfer {
+            agent: r.agent_id(agent),
+            handle: h,
+            op,
+            descriptors,
+            bytes,
+            local,
+            remote,
+            backend: backend.as_deref(),
+            peer: &peer,
+        });
+        Some(())
+    });
+}
+
+/// Creating a transfer request raised `error`.
+#[pyfunction]
+#[pyo3(signature = (agent, method, args, kwargs, error))]
+pub(crate) fn xfer_create_failed(
+    agent: &Bound<'_, PyAny>,
+    method: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    error: &Bound<'_, PyAny>,
+) {
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        // An unknown op word is the program's misuse, not a transfer.
+        let op = op_of(args, kwargs)?;
+        let peer = peer_of(&r, method, args, kwargs);
+        r.observer()
+            .transfer_create_failed(r.agent_id(agent), op, &peer, &failure_of(error));
+        Some(())
+    });
+}
+
+/// `prep_xfer_dlist(agent_name, xfer_list, mem_type, ...)` returned `handle`.
+#[pyfunction]
+#[pyo3(signature = (agent, handle, args, kwargs=None))]
+pub(crate) fn dlist_prepped(
+    agent: &Bound<'_, PyAny>,
+    handle: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) {
+    let _ = agent;
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        let h = handle_of(handle)?;
+        let peer = arg(args, kwargs, 0, "agent_name")
+            .and_then(|v| name_of(&v))
+            .unwrap_or_default();
+        let mem_word = arg(args, kwargs, 2, "mem_type");
+        let (mem, lengths) = match arg(args, kwargs, 1, "xfer_list").and_then(|l| regions_of(&l, mem_word.as_ref())) {
+            Some((mem, regions)) => (Some(mem), regions.iter().map(|x| x.len as u64).collect()),
+            None => (
+                mem_word.and_then(|m| m.extract::<String>().ok()).and_then(|w| mem_type_word(&w)),
+                Vec::new(),
+            ),
+        };
+        let peer = if peer == "NIXL_INIT_AGENT" { String::new() } else { peer };
+        let mut map = r.prepped.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= PREPPED_KEPT {
+            map.clear();
+        }
+        map.insert(h, Arc::new(Prepped { lengths, mem, peer }));
+        Some(())
+    });
+}
+
+/// A transfer handle released (or collected) unreleased before.
+#[pyfunction]
+pub(crate) fn xfer_released(handle: &Bound<'_, PyAny>) {
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        r.observer().transfer_released(handle_of(handle)?);
+        Some(())
+    });
+}
+
+/// A prepared list's handle released: forgotten.
+#[pyfunction]
+pub(crate) fn dlist_released(handle: &Bound<'_, PyAny>) {
+    guarded(Hooked::Transfer, || {
+        let r = running()?;
+        let h = handle_of(handle)?;
+        r.prepped.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+        Some(())
+    });
+}
+
+/// A peer method returned (`result`: `add_remote_agent`'s name) or raised.
+#[pyfunction]
+#[pyo3(signature = (agent, event, args, kwargs, result, error))]
+pub(crate) fn peer(
+    agent: &Bound<'_, PyAny>,
+    event: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+    result: &Bound<'_, PyAny>,
+    error: &Bound<'_, PyAny>,
+) {
+    guarded(Hooked::Peer, || {
+        let r = running()?;
+        let op = PeerOp::parse(event)?;
+        let name = match op {
+            PeerOp::Add => name_of(result).unwrap_or_default(),
+            PeerOp::Remove | PeerOp::Check => arg(args, kwargs, 0, "agent").and_then(|v| name_of(&v)).unwrap_or_default(),
+            PeerOp::Fetch | PeerOp::Connect => arg(args, kwargs, 0, "remote_agent")
+                .and_then(|v| name_of(&v))
+                .unwrap_or_default(),
+        };
+        let failure = (!error.is_none()).then(|| failure_of(error));
+        r.observer().peer(r.agent_id(agent), op, &name, failure.as_ref());
+        Some(())
+    });
+}
+
+/// `send_notif` returned or raised; `get_new_notifs` returned `notifs` (a
+/// non-empty dict of lists) or raised.
+#[pyfunction]
+pub(crate) fn notified(agent: &Bound<'_, PyAny>, direction: &str, notifs: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+    guarded(Hooked::Notification, || {
+        let r = running()?;
+        let direction = match direction {
+            "send" => NotifDirection::Send,
+            _ => NotifDirection::Receive,
+        };
+        let failure = (!error.is_none()).then(|| failure_of(error));
+        let messages = match (direction, notifs.cast::<PyDict>()) {
+            (NotifDirection::Receive, Ok(d)) => d.values().iter().map(|v| v.len().unwrap_or(0) as u64).sum(),
+            _ => 1,
+        };
+        r.observer()
+            .notified(r.agent_id(agent), direction, messages, failure.as_ref());
+        Some(())
+    });
+}
+
+impl Running {
+    fn prepped(&self, handle: u64) -> Option<Arc<Prepped>> {
+        self.prepped.lock().unwrap_or_else(|e| e.into_inner()).get(&handle).cloned()
+    }
+}
