@@ -51,7 +51,9 @@ pub use config::Config;
 pub use lifecycle::driver::DrainReport;
 pub use model::{AgentId, Failure, Hooked, Kind, MemType, NotifDirection, PeerOp, Reason, Region, XferOp};
 pub use nixl::{cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, StderrTap};
-pub use observe::{Call, CallMark, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending, Transfer, XferPoll};
+pub use observe::{
+    Call, CallMark, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending, Transfer, XferPoll,
+};
 pub use plan::{GroupSpec, Plan, RegionSource};
 pub use pod::publish::Publisher;
 pub use record::Capture;

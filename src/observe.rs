@@ -241,6 +241,11 @@ impl Observer {
         if let Some(timeout) = o.0.settings.call_timeout {
             inflight::watch(&o.0.inflight, o.0.rec.clone(), timeout);
         }
+        // The stall threshold is part of the recording from the start.
+        o.0.rec.emit(&Event::XferTick {
+            at: Instant::now(),
+            stall_after: o.0.settings.transfer_stall_after,
+        });
         Ok(o)
     }
 

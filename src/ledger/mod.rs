@@ -21,9 +21,9 @@
 
 pub mod counts;
 mod live;
-pub mod transfers;
 #[cfg(test)]
 mod tests;
+pub mod transfers;
 
 pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
 use live::{Live, LiveKey, LiveTable};

@@ -190,7 +190,15 @@ impl Transfers {
     }
 
     /// A failure's counts, its line in /v1/status and its peer.
-    fn failed(&mut self, s: &mut TransferStatus, agent: AgentId, op: XferOp, peer: &str, f: &Failure, stage: &'static str) {
+    fn failed(
+        &mut self,
+        s: &mut TransferStatus,
+        agent: AgentId,
+        op: XferOp,
+        peer: &str,
+        f: &Failure,
+        stage: &'static str,
+    ) {
         count(&mut self.counts.failures, op, f.reason);
         let unix = unix_now();
         s.recent_failures.push(XferFailure {
@@ -341,7 +349,10 @@ impl Transfers {
                     ended: at,
                     outcome: None,
                     reason: None,
-                    message: Some(format!("in flight for {:.1} s (stall threshold {stall_after:?})", age.as_secs_f64())),
+                    message: Some(format!(
+                        "in flight for {:.1} s (stall threshold {stall_after:?})",
+                        age.as_secs_f64()
+                    )),
                     stalled: true,
                     stage: "stall",
                     mem: r.mem,
@@ -360,7 +371,12 @@ impl Transfers {
     pub fn peer(&mut self, s: &mut TransferStatus, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
         self.counts.peer_events[peer_index(op)][outcome_index(failure.is_none())] += 1;
         if let Some(f) = failure {
-            match self.counts.peer_failures.iter_mut().find(|(o, r, _)| *o == op && *r == f.reason) {
+            match self
+                .counts
+                .peer_failures
+                .iter_mut()
+                .find(|(o, r, _)| *o == op && *r == f.reason)
+            {
                 Some(e) => e.2 += 1,
                 None => self.counts.peer_failures.push((op, f.reason, 1)),
             }
@@ -379,10 +395,7 @@ impl Transfers {
         if peer.is_empty() {
             return;
         }
-        let loaded = self
-            .remote
-            .get(&agent)
-            .is_some_and(|l| l.iter().any(|p| &**p == peer));
+        let loaded = self.remote.get(&agent).is_some_and(|l| l.iter().any(|p| &**p == peer));
         let p = peer_entry(s, agent, peer);
         p.last_event = op.as_str();
         p.ok = failure.is_none();

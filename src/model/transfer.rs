@@ -101,7 +101,13 @@ pub enum PeerOp {
 }
 
 impl PeerOp {
-    pub const ALL: [PeerOp; 5] = [PeerOp::Add, PeerOp::Remove, PeerOp::Fetch, PeerOp::Check, PeerOp::Connect];
+    pub const ALL: [PeerOp; 5] = [
+        PeerOp::Add,
+        PeerOp::Remove,
+        PeerOp::Fetch,
+        PeerOp::Check,
+        PeerOp::Connect,
+    ];
 
     pub const fn as_str(self) -> &'static str {
         match self {

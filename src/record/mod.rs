@@ -66,7 +66,9 @@ impl Recorder {
         // what did not complete.
         for t in &traced {
             let ids = crate::telemetry::traces::transfer_span(t);
-            if let (Some((trace, span)), Some(posted), Some(crate::model::XferOutcome::Done)) = (&ids, t.posted, t.outcome) {
+            if let (Some((trace, span)), Some(posted), Some(crate::model::XferOutcome::Done)) =
+                (&ids, t.posted, t.outcome)
+            {
                 let seconds = t.ended.saturating_duration_since(posted).as_secs_f64();
                 self.metrics.transfer_exemplar(t.op, seconds, trace, span);
             }

@@ -102,8 +102,9 @@ pub(crate) fn encode_openmetrics(families: &[MetricFamily], exemplars: Option<&E
                 }
                 MetricType::HISTOGRAM => {
                     let h = m.get_histogram();
-                    let ex = exemplars
-                        .filter(|_| name == names::REGISTRATION_DURATION_SECONDS || name == names::TRANSFER_DURATION_SECONDS);
+                    let ex = exemplars.filter(|_| {
+                        name == names::REGISTRATION_DURATION_SECONDS || name == names::TRANSFER_DURATION_SECONDS
+                    });
                     let buckets = h.get_bucket();
                     for (i, b) in buckets.iter().enumerate() {
                         let le = float_label(b.upper_bound());

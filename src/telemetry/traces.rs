@@ -204,7 +204,9 @@ pub(crate) fn transfer_span(t: &crate::ledger::TracedXfer) -> Option<(String, St
     let failed = t.stalled || !matches!(t.outcome, Some(crate::model::XferOutcome::Done));
     if failed {
         span.set_status(SpanStatus::error(t.message.clone().unwrap_or_else(|| {
-            t.outcome.map_or("stalled", crate::model::XferOutcome::as_str).to_string()
+            t.outcome
+                .map_or("stalled", crate::model::XferOutcome::as_str)
+                .to_string()
         })));
     }
     let sc = span.span_context().clone();

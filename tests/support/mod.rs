@@ -2,6 +2,7 @@
 //! a Prometheus text matcher, and a handle on a spawned `nixl-agent` binary.
 #![allow(dead_code)]
 
+pub mod held;
 pub mod metrics;
 pub mod otlp;
 

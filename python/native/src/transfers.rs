@@ -77,7 +77,12 @@ fn poll_of(state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) -> XferPoll {
 
 /// `transfer(handle)` returned `state` (or raised `error`) after `elapsed_ns`.
 #[pyfunction]
-pub(crate) fn xfer_posted(handle: &Bound<'_, PyAny>, elapsed_ns: &Bound<'_, PyAny>, state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+pub(crate) fn xfer_posted(
+    handle: &Bound<'_, PyAny>,
+    elapsed_ns: &Bound<'_, PyAny>,
+    state: &Bound<'_, PyAny>,
+    error: &Bound<'_, PyAny>,
+) {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
@@ -90,7 +95,12 @@ pub(crate) fn xfer_posted(handle: &Bound<'_, PyAny>, elapsed_ns: &Bound<'_, PyAn
 
 /// `check_xfer_state(handle)` returned `state` (not "PROC") or raised.
 #[pyfunction]
-pub(crate) fn xfer_state(_agent: &Bound<'_, PyAny>, handle: &Bound<'_, PyAny>, state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+pub(crate) fn xfer_state(
+    _agent: &Bound<'_, PyAny>,
+    handle: &Bound<'_, PyAny>,
+    state: &Bound<'_, PyAny>,
+    error: &Bound<'_, PyAny>,
+) {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
@@ -122,7 +132,12 @@ fn peer_of(r: &Running, method: &str, args: &Bound<'_, PyTuple>, kwargs: Option<
 
 /// A `nixlXferDList`'s memory type word (`getType()` → `DRAM_SEG`).
 fn dlist_mem(list: &Bound<'_, PyAny>) -> Option<MemType> {
-    let t = list.call_method0(intern!(list.py(), "getType")).soft()?.str().soft()?.to_string();
+    let t = list
+        .call_method0(intern!(list.py(), "getType"))
+        .soft()?
+        .str()
+        .soft()?
+        .to_string();
     if t.contains("VRAM") {
         Some(MemType::Vram)
     } else if t.contains("DRAM") {
@@ -152,10 +167,16 @@ fn local_side(
         };
         return (n, bytes, mem, remote.as_ref().and_then(dlist_mem));
     }
-    let prepped = |i: usize, name: &str| arg(args, kwargs, i, name).and_then(|v| handle_of(&v)).and_then(|h| r.prepped(h));
+    let prepped = |i: usize, name: &str| {
+        arg(args, kwargs, i, name)
+            .and_then(|v| handle_of(&v))
+            .and_then(|h| r.prepped(h))
+    };
     let local = prepped(1, "local_xfer_side");
     let remote = prepped(3, "remote_xfer_side");
-    let indices = arg(args, kwargs, 2, "local_indices").map(|v| indices_of(&v)).unwrap_or_default();
+    let indices = arg(args, kwargs, 2, "local_indices")
+        .map(|v| indices_of(&v))
+        .unwrap_or_default();
     let bytes = match &local {
         Some(p) => indices
             .iter()
@@ -163,7 +184,12 @@ fn local_side(
             .fold(0u64, |a, b| a.saturating_add(*b)),
         None => 0,
     };
-    (indices.len(), bytes, local.and_then(|p| p.mem), remote.and_then(|p| p.mem))
+    (
+        indices.len(),
+        bytes,
+        local.and_then(|p| p.mem),
+        remote.and_then(|p| p.mem),
+    )
 }
 
 /// Indices as a list of ints or an integer array (read as bytes).
@@ -281,7 +307,9 @@ pub(crate) fn dlist_prepped(
         let (mem, lengths) = match arg(args, kwargs, 1, "xfer_list").and_then(|l| regions_of(&l, mem_word.as_ref())) {
             Some((mem, regions)) => (Some(mem), regions.iter().map(|x| x.len as u64).collect()),
             None => (
-                mem_word.and_then(|m| m.extract::<String>().ok()).and_then(|w| mem_type_word(&w)),
+                mem_word
+                    .and_then(|m| m.extract::<String>().ok())
+                    .and_then(|w| mem_type_word(&w)),
                 Vec::new(),
             ),
         };
@@ -332,7 +360,9 @@ pub(crate) fn peer(
         let op = PeerOp::parse(event)?;
         let name = match op {
             PeerOp::Add => name_of(result).unwrap_or_default(),
-            PeerOp::Remove | PeerOp::Check => arg(args, kwargs, 0, "agent").and_then(|v| name_of(&v)).unwrap_or_default(),
+            PeerOp::Remove | PeerOp::Check => arg(args, kwargs, 0, "agent")
+                .and_then(|v| name_of(&v))
+                .unwrap_or_default(),
             PeerOp::Fetch | PeerOp::Connect => arg(args, kwargs, 0, "remote_agent")
                 .and_then(|v| name_of(&v))
                 .unwrap_or_default(),
@@ -366,6 +396,10 @@ pub(crate) fn notified(agent: &Bound<'_, PyAny>, direction: &str, notifs: &Bound
 
 impl Running {
     fn prepped(&self, handle: u64) -> Option<Arc<Prepped>> {
-        self.prepped.lock().unwrap_or_else(|e| e.into_inner()).get(&handle).cloned()
+        self.prepped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&handle)
+            .cloned()
     }
 }

@@ -1,0 +1,216 @@
+//! The data path of a Python serving process under `nixl-agent-instrument`:
+//! tests/python/kv_transfer.py moves KV from a prefill agent to a decode
+//! process with NIXL's real Python API over UCX (TCP, two processes) and
+//! meets every way a transfer goes wrong on a CPU-only machine. Run bare and
+//! instrumented, the program sees the same; /metrics, /v1/status and the
+//! traces (a real OTLP receiver) say what happened, with the right outcome
+//! and reason.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use support::held::{command, Held};
+use support::Scrape;
+
+fn program() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python/kv_transfer.py")
+        .display()
+        .to_string()
+}
+
+/// What the program printed, without the timestamped log lines of NIXL and UCX.
+fn said(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| !l.starts_with("20") && !l.starts_with('[') && *l != "HOLD")
+        .cloned()
+        .collect()
+}
+
+fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    labels
+        .iter()
+        .fold(s.metric(name), |m, (k, v)| m.label(k, v))
+        .get()
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().display().to_string();
+    let ucx = [("UCX_TLS", "tcp")];
+    // Bare: what the program sees without nixl-agent.
+    let bare = command(&program(), false, &[&work], &ucx)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = bare.stdin.as_ref().unwrap();
+        stdin.write_all(b"\n\n").unwrap();
+    }
+    let out = bare.wait_with_output().unwrap();
+    assert!(out.status.success(), "bare run failed: {out:?}");
+    let bare_lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+
+    let rx = support::otlp::Receiver::start();
+    let endpoint = rx.endpoint();
+    let mut h = Held::start(
+        &program(),
+        &[&work],
+        &[
+            ("UCX_TLS", "tcp"),
+            ("NIXL_AGENT_TRANSFER_STALL_AFTER", "1s"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("NIXL_AGENT_EXPECT", "none"),
+        ],
+    );
+    // Held at the stopped peer, past the stall threshold: in flight, stalled,
+    // counted once.
+    let s = support::wait_for(Duration::from_secs(5), "the stall counted", || {
+        let s = h.scrape();
+        (value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]) >= 1.0).then_some(s)
+    });
+    assert_eq!(value(&s, "nixl_agent_transfers_in_flight", &[("op", "write")]), 1.0);
+    assert!(value(&s, "nixl_agent_transfer_oldest_in_flight_seconds", &[("op", "write")]) >= 1.0);
+    assert_eq!(value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]), 1.0);
+    let status = h.status();
+    let write = &status["transfers"]["ops"][1];
+    assert_eq!(write["op"], "write");
+    assert_eq!(write["in_flight"], 1);
+    assert_eq!(write["stalled_in_flight"], 1);
+    assert_eq!(status["transfers"]["stall_after_seconds"], 1.0);
+    h.resume();
+    h.until_hold();
+    let s = h.scrape();
+    let status = support::assert_projections_agree(h.addr);
+    let lines = h.finish();
+    assert_eq!(
+        said(&lines),
+        said(&bare_lines),
+        "the program saw the same, bare and instrumented"
+    );
+
+    let t = |op: &str, outcome: &str| value(&s, "nixl_agent_transfers_total", &[("op", op), ("outcome", outcome)]);
+    let failed = |op: &str, reason: &str| {
+        value(
+            &s,
+            "nixl_agent_transfer_failures_total",
+            &[("op", op), ("reason", reason)],
+        )
+    };
+    // Done: the 1 MiB write, the prepped write (two 1 MiB descriptors by
+    // index) and the 64 MiB write after the stall; the read.
+    assert_eq!(t("write", "done"), 3.0, "{}", s.text);
+    assert_eq!(t("read", "done"), 1.0);
+    assert_eq!(
+        value(&s, "nixl_agent_transfer_bytes_total", &[("op", "write")]),
+        ((1u64 << 20) + (2u64 << 20) + (64u64 << 20)) as f64
+    );
+    assert_eq!(
+        value(&s, "nixl_agent_transfer_bytes_total", &[("op", "read")]),
+        (1u64 << 20) as f64
+    );
+    // The peer never added (refused at creation), the request to the removed
+    // agent, and the killed peer.
+    assert_eq!(failed("write", "nixl_not_found"), 2.0);
+    assert_eq!(failed("write", "peer_lost"), 1.0);
+    assert_eq!(t("write", "error"), 3.0);
+    assert_eq!(t("write", "released_in_flight"), 1.0);
+    assert_eq!(value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]), 1.0);
+    assert_eq!(value(&s, "nixl_agent_transfers_in_flight", &[("op", "write")]), 0.0);
+    assert_eq!(value(&s, "nixl_agent_peers_lost_total", &[]), 1.0);
+    let peer = |event: &str, outcome: &str| {
+        value(
+            &s,
+            "nixl_agent_peer_events_total",
+            &[("event", event), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(peer("add", "error"), 1.0);
+    assert_eq!(peer("add", "ok"), 2.0);
+    assert_eq!(peer("check", "ok"), 1.0);
+    assert_eq!(peer("remove", "ok"), 1.0);
+    assert_eq!(
+        value(
+            &s,
+            "nixl_agent_peer_failures_total",
+            &[("event", "add"), ("reason", "metadata_mismatch")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&s, "nixl_agent_remote_agents", &[]), 1.0);
+    assert_eq!(
+        value(
+            &s,
+            "nixl_agent_notifications_total",
+            &[("direction", "send"), ("outcome", "ok")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "nixl_agent_instrumentation_errors_total",
+            &[("operation", "transfer")]
+        ),
+        0.0
+    );
+
+    // /v1/status: the failures with NIXL's words, the peer as last seen.
+    let x = &status["transfers"];
+    let reasons: Vec<&str> = x["recent_failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["nixl_not_found", "nixl_not_found", "peer_lost"], "{x}");
+    let lost = &x["recent_failures"][2];
+    assert_eq!(lost["peer"], "decode");
+    assert_eq!(lost["stage"], "status");
+    assert!(
+        lost["error"].as_str().unwrap().contains("nixlRemoteDisconnectError"),
+        "{lost}"
+    );
+    let decode = x["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "decode")
+        .unwrap_or_else(|| panic!("no peer decode in {x}"));
+    assert_eq!(decode["last_event"], "lost");
+    assert_eq!(decode["lost"], true);
+    assert_eq!(x["peers_lost"], 1);
+
+    // Traces: every failure, the stall and the release in flight.
+    let spans = rx.wait("transfer spans", Duration::from_secs(10), |s| {
+        s.iter().filter(|s| s.name == "nixl.transfer" && s.status == 2).count() >= 6
+    });
+    let transfer = |pred: &dyn Fn(&support::otlp::RecvSpan) -> bool| {
+        spans
+            .iter()
+            .find(|s| s.name == "nixl.transfer" && pred(s))
+            .unwrap_or_else(|| panic!("no such transfer span in {spans:?}"))
+            .clone()
+    };
+    let lost = transfer(&|s| s.attrs.get("nixl.reason").map(String::as_str) == Some("peer_lost"));
+    assert_eq!(lost.attr("nixl.op"), "write");
+    assert_eq!(lost.attr("nixl.peer"), "decode");
+    assert_eq!(lost.attr("nixl.bytes"), (64u64 << 20).to_string());
+    assert_eq!(lost.attr("nixl.backend"), "UCX");
+    assert!(lost.status_message.contains("nixlRemoteDisconnectError"), "{lost:?}");
+    let stalled = transfer(&|s| s.attrs.get("nixl.stage").map(String::as_str) == Some("stall"));
+    assert_eq!(stalled.attr("nixl.stalled"), "true");
+    transfer(&|s| s.attrs.get("nixl.outcome").map(String::as_str) == Some("released_in_flight"));
+    transfer(&|s| {
+        s.attrs.get("nixl.stage").map(String::as_str) == Some("create")
+            && s.attrs.get("nixl.peer").map(String::as_str) == Some("nobody")
+    });
+}
