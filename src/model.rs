@@ -162,7 +162,7 @@ impl Reason {
             Reason::NixlBackendError => "read the NIXL/UCX lines attached to the failure (diagnostics); UCX_LOG_LEVEL=debug tells more",
             Reason::InvalidArgument => "fix the call: a list of (addr, len, dev, meta) tuples with a mem type, an Nx3 array, tensors or a nixlRegDList; backends created first",
             Reason::Timeout => "the step exceeded its deadline: check for a hung driver or collector",
-            Reason::PeerLost => "check the peer's pod (restarted? OOM-killed?), its readiness and the link (ibstat, EFA/RDMA counters); with UCX, UCX_ERR_HANDLING_MODE=peer lets NIXL report the loss instead of hanging",
+            Reason::PeerLost => "check the peer's pod (restarted? OOM-killed?), its readiness and the link (ibstat, EFA/RDMA counters); keep the UCX backend's ucx_error_handling_mode at peer (NIXL's default) so a loss is reported instead of hanging",
             Reason::MetadataMismatch => "re-fetch the peer's metadata after it restarts, and run the same NIXL version on both sides (nixl_version of nixl_agent_build_info)",
             Reason::NixlError => "read the NIXL/UCX lines in the serving process's log around the failure; UCX_LOG_LEVEL=info tells more",
             Reason::Unknown => "see the log and /v1/status for the error text",

@@ -17,7 +17,7 @@ const RULES: &str = "alerts/nixl-agent.rules.yml";
 const RUNBOOKS: &str = "docs/runbooks.md";
 
 /// The alerts the issue asks for, at least.
-const REQUIRED: [&str; 11] = [
+const REQUIRED: [&str; 15] = [
     "NixlRegistrationFailing",
     "NixlAgentNotReady",
     "NixlAgentDown",
@@ -29,6 +29,10 @@ const REQUIRED: [&str; 11] = [
     "NixlDeregistrationFailing",
     "NixlGroupGaveUp",
     "NixlLifecycleStuck",
+    "NixlTransfersFailing",
+    "NixlTransferStalled",
+    "NixlPeerLost",
+    "NixlPeerMetadataRejected",
 ];
 
 /// A healthy `kv` group beside a required group whose backend does not
@@ -440,7 +444,7 @@ fn amtool_accepts_the_shipped_alertmanager_config() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("5 inhibit rules"), "{said}");
+    assert!(said.contains("7 inhibit rules"), "{said}");
 }
 
 /// A webhook receiver: every POST body, by path.

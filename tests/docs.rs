@@ -191,6 +191,7 @@ fn python_settings_are_the_ones_read() {
         i::ENV_CAPTURE.to_string(),
         i::ENV_BACKEND.to_string(),
         i::ENV_CALL_TIMEOUT.to_string(),
+        i::ENV_TRANSFER_STALL_AFTER.to_string(),
         "NIXL_AGENT_LOG".to_string(),
         i::ENV_POD_DIR.to_string(),
         i::ENV_RANK_ENV.to_string(),

@@ -176,7 +176,7 @@ fn a_pod_of_three_ranks_is_one_target_and_one_readiness() {
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .count();
-        assert!(series <= 120, "rank {r}: {series} series");
+        assert!(series <= 160, "rank {r}: {series} series");
     }
     // A scrape of the merged pod passes promtool's lint.
     let body = support::get(pod.addr, "/metrics").unwrap().body;

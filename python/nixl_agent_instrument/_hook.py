@@ -101,8 +101,12 @@ def wrap_class(cls):
         except Exception as e:
             _hook_failed("init", e)
         try:
+            conf = args[1] if len(args) > 1 else kwargs.get("nixl_conf")
             token = _native.agent_created(
-                self, str(getattr(self, "name", "")), [str(p) for p in getattr(self, "plugin_list", [])]
+                self,
+                str(getattr(self, "name", "")),
+                [str(p) for p in getattr(self, "plugin_list", [])],
+                getattr(conf, "capture_telemetry", False) is True,
             )
             if token is not None:
                 # The agent is an identity of the recording: when the

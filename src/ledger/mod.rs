@@ -288,6 +288,7 @@ impl State {
                 s.nixl.error = Some(f.message.clone());
             }
             Event::AgentSeen { agent, name, owned } => {
+                self.transfers.observing |= !*owned;
                 if !s.agents.iter().any(|a| a.id == *agent) {
                     s.agents.push(AgentStatus {
                         id: *agent,
@@ -305,13 +306,17 @@ impl State {
                     .agent_released(&mut self.status.transfers, *agent, Instant::now());
                 self.sync_transfers(None);
             }
-            Event::XferCreated(r) => self.transfers.created(r),
+            Event::XferCreated(r) => {
+                self.transfers.observing = true;
+                self.transfers.created(r);
+            }
             Event::XferCreateFailed {
                 agent,
                 op,
                 peer,
                 failure,
             } => {
+                self.transfers.observing = true;
                 self.transfers
                     .create_failed(&mut self.status.transfers, *agent, *op, peer, failure, Instant::now());
                 self.sync_transfers(None);
@@ -359,6 +364,7 @@ impl State {
                 peer,
                 failure,
             } => {
+                self.transfers.observing = true;
                 self.transfers
                     .peer(&mut self.status.transfers, *agent, *op, peer, *failure);
                 self.sync_transfers(None);
@@ -369,6 +375,7 @@ impl State {
                 failure,
                 ..
             } => {
+                self.transfers.observing = true;
                 self.transfers.notified(*direction, *messages, *failure);
                 self.sync_transfers(None);
             }

@@ -100,6 +100,9 @@ pub struct Transfers {
     /// the recorder after the write).
     pub traced: Vec<TracedXfer>,
     pub duration_bounds: &'static [f64],
+    /// The recording follows a caller's NIXL agent (or saw a data-path
+    /// event): its data-path families are exported.
+    pub observing: bool,
 }
 
 fn outcome_index(ok: bool) -> usize {

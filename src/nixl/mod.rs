@@ -28,7 +28,7 @@ pub use loader::PLUGIN_DIR_ENV;
 pub use loader::{load, status_of, LoadError, Loaded};
 #[cfg(feature = "bench")]
 pub use memory::Backing;
-pub use observe::ObservedAgent;
+pub use observe::{ObservedAgent, ObservedXfer};
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;
 pub use stderr::StderrTap;

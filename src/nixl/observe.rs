@@ -23,6 +23,10 @@ fn region_of(desc: &impl NixlDescriptor) -> (Option<MemType>, Region) {
     (mem_type, Region::new(addr, desc.size(), device))
 }
 
+mod xfer;
+
+pub use xfer::ObservedXfer;
+
 fn failure(e: &NixlError) -> Failure {
     Failure::new(reason_of(e), format!("NIXL: {e}"))
 }

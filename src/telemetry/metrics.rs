@@ -27,10 +27,11 @@ pub const DURATION_BUCKETS: &[f64] = &[0.000025, 0.0001, 0.0005, 0.0025, 0.01, 0
 /// Upper bounds of the descriptors-per-attempt histogram: 8× apart, up to
 /// the 1M regions of a KV cache registered per block.
 pub const DESCRIPTOR_BUCKETS: &[f64] = &[1.0, 8.0, 64.0, 512.0, 4096.0, 32768.0, 262144.0, 1048576.0];
-/// Upper bounds of the transfer duration histogram, in seconds: 10 µs (a
-/// small DRAM transfer completing within `transfer()`) to a minute (past the
-/// stall threshold), 10 bounds (13 series an op).
-pub const TRANSFER_DURATION_BUCKETS: &[f64] = &[0.00001, 0.0001, 0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 60.0];
+/// Upper bounds of the transfer duration histogram, in seconds: decades
+/// from 10 µs (a small DRAM transfer completing within `transfer()`) to 10 s,
+/// and a minute (past the stall threshold): 8 bounds, 11 series an op (the
+/// SGLang shape's budget of 160 series a rank holds with them).
+pub const TRANSFER_DURATION_BUCKETS: &[f64] = &[0.00001, 0.0001, 0.001, 0.01, 0.1, 1.0, 10.0, 60.0];
 
 /// A sampled trace behind one histogram observation (OpenMetrics exemplar).
 #[derive(Debug, Clone, PartialEq)]

@@ -239,7 +239,7 @@ pub const FAMILIES: &[Family] = &[
         TRANSFERS_TOTAL,
         Type::Counter,
         &["op", "outcome"],
-        "Transfer requests that ended, by op (read, write) and outcome: done (NIXL said DONE, from transfer() or the first check_xfer_state/get_xfer_status that saw it), error (refused at creation or post, or reported failed by a status poll; the reason is in nixl_agent_transfer_failures_total), released_in_flight (the handle was released or collected before anyone saw it end). Counted once per posting, when it ends.",
+        "Transfer requests that ended, by op (read, write) and outcome (released_in_flight on first use): done (NIXL said DONE, from transfer() or the first check_xfer_state/get_xfer_status that saw it), error (refused at creation or post, or reported failed by a status poll; the reason is in nixl_agent_transfer_failures_total), released_in_flight (the handle was released or collected before anyone saw it end). Counted once per posting, when it ends.",
     ),
     Family::new(
         TRANSFER_FAILURES_TOTAL,
@@ -263,7 +263,7 @@ pub const FAMILIES: &[Family] = &[
         TRANSFER_DURATION_SECONDS,
         Type::Histogram,
         &["op"],
-        "Time from post (transfer()) to completion of transfers that completed, by op: NIXL's own telemetry (post plus transfer time) when the agent captures it, else the moment the program observed DONE (its poll interval included).",
+        "Time from post (transfer()) to completion of transfers that completed, by op: NIXL's own measure (xferDuration) when a Python agent captures NIXL telemetry (nixl_agent_config(capture_telemetry=True)), else until the program observed DONE (its poll interval included).",
     ),
     Family::new(
         TRANSFERS_IN_FLIGHT,
@@ -305,7 +305,7 @@ pub const FAMILIES: &[Family] = &[
         NOTIFICATIONS_TOTAL,
         Type::Counter,
         &["direction", "outcome"],
-        "Notifications by direction (send: send_notif, receive: messages get_new_notifs returned) and outcome (ok; error counts failed calls).",
+        "Notifications by direction (send: send_notif, receive: messages get_new_notifs returned) and outcome (ok; error, on first use, counts failed calls).",
     ),
 ];
 
@@ -324,7 +324,26 @@ pub const ON_FIRST_USE: &[&str] = &[
     ACCEPTED_INVALID_TOTAL,
     INSTRUMENTATION_ERRORS_TOTAL,
     TRANSFER_FAILURES_TOTAL,
+    PEER_EVENTS_TOTAL,
     PEER_FAILURES_TOTAL,
+];
+
+/// The data path's families: exported only by a recording that follows a
+/// caller's NIXL agent (observe mode, the Python instrumentation) — the
+/// binary and the canary move no KV.
+pub const DATA_PATH: &[&str] = &[
+    TRANSFERS_TOTAL,
+    TRANSFER_FAILURES_TOTAL,
+    TRANSFERS_STALLED_TOTAL,
+    TRANSFER_BYTES_TOTAL,
+    TRANSFER_DURATION_SECONDS,
+    TRANSFERS_IN_FLIGHT,
+    TRANSFER_OLDEST_IN_FLIGHT_SECONDS,
+    PEER_EVENTS_TOTAL,
+    PEER_FAILURES_TOTAL,
+    PEERS_LOST_TOTAL,
+    REMOTE_AGENTS,
+    NOTIFICATIONS_TOTAL,
 ];
 
 /// Families only `nixl-agent pod` exports (the pod's own series).

@@ -9,9 +9,15 @@ use crate::ledger::State;
 use crate::model::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 use prometheus::proto::{MetricFamily, MetricType};
 
+/// Nothing until the recording follows a caller's NIXL agent (observe mode,
+/// Python): the binary and the canary move no KV. Then the series the alerts
+/// and dashboards need exist at 0; the rest appear on first use.
 pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE, HISTOGRAM};
     let t = &st.transfers;
+    if !t.observing {
+        return Vec::new();
+    }
     let c = &t.counts;
     let mut transfers = Out::new(names::TRANSFERS_TOTAL, COUNTER);
     let mut stalled = Out::new(names::TRANSFERS_STALLED_TOTAL, COUNTER);
@@ -23,10 +29,11 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         let o = &c.ops[op.index()];
         let op_label = || vec![pair("op", op.as_str())];
         for outcome in XferOutcome::ALL {
-            transfers.counter(
-                vec![pair("op", op.as_str()), pair("outcome", outcome.as_str())],
-                o.outcomes[outcome.index()],
-            );
+            let n = o.outcomes[outcome.index()];
+            // Released in flight is rare: on first use.
+            if outcome != XferOutcome::ReleasedInFlight || n > 0 {
+                transfers.counter(vec![pair("op", op.as_str()), pair("outcome", outcome.as_str())], n);
+            }
         }
         stalled.counter(op_label(), o.stalled);
         bytes.counter(op_label(), o.bytes);
@@ -40,11 +47,14 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     }
     let mut peer_events = Out::new(names::PEER_EVENTS_TOTAL, COUNTER);
     for (i, event) in PeerOp::ALL.iter().enumerate() {
+        // On first use: most workers add a handful of peers in their life.
         for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
-            peer_events.counter(
-                vec![pair("event", event.as_str()), pair("outcome", outcome)],
-                c.peer_events[i][j],
-            );
+            if c.peer_events[i][j] > 0 {
+                peer_events.counter(
+                    vec![pair("event", event.as_str()), pair("outcome", outcome)],
+                    c.peer_events[i][j],
+                );
+            }
         }
     }
     let mut peer_failures = Out::new(names::PEER_FAILURES_TOTAL, COUNTER);
@@ -57,13 +67,17 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     remote.gauge(Vec::new(), c.remote_agents as f64);
     let mut notifications = Out::new(names::NOTIFICATIONS_TOTAL, COUNTER);
     for (i, direction) in NotifDirection::ALL.iter().enumerate() {
+        // Failed notification calls on first use.
         for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
-            notifications.counter(
-                vec![pair("direction", direction.as_str()), pair("outcome", outcome)],
-                c.notifications[i][j],
-            );
+            if j == 0 || c.notifications[i][j] > 0 {
+                notifications.counter(
+                    vec![pair("direction", direction.as_str()), pair("outcome", outcome)],
+                    c.notifications[i][j],
+                );
+            }
         }
     }
+    // In names::DATA_PATH order.
     [
         transfers,
         failures,

@@ -5,6 +5,7 @@
 pub mod held;
 pub mod metrics;
 pub mod otlp;
+pub mod traffic;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -60,6 +60,8 @@ struct Running {
     /// Prepared descriptor lists by NIXL's handle (`make_prepped_xfer`
     /// indexes into them).
     prepped: Mutex<HashMap<u64, Arc<transfers::Prepped>>>,
+    /// The agents that capture NIXL's transfer telemetry.
+    telemetry: Mutex<std::collections::HashSet<AgentId>>,
     pid: u32,
 }
 
@@ -198,6 +200,7 @@ fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option
         inst,
         agents: Mutex::new(HashMap::new()),
         prepped: Mutex::new(HashMap::new()),
+        telemetry: Mutex::new(std::collections::HashSet::new()),
         pid: me,
     }));
     STARTING.store(0, Ordering::Release);
@@ -291,11 +294,17 @@ impl Running {
 
 /// The agent `agent` was created: its name and the plugins NIXL found.
 /// Returns its identity, for `agent_released` when it is collected.
+/// `telemetry`: the agent captures NIXL's transfer telemetry (asking one
+/// that does not makes NIXL print an error line, so it is never asked).
 #[pyfunction]
-fn agent_created(agent: &Bound<'_, PyAny>, name: String, plugins: Vec<String>) -> Option<u64> {
+#[pyo3(signature = (agent, name, plugins, telemetry=false))]
+fn agent_created(agent: &Bound<'_, PyAny>, name: String, plugins: Vec<String>, telemetry: bool) -> Option<u64> {
     guarded(Hooked::Init, || {
         let r = running()?;
         let id = AgentId::fresh();
+        if telemetry {
+            r.telemetry.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
+        }
         r.agents
             .lock()
             .unwrap_or_else(|e| e.into_inner())

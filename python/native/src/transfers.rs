@@ -94,9 +94,11 @@ pub(crate) fn xfer_posted(
 }
 
 /// `check_xfer_state(handle)` returned `state` (not "PROC") or raised.
+/// A completed transfer of an agent that captures NIXL's telemetry is timed
+/// by NIXL (`xferDuration`).
 #[pyfunction]
 pub(crate) fn xfer_state(
-    _agent: &Bound<'_, PyAny>,
+    agent: &Bound<'_, PyAny>,
     handle: &Bound<'_, PyAny>,
     state: &Bound<'_, PyAny>,
     error: &Bound<'_, PyAny>,
@@ -104,9 +106,26 @@ pub(crate) fn xfer_state(
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
-        r.observer().transfer_status(h, &poll_of(state, error), None);
+        let poll = poll_of(state, error);
+        let measured = match poll {
+            XferPoll::Done if r.captures_telemetry(agent) => telemetry_of(agent, h),
+            _ => None,
+        };
+        r.observer().transfer_status(h, &poll, measured);
         Some(())
     });
+}
+
+/// NIXL's own measure of a completed transfer (`getXferTelemetry`).
+fn telemetry_of(agent: &Bound<'_, PyAny>, handle: u64) -> Option<Duration> {
+    let py = agent.py();
+    let t = agent
+        .getattr(intern!(py, "agent"))
+        .soft()?
+        .call_method1(intern!(py, "getXferTelemetry"), (handle,))
+        .soft()?;
+    let us: u64 = t.getattr(intern!(py, "xferDuration")).soft()?.extract().soft()?;
+    Some(Duration::from_micros(us))
 }
 
 /// The operation word of a creation call.
@@ -395,6 +414,11 @@ pub(crate) fn notified(agent: &Bound<'_, PyAny>, direction: &str, notifs: &Bound
 }
 
 impl Running {
+    fn captures_telemetry(&self, agent: &Bound<'_, PyAny>) -> bool {
+        let set = self.telemetry.lock().unwrap_or_else(|e| e.into_inner());
+        !set.is_empty() && set.contains(&self.agent_id(agent))
+    }
+
     fn prepped(&self, handle: u64) -> Option<Arc<Prepped>> {
         self.prepped
             .lock()
