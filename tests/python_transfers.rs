@@ -6,6 +6,8 @@
 //! traces (a real OTLP receiver) say what happened, with the right outcome
 //! and reason.
 
+#[path = "support/prom.rs"]
+mod prom;
 mod support;
 
 use std::path::PathBuf;
@@ -53,7 +55,7 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     {
         use std::io::Write;
         let mut stdin = bare.stdin.as_ref().unwrap();
-        stdin.write_all(b"\n\n").unwrap();
+        stdin.write_all(b"\n\n\n").unwrap();
     }
     let out = bare.wait_with_output().unwrap();
     assert!(out.status.success(), "bare run failed: {out:?}");
@@ -68,11 +70,33 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
             ("UCX_TLS", "tcp"),
             ("NIXL_AGENT_TRANSFER_STALL_AFTER", "1s"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            // Every successful transfer traced too: the duration histogram
+            // then carries exemplars.
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "1.0"),
             ("NIXL_AGENT_EXPECT", "none"),
         ],
     );
+    // A real Prometheus with the shipped rules scrapes the worker from
+    // before its first transfer.
+    let prom = prom::Prometheus::start(&[h.addr], Some(&prom::rules_with_short_for()));
+    prom.wait_scraped(&[h.addr], 2, Duration::from_secs(30));
+    let instance = h.addr.to_string();
+    let firing = |names: &[&str]| {
+        let alerts = prom.alerts();
+        let on = |name: &str| {
+            alerts.iter().any(|a| {
+                a["labels"]["alertname"] == name
+                    && a["labels"]["instance"] == instance.as_str()
+                    && a["state"] == "firing"
+            })
+        };
+        names.iter().all(|n| on(n)).then_some(alerts)
+    };
+    h.resume();
+    h.until_hold();
     // Held at the stopped peer, past the stall threshold: in flight, stalled,
-    // counted once.
+    // counted once; the stall alert fires while it lasts.
     let s = support::wait_for(Duration::from_secs(5), "the stall counted", || {
         let s = h.scrape();
         (value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]) >= 1.0).then_some(s)
@@ -86,10 +110,35 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     assert_eq!(write["in_flight"], 1);
     assert_eq!(write["stalled_in_flight"], 1);
     assert_eq!(status["transfers"]["stall_after_seconds"], 1.0);
+    support::wait_for(Duration::from_secs(40), "NixlTransferStalled", || {
+        firing(&["NixlTransferStalled", "NixlPeerMetadataRejected"])
+    });
     h.resume();
     h.until_hold();
     let s = h.scrape();
     let status = support::assert_projections_agree(h.addr);
+    // The lost peer fires too; three failures in a handful of transfers is
+    // below the paging floor of NixlTransfersFailing.
+    let alerts = support::wait_for(Duration::from_secs(40), "NixlPeerLost", || firing(&["NixlPeerLost"]));
+    assert!(
+        !alerts
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "NixlTransfersFailing" && a["labels"]["instance"] == instance.as_str()),
+        "{alerts:?}"
+    );
+    // OpenMetrics: the write duration's buckets point at sampled spans.
+    let om = support::request(h.addr, "GET", "/metrics", &[("Accept", "application/openmetrics-text")])
+        .unwrap()
+        .body;
+    let exemplar = om
+        .lines()
+        .find(|l| {
+            l.starts_with("nixl_agent_transfer_duration_seconds_bucket")
+                && l.contains("op=\"write\"")
+                && l.contains("# {trace_id=")
+        })
+        .unwrap_or_else(|| panic!("no transfer exemplar:\n{om}"))
+        .to_string();
     let lines = h.finish();
     assert_eq!(
         said(&lines),
@@ -206,6 +255,17 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     assert_eq!(lost.attr("nixl.bytes"), (64u64 << 20).to_string());
     assert_eq!(lost.attr("nixl.backend"), "UCX");
     assert!(lost.status_message.contains("nixlRemoteDisconnectError"), "{lost:?}");
+    let traced = exemplar
+        .split("trace_id=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .unwrap();
+    let done = transfer(&|s| s.trace_id == traced);
+    assert_eq!(
+        done.attr("nixl.outcome"),
+        "done",
+        "the exemplar's span is a completed write"
+    );
     let stalled = transfer(&|s| s.attrs.get("nixl.stage").map(String::as_str) == Some("stall"));
     assert_eq!(stalled.attr("nixl.stalled"), "true");
     transfer(&|s| s.attrs.get("nixl.outcome").map(String::as_str) == Some("released_in_flight"));

@@ -79,6 +79,7 @@ def run(peer, remote, md):
     back = np.zeros(SMALL, dtype=np.uint8)
     for buf in (src, back):
         agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+    hold()
 
     corrupt = bytearray(md)
     corrupt[10:30] = b"x" * 20
