@@ -682,3 +682,40 @@ fn live_alertmanager_pages_once_per_cause_and_sends_the_recovery() {
         has(&hook.notified(), "/pager", "NixlAgentNotReady", &p, "resolved").then_some(())
     });
 }
+
+/// A decode worker whose transfers keep failing (a peer that is gone,
+/// retried on real NIXL while other transfers succeed): once past the floor
+/// of failures, the failure ratio pages, for its op; nothing else of the
+/// data path fires.
+#[test]
+fn live_prometheus_pages_for_a_worker_whose_transfers_keep_failing() {
+    let observer = nixl_agent::Observer::new(nixl_agent::ObserveSettings::default());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = observer.router();
+    rt.spawn(async move { axum::serve(listener, router).await });
+    let prom = Prometheus::start(&[addr], Some(&prom::rules_with_short_for()));
+    prom.wait_scraped(&[addr], 2, Duration::from_secs(30));
+    let _traffic = support::traffic::start(&observer);
+    let instance = addr.to_string();
+    let alerts = support::wait_for(Duration::from_secs(60), "NixlTransfersFailing for writes", || {
+        let alerts = prom.alerts();
+        find(&alerts, "NixlTransfersFailing", &instance, &[("op", "write")])
+            .is_some_and(|a| a["state"] == "firing")
+            .then_some(alerts)
+    });
+    let page = find(&alerts, "NixlTransfersFailing", &instance, &[]).unwrap();
+    assert_eq!(page["labels"]["severity"], "critical");
+    for quiet in ["NixlPeerLost", "NixlTransferStalled", "NixlPeerMetadataRejected"] {
+        assert!(
+            alerts.iter().all(|a| label(a, "alertname") != quiet),
+            "{quiet} is active:\n{}",
+            summary(&alerts)
+        );
+    }
+}

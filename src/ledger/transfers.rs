@@ -492,3 +492,6 @@ fn peer_entry<'a>(s: &'a mut TransferStatus, agent: AgentId, peer: &str) -> &'a 
     }
     s.peers.last_mut().expect("just pushed")
 }
+
+#[cfg(test)]
+mod tests;
