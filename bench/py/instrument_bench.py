@@ -12,7 +12,10 @@ Three sections, each against a peer measured in the same run:
      validation and the call-site read add; and interpreter start-up:
      `python -c "import nixl._api"` bare vs under the hook
      (PYTHONPATH=<bootstrap dir>), fresh interpreters, interleaved.
-  3. /metrics while a Python thread holds the GIL (pure-Python spin, default
+  3. the data path (bench/py/xfer_bench.py): check_xfer_state polls of a
+     transfer in flight, transfer() itself, a 64 MiB WRITE loop, bare vs
+     instrumented against a decode peer in another process.
+  4. /metrics while a Python thread holds the GIL (pure-Python spin, default
      switch interval): the extension's server vs prometheus_client's own
      `start_http_server` (what vLLM and SGLang serve their metrics with),
      exposing the same families for three groups, in the same process; the
@@ -252,6 +255,14 @@ def main():
     agent = nixl_agent("bench", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
     reg_rows = registration(agent, nixl_agent)
     array_rows = array_registration(agent, nixl_agent)
+    sys.path.insert(0, HERE)
+    import xfer_bench
+
+    # UCX's TCP transport (read when the backend is made; the peer inherits
+    # it): the stopped peer then holds a transfer in flight.
+    os.environ["UCX_TLS"] = "tcp"
+    xfer_agent = nixl_agent("bench-prefill", nixl_agent_config(backends=["UCX"]))
+    data_path = xfer_bench.run(xfer_agent, nixl_agent, python)
     agent_addr = nai.address()
     served = metrics_under_gil(agent_addr, python)
     result = {
@@ -260,6 +271,7 @@ def main():
         "array_registration": array_rows,
         "startup_ms": boot,
         "cold_first_registration_ms": cold,
+        "data_path": data_path,
         "metrics_under_gil": served,
     }
     with open(out_path, "w") as f:
@@ -303,6 +315,8 @@ def main():
     for what, label in (("empty", "`pass`"), ("import_nixl", "`import nixl._api`")):
         b, h = boot[what]["bare"], boot[what]["hook"]
         p(f"| {label} | {b:.1f} | {h:.1f} | {h - b:+.1f} |")
+    p()
+    xfer_bench.report(data_path, p)
     p()
     p("/metrics while a Python thread holds the GIL (pure-Python spin), 3 s of keep-alive load from another process:")
     p()

@@ -178,7 +178,7 @@ def _wrap_data_path(cls):
     import functools
 
     originals = {}
-    ns = time.perf_counter_ns
+    ns = time.monotonic_ns
     native = _native
 
     def have(name):
@@ -191,17 +191,34 @@ def _wrap_data_path(cls):
     f = have("transfer")
     if f is not None:
         transfer = f
+        default = _notif_default(transfer)
 
-        @functools.wraps(transfer)
-        def transfer_(self, handle, *args, **kwargs):
-            t0 = ns()
-            try:
-                state = transfer(self, handle, *args, **kwargs)
-            except Exception as e:
-                native.xfer_posted(handle, ns() - t0, None, e)
-                raise
-            native.xfer_posted(handle, ns() - t0, state, None)
-            return state
+        if default is not _NO_DEFAULT:
+            # NIXL's own signature (handle, notif_msg=b""): no **kwargs dict
+            # per call, and the default is NIXL's own object.
+            @functools.wraps(transfer)
+            def transfer_(self, handle, notif_msg=default):
+                t0 = ns()
+                try:
+                    state = transfer(self, handle, notif_msg)
+                except Exception as e:
+                    native.xfer_posted(handle, t0, None, e)
+                    raise
+                native.xfer_posted(handle, t0, state, None)
+                return state
+
+        else:
+
+            @functools.wraps(transfer)
+            def transfer_(self, handle, *args, **kwargs):
+                t0 = ns()
+                try:
+                    state = transfer(self, handle, *args, **kwargs)
+                except Exception as e:
+                    native.xfer_posted(handle, t0, None, e)
+                    raise
+                native.xfer_posted(handle, t0, state, None)
+                return state
 
         cls.transfer = transfer_
 
@@ -209,17 +226,34 @@ def _wrap_data_path(cls):
     if f is not None:
         check_xfer_state = f
 
-        @functools.wraps(check_xfer_state)
-        def check_xfer_state_(self, handle, *args, **kwargs):
-            try:
-                state = check_xfer_state(self, handle, *args, **kwargs)
-            except Exception as e:
-                native.xfer_state(self, handle, None, e)
-                raise
-            if state == "PROC":
+        if _params(check_xfer_state) == ["self", "handle"]:
+            # NIXL's own signature: no *args/**kwargs, so a poll allocates
+            # nothing (an empty **kwargs is a new dict per call).
+            @functools.wraps(check_xfer_state)
+            def check_xfer_state_(self, handle):
+                try:
+                    state = check_xfer_state(self, handle)
+                except Exception as e:
+                    native.xfer_state(self, handle, None, e)
+                    raise
+                if state == "PROC":
+                    return state
+                native.xfer_state(self, handle, state, None)
                 return state
-            native.xfer_state(self, handle, state, None)
-            return state
+
+        else:
+
+            @functools.wraps(check_xfer_state)
+            def check_xfer_state_(self, handle, *args, **kwargs):
+                try:
+                    state = check_xfer_state(self, handle, *args, **kwargs)
+                except Exception as e:
+                    native.xfer_state(self, handle, None, e)
+                    raise
+                if state == "PROC":
+                    return state
+                native.xfer_state(self, handle, state, None)
+                return state
 
         cls.check_xfer_state = check_xfer_state_
 
@@ -316,6 +350,40 @@ def _wrap_data_path(cls):
     return originals
 
 
+_NO_DEFAULT = object()
+
+
+def _notif_default(f):
+    """The default of ``notif_msg`` when ``f``'s signature is exactly
+    ``(self, handle, notif_msg=<default>)``, else ``_NO_DEFAULT``."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return _NO_DEFAULT
+    if [p.name for p in params] != ["self", "handle", "notif_msg"]:
+        return _NO_DEFAULT
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params) or params[1].default is not params[1].empty:
+        return _NO_DEFAULT
+    d = params[2].default
+    return _NO_DEFAULT if d is params[2].empty else d
+
+
+def _params(f):
+    """The parameter names of ``f`` when they are all plain positional ones
+    without defaults, else None."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD or p.default is not p.empty for p in params):
+        return None
+    return [p.name for p in params]
+
+
 def wrap_handles(module):
     """Wraps the release of NIXL's transfer and prepared-list handles
     (``release()``, and ``__del__`` when a handle is collected unreleased),
@@ -387,6 +455,9 @@ def _load():
     if not _settings_checked:
         import atexit
         import os
+
+        # The Python clock transfer posts are stamped with, against Rust's.
+        _native.clock_base(time.monotonic_ns())
 
         atexit.register(_native.shutdown)
         # A forked child drops what it inherited (the parent's socket,

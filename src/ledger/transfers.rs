@@ -26,6 +26,29 @@ pub const REQUESTS_KEPT: usize = 1 << 16;
 /// Remote agents remembered per local NIXL agent.
 pub const REMOTE_AGENTS_KEPT: usize = 4096;
 
+/// NIXL's handles are addresses (Rust's, a counter): spread by one
+/// multiplication, not SipHash — the post and poll path hashes them.
+#[derive(Default, Clone, Copy)]
+struct HandleHasher(u64);
+
+impl std::hash::Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type ByHandle<V> = HashMap<u64, V, std::hash::BuildHasherDefault<HandleHasher>>;
+
 struct Request {
     agent: AgentId,
     op: XferOp,
@@ -92,8 +115,8 @@ pub struct TracedXfer {
 /// The data path's state.
 #[derive(Default)]
 pub struct Transfers {
-    requests: HashMap<u64, Request>,
-    flights: HashMap<u64, Flight>,
+    requests: ByHandle<Request>,
+    flights: ByHandle<Flight>,
     remote: HashMap<AgentId, Vec<Arc<str>>>,
     pub counts: TransferCounts,
     /// What the last event ended or stalled that is to be traced (taken by
@@ -438,25 +461,15 @@ impl Transfers {
         }
     }
 
-    /// The status's counts, copied from the counts (one truth).
+    /// The status's counts, copied from the counts (one truth), in place.
     pub fn sync(&self, s: &mut TransferStatus, stall_after: Option<Duration>) {
-        s.ops = XferOp::ALL
-            .iter()
-            .map(|op| {
-                let c = &self.counts.ops[op.index()];
-                XferOpStatus {
-                    op: *op,
-                    done: c.outcomes[XferOutcome::Done.index()],
-                    error: c.outcomes[XferOutcome::Error.index()],
-                    released_in_flight: c.outcomes[XferOutcome::ReleasedInFlight.index()],
-                    stalled: c.stalled,
-                    bytes: c.bytes,
-                    in_flight: c.in_flight,
-                    stalled_in_flight: c.stalled_in_flight,
-                    oldest_in_flight_seconds: c.oldest_seconds,
-                }
-            })
-            .collect();
+        if s.ops.len() != XferOp::ALL.len() {
+            s.ops = XferOp::ALL.iter().map(|op| op_status(*op, &self.counts)).collect();
+        } else {
+            for (o, op) in s.ops.iter_mut().zip(XferOp::ALL) {
+                *o = op_status(op, &self.counts);
+            }
+        }
         if let Some(d) = stall_after {
             s.stall_after_seconds = Some(d.as_secs_f64());
         }
@@ -466,6 +479,21 @@ impl Transfers {
         s.notifications_sent = n[notif_index(NotifDirection::Send)][0];
         s.notifications_received = n[notif_index(NotifDirection::Receive)][0];
         s.notification_failures = n[0][1] + n[1][1];
+    }
+}
+
+fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {
+    let c = &counts.ops[op.index()];
+    XferOpStatus {
+        op,
+        done: c.outcomes[XferOutcome::Done.index()],
+        error: c.outcomes[XferOutcome::Error.index()],
+        released_in_flight: c.outcomes[XferOutcome::ReleasedInFlight.index()],
+        stalled: c.stalled,
+        bytes: c.bytes,
+        in_flight: c.in_flight,
+        stalled_in_flight: c.stalled_in_flight,
+        oldest_in_flight_seconds: c.oldest_seconds,
     }
 }
 

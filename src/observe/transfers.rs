@@ -79,11 +79,10 @@ impl Observer {
     /// `transfer()` / `post_xfer_req` on `handle`, begun at `posted`,
     /// returned `poll`.
     pub fn transfer_posted(&self, handle: u64, posted: Instant, poll: &XferPoll) {
-        let now = Instant::now();
         let ended = match poll {
             XferPoll::InProgress => None,
-            XferPoll::Done => Some((now, XferEnd::Done)),
-            XferPoll::Failed(f) => Some((now, XferEnd::Failed(f))),
+            XferPoll::Done => Some((Instant::now(), XferEnd::Done)),
+            XferPoll::Failed(f) => Some((Instant::now(), XferEnd::Failed(f))),
         };
         self.0.rec.emit(&Event::XferPosted {
             handle,

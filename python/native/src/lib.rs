@@ -73,11 +73,28 @@ impl Running {
 
 static RUNNING: Mutex<Option<Arc<Running>>> = Mutex::new(None);
 
+/// This process's pid, read once and again in a forked child
+/// ([`after_fork_in_child`]): `getpid` is a system call, and [`running`] is
+/// on every recorded call's path (a transfer's among them).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+fn pid() -> u32 {
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
 /// The running instrumentation of this process (not of a parent it was
-/// forked from), if started.
+/// forked from), if started. A child forked without Python's at-fork hooks
+/// (a C `fork()`) is not told; `os.fork` and multiprocessing are.
 fn running() -> Option<Arc<Running>> {
     let guard = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-    guard.as_ref().filter(|r| r.pid == std::process::id()).cloned()
+    guard.as_ref().filter(|r| r.pid == pid()).cloned()
 }
 
 thread_local! {
@@ -173,7 +190,7 @@ static STARTING: AtomicU32 = AtomicU32::new(0);
 
 fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option<String>> {
     let Ok(settings) = settings() else { return None };
-    let me = std::process::id();
+    let me = pid();
     loop {
         if let Some(r) = running() {
             return Some(r.inst.addr().map(|a| a.to_string()));
@@ -235,6 +252,7 @@ fn after_fork_in_parent() {
 /// tap undone); the child starts its own with its first NIXL agent.
 #[pyfunction]
 fn after_fork_in_child() {
+    PID.store(std::process::id(), Ordering::Relaxed);
     let inherited = FORK_GUARD.with(|g| g.borrow_mut().take()).map(|mut slot| slot.take());
     let inherited = match inherited {
         Some(r) => r,
@@ -810,6 +828,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(name_call, m)?)?;
     m.add_function(wrap_pyfunction!(register, m)?)?;
     m.add_function(wrap_pyfunction!(deregister, m)?)?;
+    m.add_function(wrap_pyfunction!(transfers::clock_base, m)?)?;
     m.add_function(wrap_pyfunction!(transfers::xfer_posted, m)?)?;
     m.add_function(wrap_pyfunction!(transfers::xfer_state, m)?)?;
     m.add_function(wrap_pyfunction!(transfers::xfer_created, m)?)?;

@@ -31,9 +31,14 @@ const PREPPED_KEPT: usize = 4096;
 /// NIXL's handle number of a handle object (`_handle`), or of an int.
 fn handle_of(h: &Bound<'_, PyAny>) -> Option<u64> {
     let py = h.py();
-    match h.getattr(intern!(py, "_handle")).soft() {
-        Some(v) => v.extract::<u64>().soft(),
-        None => h.extract::<u64>().soft(),
+    let v = match h.getattr(intern!(py, "_handle")).soft() {
+        Some(v) => v,
+        None => h.clone(),
+    };
+    // `PyLong_AsLong` first: the unsigned path goes through a byte array.
+    match v.extract::<i64>() {
+        Ok(n) => Some(n as u64),
+        Err(_) => v.extract::<u64>().soft(),
     }
 }
 
@@ -60,13 +65,20 @@ fn failure_of(error: &Bound<'_, PyAny>) -> Failure {
 }
 
 /// What a post or status poll gave: its state word, or what it raised.
+/// NIXL returns its own constant strings: compared by identity first.
 fn poll_of(state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) -> XferPoll {
     if !error.is_none() {
         return XferPoll::Failed(failure_of(error));
     }
-    match state.extract::<String>().ok().as_deref() {
-        Some("DONE") => XferPoll::Done,
-        Some("PROC") => XferPoll::InProgress,
+    let py = state.py();
+    let (done, proc) = (intern!(py, "DONE"), intern!(py, "PROC"));
+    if state.is(done) || state.eq(done).unwrap_or(false) {
+        return XferPoll::Done;
+    }
+    if state.is(proc) || state.eq(proc).unwrap_or(false) {
+        return XferPoll::InProgress;
+    }
+    match state.extract::<String>().ok() {
         Some(other) => XferPoll::Failed(Failure::new(
             Reason::NixlError,
             format!("NIXL reported the transfer {other} without saying why"),
@@ -75,19 +87,39 @@ fn poll_of(state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) -> XferPoll {
     }
 }
 
-/// `transfer(handle)` returned `state` (or raised `error`) after `elapsed_ns`.
+/// Python's monotonic clock (`time.monotonic_ns`) against `Instant` (both
+/// CLOCK_MONOTONIC): a post is stamped in Python before the call, with one
+/// clock read.
+static CLOCK: std::sync::OnceLock<(Instant, u64)> = std::sync::OnceLock::new();
+
+/// Sets the clock base: `now_ns` is `time.monotonic_ns()` now.
+#[pyfunction]
+pub(crate) fn clock_base(now_ns: u64) {
+    let _ = CLOCK.set((Instant::now(), now_ns));
+}
+
+/// The `Instant` of a `time.monotonic_ns()` reading.
+fn instant_of(ns: u64) -> Instant {
+    match CLOCK.get() {
+        Some((base, base_ns)) if ns >= *base_ns => *base + Duration::from_nanos(ns - base_ns),
+        Some((base, base_ns)) => base.checked_sub(Duration::from_nanos(base_ns - ns)).unwrap_or(*base),
+        None => Instant::now(),
+    }
+}
+
+/// `transfer(handle)`, begun at `t0_ns` (`time.monotonic_ns()`), returned
+/// `state` (or raised `error`).
 #[pyfunction]
 pub(crate) fn xfer_posted(
     handle: &Bound<'_, PyAny>,
-    elapsed_ns: &Bound<'_, PyAny>,
+    t0_ns: &Bound<'_, PyAny>,
     state: &Bound<'_, PyAny>,
     error: &Bound<'_, PyAny>,
 ) {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
-        let elapsed = Duration::from_nanos(elapsed_ns.extract::<u64>().unwrap_or(0));
-        let posted = Instant::now().checked_sub(elapsed).unwrap_or_else(Instant::now);
+        let posted = t0_ns.extract::<u64>().map_or_else(|_| Instant::now(), instant_of);
         r.observer().transfer_posted(h, posted, &poll_of(state, error));
         Some(())
     });
