@@ -7,11 +7,12 @@
 //! nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH]
 //!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
-//!            [--sections registration,embedding,scrape,pod,memory,ttr,idle] [--embed-procs 6]
+//!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle] [--embed-procs 6]
 //!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
 //! nixl-bench worker raw|agent|batched               (internal: a contender process)
 //! nixl-bench embed-worker direct|observe SIZES REPS  (internal: an embedding process)
+//! nixl-bench xfer-worker REPS                        (internal: the transfers section)
 //! ```
 //!
 //! Run through `make bench` (scripts/bench.sh), which sets everything up.
@@ -25,6 +26,7 @@ mod procs;
 mod registration;
 mod report;
 mod sections;
+mod transfers;
 mod worker;
 
 use std::path::PathBuf;
@@ -46,7 +48,16 @@ struct Args {
     contenders: Vec<String>,
 }
 
-const SECTIONS: &[&str] = &["registration", "embedding", "scrape", "pod", "memory", "ttr", "idle"];
+const SECTIONS: &[&str] = &[
+    "registration",
+    "embedding",
+    "transfers",
+    "scrape",
+    "pod",
+    "memory",
+    "ttr",
+    "idle",
+];
 
 fn usage() -> ! {
     eprintln!(
@@ -138,6 +149,15 @@ fn main() {
         }
         return;
     }
+    if argv.peek().map(String::as_str) == Some("xfer-worker") {
+        argv.next();
+        let reps = argv.next().and_then(|r| r.parse().ok()).unwrap_or_else(|| usage());
+        if let Err(e) = transfers::worker_main(reps) {
+            println!("{}", serde_json::json!({ "error": e }));
+            std::process::exit(1);
+        }
+        return;
+    }
     if argv.peek().map(String::as_str) == Some("embed-worker") {
         argv.next();
         let first = argv.next().unwrap_or_else(|| usage());
@@ -194,6 +214,7 @@ fn run(args: &Args) -> Result<bool, String> {
         time_to_ready: None,
         idle_cpu: None,
         embedding: None,
+        transfers: None,
         targets: Vec::new(),
         errors: Vec::new(),
     };
@@ -229,6 +250,12 @@ fn run(args: &Args) -> Result<bool, String> {
     if on("embedding") {
         section("embedding", &mut |r| {
             r.embedding = Some(embedding::run(&args.sizes, args.reps, args.embed_procs)?);
+            Ok(())
+        });
+    }
+    if on("transfers") {
+        section("transfers", &mut |r| {
+            r.transfers = Some(transfers::run(args.reps)?);
             Ok(())
         });
     }

@@ -21,6 +21,7 @@ pub struct Results {
     pub time_to_ready: Option<ReadyReport>,
     pub idle_cpu: Option<IdleReport>,
     pub embedding: Option<crate::embedding::Report>,
+    pub transfers: Option<crate::transfers::Report>,
     pub targets: Vec<Target>,
     /// Sections that could not run, and why.
     pub errors: Vec<String>,
@@ -185,6 +186,21 @@ pub fn judge(r: &Results) -> Vec<Target> {
             "an embedding process grows by ≤ 8 MiB (nixl-agent's own memory, no second UCX context)",
             format!("{:+.0} KiB", e.observer_rss_kib),
             Some(e.observer_rss_kib <= 8192.0),
+        ));
+    }
+    if let Some(x) = &r.transfers {
+        let added = x.post_ns.1 - x.post_ns.0;
+        t.push(target(
+            "transfers.post_added",
+            "observe mode adds ≤ 1 µs to post_xfer_req (4 KiB)",
+            format!("{added:+.0} ns ({:.0} vs {:.0} ns)", x.post_ns.1, x.post_ns.0),
+            Some(added <= 1000.0),
+        ));
+        t.push(target(
+            "transfers.write_64mib",
+            "a 64 MiB WRITE (create, post, poll to DONE, release) observed ≤ 1.02× direct nixl-sys",
+            format!("{:.3}× (median of paired runs)", x.cycle_big_paired_ratio),
+            Some(x.cycle_big_paired_ratio <= 1.02),
         ));
     }
     if let Some(p) = &r.pod {
@@ -493,6 +509,35 @@ pub fn render(r: &Results) -> String {
             o,
             "\nRSS after the cold registration, observe-first processes minus direct-first ones: {:+.0} KiB.\n",
             e.observer_rss_kib
+        );
+    }
+    if let Some(x) = &r.transfers {
+        let _ = writeln!(
+            o,
+            "Transfers (same process, two NIXL agents, UCX, DRAM; direct nixl-sys vs observe mode, interleaved, medians):\n"
+        );
+        let _ = writeln!(o, "| call | direct | observed | observed / direct |");
+        let _ = writeln!(o, "|---|---:|---:|---:|");
+        let _ = writeln!(
+            o,
+            "| post_xfer_req, 4 KiB, ns | {:.0} | {:.0} | {} |",
+            x.post_ns.0,
+            x.post_ns.1,
+            ratio(Some(x.post_ns.1), Some(x.post_ns.0))
+        );
+        let _ = writeln!(
+            o,
+            "| 4 KiB WRITE: create, post, poll to DONE, release, ms | {} | {} | {} |",
+            f(x.cycle_small_ms.0),
+            f(x.cycle_small_ms.1),
+            ratio(Some(x.cycle_small_ms.1), Some(x.cycle_small_ms.0))
+        );
+        let _ = writeln!(
+            o,
+            "| 64 MiB WRITE: create, post, poll to DONE, release, ms | {} | {} | {:.3}× (paired) |\n",
+            f(x.cycle_big_ms.0),
+            f(x.cycle_big_ms.1),
+            x.cycle_big_paired_ratio
         );
     }
     if !r.targets.is_empty() {

@@ -7,7 +7,7 @@
 mod prom;
 mod support;
 
-use prom::{read, Prometheus};
+use prom::{dep_bin, read, Alertmanager, Prometheus, Webhook, ALERTMANAGER_CONFIG};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -417,20 +417,6 @@ fn live_prometheus_fires_failure_alerts_for_a_failing_agent_and_none_for_a_healt
     );
 }
 
-const ALERTMANAGER_CONFIG: &str = "alerts/alertmanager.yml";
-
-fn dep_bin(var: &str, default: &str) -> std::path::PathBuf {
-    let p = std::env::var_os(var)
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| prom::repo().join(default));
-    assert!(
-        p.exists(),
-        "{var}: {} does not exist; run `bash scripts/setup.sh`",
-        p.display()
-    );
-    p
-}
-
 fn amtool() -> std::path::PathBuf {
     dep_bin("AMTOOL", ".deps/alertmanager/usr/bin/amtool")
 }
@@ -445,137 +431,6 @@ fn amtool_accepts_the_shipped_alertmanager_config() {
     let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
     assert!(said.contains("7 inhibit rules"), "{said}");
-}
-
-/// A webhook receiver: every POST body, by path.
-struct Webhook {
-    addr: std::net::SocketAddr,
-    got: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
-}
-
-impl Webhook {
-    fn start() -> Webhook {
-        use std::io::{BufRead, BufReader, Read, Write};
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = got.clone();
-        std::thread::spawn(move || {
-            for stream in l.incoming().map_while(Result::ok) {
-                let mut r = BufReader::new(stream);
-                let mut first = String::new();
-                if r.read_line(&mut first).is_err() {
-                    continue;
-                }
-                let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
-                let mut len = 0usize;
-                loop {
-                    let mut h = String::new();
-                    if r.read_line(&mut h).is_err() || h.trim().is_empty() {
-                        break;
-                    }
-                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut body = vec![0; len];
-                if r.read_exact(&mut body).is_ok() {
-                    if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-                        sink.lock().unwrap().push((path, v));
-                    }
-                }
-                let _ = r
-                    .get_mut()
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-            }
-        });
-        Webhook { addr, got }
-    }
-
-    /// (receiver path, alertname, instance, status) of every alert notified.
-    fn notified(&self) -> Vec<(String, String, String, String)> {
-        let mut out = Vec::new();
-        for (path, v) in self.got.lock().unwrap().iter() {
-            for a in v["alerts"].as_array().into_iter().flatten() {
-                out.push((
-                    path.clone(),
-                    a["labels"]["alertname"].as_str().unwrap_or_default().to_string(),
-                    a["labels"]["instance"].as_str().unwrap_or_default().to_string(),
-                    a["status"].as_str().unwrap_or_default().to_string(),
-                ));
-            }
-        }
-        out
-    }
-}
-
-/// Alertmanager from Debian's package with the shipped config: its
-/// inhibition rules and route tree as they are, the receivers pointed at
-/// the test's webhook, the waits shortened.
-struct Alertmanager {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Alertmanager {
-    fn start(hook: std::net::SocketAddr) -> Alertmanager {
-        let shipped = read(ALERTMANAGER_CONFIG);
-        let mut config = shipped
-            .replace("group_wait: 30s", "group_wait: 1s")
-            .replace("group_interval: 5m", "group_interval: 2s")
-            .replace("repeat_interval: 4h", "repeat_interval: 1h");
-        for r in ["pager", "tickets"] {
-            config = config.replace(
-                &format!("  - name: {r}\n"),
-                &format!("  - name: {r}\n    webhook_configs: [{{url: 'http://{hook}/{r}', send_resolved: true}}]\n"),
-            );
-        }
-        assert_ne!(config, shipped);
-        assert!(config.contains(&read(ALERTMANAGER_CONFIG)[shipped.find("inhibit_rules:").unwrap()..]));
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("alertmanager.yml");
-        std::fs::write(&path, config).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = std::process::Command::new(dep_bin(
-            "ALERTMANAGER",
-            ".deps/alertmanager/usr/bin/prometheus-alertmanager",
-        ))
-        .arg(format!("--config.file={}", path.display()))
-        .arg(format!("--storage.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--cluster.listen-address=")
-        .arg("--log.level=warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn alertmanager");
-        support::wait_for(Duration::from_secs(20), "alertmanager ready", || {
-            support::get(addr, "/-/ready").ok().filter(|r| r.status == 200)
-        });
-        Alertmanager { child, addr, _dir: dir }
-    }
-
-    fn alerts(&self) -> Vec<Value> {
-        let r = support::get(self.addr, "/api/v2/alerts").unwrap();
-        serde_json::from_str::<Value>(&r.body)
-            .unwrap()
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Alertmanager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One cause, one page: a missing plugin pages once (NotReady) and opens one

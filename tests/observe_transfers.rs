@@ -147,6 +147,15 @@ fn an_embedders_transfers_peers_and_notifications_are_recorded_and_untouched() {
     assert_eq!(x.recent_failures.len(), 1);
     assert_eq!(x.recent_failures[0].peer, "nobody");
     assert_eq!(x.recent_failures[0].stage, "create");
+    assert_eq!(
+        value(
+            &s,
+            "nixl_agent_transfer_failures_total",
+            &[("op", "write"), ("reason", "nixl_error")]
+        ),
+        1.0,
+        "nixl-sys keeps no cause for a refused request"
+    );
     let decode = x.peers.iter().find(|p| p.name == "decode-rs").expect("peer decode-rs");
     assert_eq!(decode.last_event, "remove");
     assert!(!decode.loaded);

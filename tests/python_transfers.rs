@@ -78,8 +78,11 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
         ],
     );
     // A real Prometheus with the shipped rules scrapes the worker from
-    // before its first transfer.
-    let prom = prom::Prometheus::start(&[h.addr], Some(&prom::rules_with_short_for()));
+    // before its first transfer, and a real Alertmanager with the shipped
+    // inhibitions routes what fires.
+    let hook = prom::Webhook::start();
+    let am = prom::Alertmanager::start(hook.addr);
+    let prom = prom::Prometheus::start_alerting(&[h.addr], Some(&prom::rules_with_short_for()), Some(am.addr));
     prom.wait_scraped(&[h.addr], 2, Duration::from_secs(30));
     let instance = h.addr.to_string();
     let firing = |names: &[&str]| {
@@ -126,6 +129,19 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
             .any(|a| a["labels"]["alertname"] == "NixlTransfersFailing" && a["labels"]["instance"] == instance.as_str()),
         "{alerts:?}"
     );
+    // One cause: the lost peer explains the stall, which Alertmanager now
+    // holds back (inhibited), while the peer loss is notified.
+    support::wait_for(Duration::from_secs(30), "the stall inhibited by the lost peer", || {
+        let stalled = am.alerts().into_iter().find(|a| {
+            a["labels"]["alertname"] == "NixlTransferStalled" && a["labels"]["instance"] == instance.as_str()
+        })?;
+        (stalled["status"]["state"] == "suppressed"
+            && hook
+                .notified()
+                .iter()
+                .any(|(_, name, inst, status)| name == "NixlPeerLost" && *inst == instance && status == "firing"))
+        .then_some(())
+    });
     // OpenMetrics: the write duration's buckets point at sampled spans.
     let om = support::request(h.addr, "GET", "/metrics", &[("Accept", "application/openmetrics-text")])
         .unwrap()

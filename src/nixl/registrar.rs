@@ -25,9 +25,9 @@ pub fn reason_of(e: &NixlError) -> Reason {
         NixlError::RegDescListCreationFailed | NixlError::RegDescAddFailed | NixlError::IndexOutOfBounds => {
             Reason::NixlInvalidParam
         }
-        NixlError::FailedToCreateXferRequest | NixlError::FailedToCreateXferDlistHandle | NixlError::NoTelemetry => {
-            Reason::Unknown
-        }
+        // NIXL refused a transfer request; nixl-sys keeps no cause.
+        NixlError::FailedToCreateXferRequest | NixlError::FailedToCreateXferDlistHandle => Reason::NixlError,
+        NixlError::NoTelemetry => Reason::Unknown,
     }
 }
 

@@ -1,5 +1,6 @@
-//! A real Prometheus for the alert and dashboard tests, and small readers for
-//! PromQL and for the rule files. Shared by tests/alerts.rs and
+//! A real Prometheus (and Alertmanager, with a webhook receiver) for the
+//! alert and dashboard tests, and small readers for PromQL and for the rule
+//! files. Shared by tests/alerts.rs and
 //! tests/dashboards.rs, which include it with
 //! `#[path = "support/prom.rs"] mod prom;` next to `mod support;`.
 #![allow(dead_code)]
@@ -477,4 +478,149 @@ pub fn rules_with_short_for() -> String {
     }
     assert_ne!(out, text);
     out
+}
+
+pub const ALERTMANAGER_CONFIG: &str = "alerts/alertmanager.yml";
+
+pub fn dep_bin(var: &str, default: &str) -> std::path::PathBuf {
+    let p = std::env::var_os(var)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo().join(default));
+    assert!(
+        p.exists(),
+        "{var}: {} does not exist; run `bash scripts/setup.sh`",
+        p.display()
+    );
+    p
+}
+
+/// A webhook receiver: every POST body, by path.
+pub struct Webhook {
+    pub addr: std::net::SocketAddr,
+    got: std::sync::Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>,
+}
+
+impl Webhook {
+    pub fn start() -> Webhook {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = got.clone();
+        std::thread::spawn(move || {
+            for stream in l.incoming().map_while(Result::ok) {
+                let mut r = BufReader::new(stream);
+                let mut first = String::new();
+                if r.read_line(&mut first).is_err() {
+                    continue;
+                }
+                let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
+                let mut len = 0usize;
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).is_err() || h.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; len];
+                if r.read_exact(&mut body).is_ok() {
+                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
+                        sink.lock().unwrap().push((path, v));
+                    }
+                }
+                let _ = r
+                    .get_mut()
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            }
+        });
+        Webhook { addr, got }
+    }
+
+    /// (receiver path, alertname, instance, status) of every alert notified.
+    pub fn notified(&self) -> Vec<(String, String, String, String)> {
+        let mut out = Vec::new();
+        for (path, v) in self.got.lock().unwrap().iter() {
+            for a in v["alerts"].as_array().into_iter().flatten() {
+                out.push((
+                    path.clone(),
+                    a["labels"]["alertname"].as_str().unwrap_or_default().to_string(),
+                    a["labels"]["instance"].as_str().unwrap_or_default().to_string(),
+                    a["status"].as_str().unwrap_or_default().to_string(),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Alertmanager from Debian's package with the shipped config: its
+/// inhibition rules and route tree as they are, the receivers pointed at
+/// the test's webhook, the waits shortened.
+pub struct Alertmanager {
+    child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Alertmanager {
+    pub fn start(hook: std::net::SocketAddr) -> Alertmanager {
+        let shipped = read(ALERTMANAGER_CONFIG);
+        let mut config = shipped
+            .replace("group_wait: 30s", "group_wait: 1s")
+            .replace("group_interval: 5m", "group_interval: 2s")
+            .replace("repeat_interval: 4h", "repeat_interval: 1h");
+        for r in ["pager", "tickets"] {
+            config = config.replace(
+                &format!("  - name: {r}\n"),
+                &format!("  - name: {r}\n    webhook_configs: [{{url: 'http://{hook}/{r}', send_resolved: true}}]\n"),
+            );
+        }
+        assert_ne!(config, shipped);
+        assert!(config.contains(&read(ALERTMANAGER_CONFIG)[shipped.find("inhibit_rules:").unwrap()..]));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("alertmanager.yml");
+        std::fs::write(&path, config).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = std::process::Command::new(dep_bin(
+            "ALERTMANAGER",
+            ".deps/alertmanager/usr/bin/prometheus-alertmanager",
+        ))
+        .arg(format!("--config.file={}", path.display()))
+        .arg(format!("--storage.path={}", dir.path().join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .arg("--cluster.listen-address=")
+        .arg("--log.level=warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn alertmanager");
+        support::wait_for(Duration::from_secs(20), "alertmanager ready", || {
+            support::get(addr, "/-/ready").ok().filter(|r| r.status == 200)
+        });
+        Alertmanager { child, addr, _dir: dir }
+    }
+
+    pub fn alerts(&self) -> Vec<serde_json::Value> {
+        let r = support::get(self.addr, "/api/v2/alerts").unwrap();
+        serde_json::from_str::<serde_json::Value>(&r.body)
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
