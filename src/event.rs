@@ -4,8 +4,8 @@
 //! HTTP or FFI types, and nothing of the crate but `model`.
 
 use crate::model::{
-    AgentId, Failure, GroupFailure, GroupLabels, GroupState, Hooked, MemType, NotifDirection, PeerOp, Phase, Reason,
-    Region, RuntimeFacts, XferOp,
+    AgentId, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason, Region,
+    RuntimeFacts, Transfer, XferOp,
 };
 use std::time::{Duration, Instant};
 
@@ -102,26 +102,6 @@ impl CallKind {
             CallKind::Drain => "drain",
         }
     }
-}
-
-/// A transfer request the program made on one of its NIXL agents
-/// (`initialize_xfer`, `make_prepped_xfer`, `create_xfer_req`).
-#[derive(Debug, Clone, Copy)]
-pub struct XferRequest<'a> {
-    pub agent: AgentId,
-    /// NIXL's handle for it: unique among the process's live requests.
-    pub handle: u64,
-    pub op: XferOp,
-    /// Local descriptors and their bytes (what moves each time it is posted).
-    pub descriptors: usize,
-    pub bytes: u64,
-    pub local: Option<MemType>,
-    pub remote: Option<MemType>,
-    /// The backend NIXL chose for it (`query_xfer_backend`), when known.
-    pub backend: Option<&'a str>,
-    /// The remote agent's name (NIXL's; a UUID in SGLang and vLLM): ledger
-    /// and /v1/status only, never a label.
-    pub peer: &'a str,
 }
 
 /// How the program learned a posted transfer ended.
@@ -233,7 +213,7 @@ pub enum Event<'a> {
     /// serve a transfer).
     AwaitRegistration,
     /// A transfer request was created; `handle` names it from now on.
-    XferCreated(&'a XferRequest<'a>),
+    XferCreated(&'a Transfer<'a>),
     /// Creating a transfer request failed (an unknown peer, descriptors NIXL
     /// refuses): a transfer that ended in error before it was posted.
     XferCreateFailed {

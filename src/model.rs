@@ -9,7 +9,7 @@
 use std::fmt;
 
 mod transfer;
-pub use transfer::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
+pub use transfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 
 /// Why a registration step failed: the closed vocabulary of the `reason` label.
 ///

@@ -645,6 +645,7 @@ mod inflight;
 mod tests;
 mod transfers;
 
-pub use transfers::{Transfer, XferPoll, DEFAULT_STALL_AFTER};
+pub use crate::model::Transfer;
+pub use transfers::{XferPoll, DEFAULT_STALL_AFTER};
 
 use inflight::InFlight;

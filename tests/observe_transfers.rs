@@ -7,33 +7,12 @@
 mod support;
 
 use nixl_agent::{Descriptor, Format, ObserveSettings, Observer};
-use nixl_sys::{Agent, Backend, NotificationMap, OptArgs, XferDescList, XferOp, XferStatus};
+use nixl_sys::{NotificationMap, OptArgs, XferOp, XferStatus};
 use std::time::{Duration, Instant};
+use support::traffic::{agent, dlist};
 use support::Scrape;
 
 const LEN: usize = 256 << 10;
-
-fn agent(name: &str) -> (Agent, Backend) {
-    nixl_agent::load_nixl(Some(&support::nixl_lib_dir())).expect("NIXL runtime from the wheel");
-    let agent = Agent::new(name).expect("NIXL agent");
-    let (_, params) = agent.get_plugin_params("UCX").expect("UCX plugin");
-    let backend = agent.create_backend("UCX", &params).expect("UCX backend");
-    (agent, backend)
-}
-
-fn dlist(buf: &[u8]) -> XferDescList<'static> {
-    let mut l = XferDescList::new(nixl_sys::MemType::Dram).unwrap();
-    l.add_desc(buf.as_ptr() as usize, buf.len(), 0);
-    l
-}
-
-fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
-    labels
-        .iter()
-        .fold(s.metric(name), |m, (k, v)| m.label(k, v))
-        .get()
-        .unwrap_or(0.0)
-}
 
 #[test]
 fn an_embedders_transfers_peers_and_notifications_are_recorded_and_untouched() {
@@ -103,26 +82,25 @@ fn an_embedders_transfers_peers_and_notifications_are_recorded_and_untouched() {
     on_a.invalidate_remote_md("decode-rs").unwrap();
 
     let s = Scrape::parse(&observer.metrics().encode(Format::Text));
-    let t = |op: &str, outcome: &str| value(&s, "nixl_agent_transfers_total", &[("op", op), ("outcome", outcome)]);
+    let t = |op: &str, outcome: &str| s.value_at("nixl_agent_transfers_total", &[("op", op), ("outcome", outcome)]);
     assert_eq!(t("write", "done"), 1.0, "{}", s.text);
     assert_eq!(t("read", "done"), 1.0);
     assert_eq!(t("write", "error"), 1.0);
     assert_eq!(
-        value(&s, "nixl_agent_transfer_bytes_total", &[("op", "write")]),
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "write")]),
         LEN as f64
     );
     assert_eq!(
-        value(&s, "nixl_agent_transfer_bytes_total", &[("op", "read")]),
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
         LEN as f64
     );
     assert_eq!(
-        value(&s, "nixl_agent_transfer_duration_seconds_count", &[("op", "write")]),
+        s.value_at("nixl_agent_transfer_duration_seconds_count", &[("op", "write")]),
         1.0
     );
-    assert_eq!(value(&s, "nixl_agent_transfers_in_flight", &[("op", "write")]), 0.0);
+    assert_eq!(s.value_at("nixl_agent_transfers_in_flight", &[("op", "write")]), 0.0);
     let peer = |event: &str, outcome: &str| {
-        value(
-            &s,
+        s.value_at(
             "nixl_agent_peer_events_total",
             &[("event", event), ("outcome", outcome)],
         )
@@ -131,14 +109,8 @@ fn an_embedders_transfers_peers_and_notifications_are_recorded_and_untouched() {
     assert_eq!(peer("add", "error"), 1.0);
     assert_eq!(peer("check", "ok"), 1.0);
     assert_eq!(peer("remove", "ok"), 1.0);
-    assert_eq!(value(&s, "nixl_agent_remote_agents", &[]), 0.0);
-    let n = |d: &str| {
-        value(
-            &s,
-            "nixl_agent_notifications_total",
-            &[("direction", d), ("outcome", "ok")],
-        )
-    };
+    assert_eq!(s.value_at("nixl_agent_remote_agents", &[]), 0.0);
+    let n = |d: &str| s.value_at("nixl_agent_notifications_total", &[("direction", d), ("outcome", "ok")]);
     assert_eq!(n("send"), 1.0);
     assert_eq!(n("receive"), 1.0);
 
@@ -148,8 +120,7 @@ fn an_embedders_transfers_peers_and_notifications_are_recorded_and_untouched() {
     assert_eq!(x.recent_failures[0].peer, "nobody");
     assert_eq!(x.recent_failures[0].stage, "create");
     assert_eq!(
-        value(
-            &s,
+        s.value_at(
             "nixl_agent_transfer_failures_total",
             &[("op", "write"), ("reason", "nixl_error")]
         ),

@@ -14,7 +14,6 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 use support::held::{command, Held};
-use support::Scrape;
 
 fn program() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -30,14 +29,6 @@ fn said(lines: &[String]) -> Vec<String> {
         .filter(|l| !l.starts_with("20") && !l.starts_with('[') && *l != "HOLD")
         .cloned()
         .collect()
-}
-
-fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
-    labels
-        .iter()
-        .fold(s.metric(name), |m, (k, v)| m.label(k, v))
-        .get()
-        .unwrap_or(0.0)
 }
 
 #[test]
@@ -102,11 +93,14 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     // counted once; the stall alert fires while it lasts.
     let s = support::wait_for(Duration::from_secs(5), "the stall counted", || {
         let s = h.scrape();
-        (value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]) >= 1.0).then_some(s)
+        (s.value_at("nixl_agent_transfers_stalled_total", &[("op", "write")]) >= 1.0).then_some(s)
     });
-    assert_eq!(value(&s, "nixl_agent_transfers_in_flight", &[("op", "write")]), 1.0);
-    assert!(value(&s, "nixl_agent_transfer_oldest_in_flight_seconds", &[("op", "write")]) >= 1.0);
-    assert_eq!(value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]), 1.0);
+    assert_eq!(s.value_at("nixl_agent_transfers_in_flight", &[("op", "write")]), 1.0);
+    assert!(s.value_at("nixl_agent_transfer_oldest_in_flight_seconds", &[("op", "write")]) >= 1.0);
+    assert_eq!(
+        s.value_at("nixl_agent_transfers_stalled_total", &[("op", "write")]),
+        1.0
+    );
     let status = h.status();
     let write = &status["transfers"]["ops"][1];
     assert_eq!(write["op"], "write");
@@ -162,24 +156,19 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
         "the program saw the same, bare and instrumented"
     );
 
-    let t = |op: &str, outcome: &str| value(&s, "nixl_agent_transfers_total", &[("op", op), ("outcome", outcome)]);
-    let failed = |op: &str, reason: &str| {
-        value(
-            &s,
-            "nixl_agent_transfer_failures_total",
-            &[("op", op), ("reason", reason)],
-        )
-    };
+    let t = |op: &str, outcome: &str| s.value_at("nixl_agent_transfers_total", &[("op", op), ("outcome", outcome)]);
+    let failed =
+        |op: &str, reason: &str| s.value_at("nixl_agent_transfer_failures_total", &[("op", op), ("reason", reason)]);
     // Done: the 1 MiB write, the prepped write (two 1 MiB descriptors by
     // index) and the 64 MiB write after the stall; the read.
     assert_eq!(t("write", "done"), 3.0, "{}", s.text);
     assert_eq!(t("read", "done"), 1.0);
     assert_eq!(
-        value(&s, "nixl_agent_transfer_bytes_total", &[("op", "write")]),
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "write")]),
         ((1u64 << 20) + (2u64 << 20) + (64u64 << 20)) as f64
     );
     assert_eq!(
-        value(&s, "nixl_agent_transfer_bytes_total", &[("op", "read")]),
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
         (1u64 << 20) as f64
     );
     // The peer never added (refused at creation), the request to the removed
@@ -188,12 +177,14 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     assert_eq!(failed("write", "peer_lost"), 1.0);
     assert_eq!(t("write", "error"), 3.0);
     assert_eq!(t("write", "released_in_flight"), 1.0);
-    assert_eq!(value(&s, "nixl_agent_transfers_stalled_total", &[("op", "write")]), 1.0);
-    assert_eq!(value(&s, "nixl_agent_transfers_in_flight", &[("op", "write")]), 0.0);
-    assert_eq!(value(&s, "nixl_agent_peers_lost_total", &[]), 1.0);
+    assert_eq!(
+        s.value_at("nixl_agent_transfers_stalled_total", &[("op", "write")]),
+        1.0
+    );
+    assert_eq!(s.value_at("nixl_agent_transfers_in_flight", &[("op", "write")]), 0.0);
+    assert_eq!(s.value_at("nixl_agent_peers_lost_total", &[]), 1.0);
     let peer = |event: &str, outcome: &str| {
-        value(
-            &s,
+        s.value_at(
             "nixl_agent_peer_events_total",
             &[("event", event), ("outcome", outcome)],
         )
@@ -203,28 +194,22 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     assert_eq!(peer("check", "ok"), 1.0);
     assert_eq!(peer("remove", "ok"), 1.0);
     assert_eq!(
-        value(
-            &s,
+        s.value_at(
             "nixl_agent_peer_failures_total",
             &[("event", "add"), ("reason", "metadata_mismatch")]
         ),
         1.0
     );
-    assert_eq!(value(&s, "nixl_agent_remote_agents", &[]), 1.0);
+    assert_eq!(s.value_at("nixl_agent_remote_agents", &[]), 1.0);
     assert_eq!(
-        value(
-            &s,
+        s.value_at(
             "nixl_agent_notifications_total",
             &[("direction", "send"), ("outcome", "ok")]
         ),
         1.0
     );
     assert_eq!(
-        value(
-            &s,
-            "nixl_agent_instrumentation_errors_total",
-            &[("operation", "transfer")]
-        ),
+        s.value_at("nixl_agent_instrumentation_errors_total", &[("operation", "transfer")]),
         0.0
     );
 

@@ -306,17 +306,13 @@ impl State {
                     .agent_released(&mut self.status.transfers, *agent, Instant::now());
                 self.sync_transfers(None);
             }
-            Event::XferCreated(r) => {
-                self.transfers.observing = true;
-                self.transfers.created(r);
-            }
+            Event::XferCreated(r) => self.transfers.created(r),
             Event::XferCreateFailed {
                 agent,
                 op,
                 peer,
                 failure,
             } => {
-                self.transfers.observing = true;
                 self.transfers
                     .create_failed(&mut self.status.transfers, *agent, *op, peer, failure, Instant::now());
                 self.sync_transfers(None);
@@ -364,7 +360,6 @@ impl State {
                 peer,
                 failure,
             } => {
-                self.transfers.observing = true;
                 self.transfers
                     .peer(&mut self.status.transfers, *agent, *op, peer, *failure);
                 self.sync_transfers(None);
@@ -375,7 +370,6 @@ impl State {
                 failure,
                 ..
             } => {
-                self.transfers.observing = true;
                 self.transfers.notified(*direction, *messages, *failure);
                 self.sync_transfers(None);
             }

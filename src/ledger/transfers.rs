@@ -9,8 +9,8 @@
 //! remote name) and never become a label; the tables are bounded.
 
 use super::counts::{unix_now, Histogram};
-use crate::event::{XferEnd, XferRequest};
-use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, Reason, XferOp, XferOutcome};
+use crate::event::XferEnd;
+use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
 use crate::status::{PeerStatus, TransferStatus, XferFailure, XferOpStatus};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -155,7 +155,8 @@ impl Transfers {
         }
     }
 
-    pub fn created(&mut self, r: &XferRequest<'_>) {
+    pub fn created(&mut self, r: &Transfer<'_>) {
+        self.observing = true;
         if self.requests.len() >= REQUESTS_KEPT && !self.requests.contains_key(&r.handle) {
             // Handles never released: forget those not in flight.
             let flights = &self.flights;
@@ -196,6 +197,7 @@ impl Transfers {
         failure: &Failure,
         at: Instant,
     ) {
+        self.observing = true;
         self.counts.ops[op.index()].outcomes[XferOutcome::Error.index()] += 1;
         self.failed(s, agent, op, peer, failure, "create");
         self.traced.push(TracedXfer {
@@ -395,6 +397,7 @@ impl Transfers {
     }
 
     pub fn peer(&mut self, s: &mut TransferStatus, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
+        self.observing = true;
         self.counts.peer_events[peer_index(op)][outcome_index(failure.is_none())] += 1;
         if let Some(f) = failure {
             match self
@@ -435,6 +438,7 @@ impl Transfers {
     }
 
     pub fn notified(&mut self, direction: NotifDirection, messages: u64, failure: Option<&Failure>) {
+        self.observing = true;
         let n = &mut self.counts.notifications[notif_index(direction)];
         match failure {
             None => n[0] += messages,

@@ -3,7 +3,31 @@
 //! like the rest of `model`; peers (remote agent names, UUIDs in SGLang and
 //! vLLM) are never among them.
 
+use super::{AgentId, MemType};
 use std::fmt;
+
+/// One transfer request the program created (`initialize_xfer`,
+/// `make_prepped_xfer`, `create_xfer_req`), described for recording.
+#[derive(Debug, Clone, Copy)]
+pub struct Transfer<'a> {
+    /// The NIXL agent it was created on.
+    pub agent: AgentId,
+    /// NIXL's handle for the request (its address; a counter in Rust
+    /// observe mode): unique among the process's live requests, what later
+    /// calls name.
+    pub handle: u64,
+    pub op: XferOp,
+    /// Local descriptors and their bytes (what moves each time it is posted).
+    pub descriptors: usize,
+    pub bytes: u64,
+    pub local: Option<MemType>,
+    pub remote: Option<MemType>,
+    /// The backend NIXL chose (`query_xfer_backend`), when known.
+    pub backend: Option<&'a str>,
+    /// The remote agent's name (NIXL's; a UUID in SGLang and vLLM): ledger
+    /// and /v1/status only, never a label.
+    pub peer: &'a str,
+}
 
 /// A transfer's direction (NIXL's `nixl_xfer_op_t`): the `op` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

@@ -9,33 +9,14 @@
 //! before reaching this module.
 
 use super::{Inner, Observer};
-use crate::event::{Event, XferEnd, XferRequest};
-use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, XferOp};
+use crate::event::{Event, XferEnd};
+use crate::model::{AgentId, Failure, NotifDirection, PeerOp, Transfer, XferOp};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Default time in flight after which a transfer counts as stalled.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
-
-/// One transfer request the program created, described for recording.
-#[derive(Debug, Clone, Copy)]
-pub struct Transfer<'a> {
-    /// The NIXL agent it was created on.
-    pub agent: AgentId,
-    /// NIXL's handle for the request (its address): what later calls name.
-    pub handle: u64,
-    pub op: XferOp,
-    /// Local descriptors, and their bytes.
-    pub descriptors: usize,
-    pub bytes: u64,
-    pub local: Option<MemType>,
-    pub remote: Option<MemType>,
-    /// The backend NIXL chose, when the front-end asked.
-    pub backend: Option<&'a str>,
-    /// The remote agent's name (ledger and /v1/status only, never a label).
-    pub peer: &'a str,
-}
 
 /// What a post or a status poll returned.
 #[derive(Debug)]
@@ -52,17 +33,7 @@ impl Observer {
     /// A transfer request was created (`initialize_xfer`,
     /// `make_prepped_xfer`, `create_xfer_req`).
     pub fn transfer_created(&self, t: &Transfer<'_>) {
-        self.0.rec.emit(&Event::XferCreated(&XferRequest {
-            agent: t.agent,
-            handle: t.handle,
-            op: t.op,
-            descriptors: t.descriptors,
-            bytes: t.bytes,
-            local: t.local,
-            remote: t.remote,
-            backend: t.backend,
-            peer: t.peer,
-        }));
+        self.0.rec.emit(&Event::XferCreated(t));
     }
 
     /// Creating a transfer request to `peer` failed: a transfer that ended in

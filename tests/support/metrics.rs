@@ -39,6 +39,16 @@ impl Scrape {
     }
 
     /// Names of every `# TYPE` family.
+    /// The value of the one series of `name` with these labels, 0 when
+    /// there is none (a family that appears on first use).
+    pub fn value_at(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        labels
+            .iter()
+            .fold(self.metric(name), |m, (k, v)| m.label(k, v))
+            .get()
+            .unwrap_or(0.0)
+    }
+
     pub fn families(&self) -> Vec<String> {
         self.text
             .lines()

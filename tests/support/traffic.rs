@@ -27,7 +27,8 @@ impl Drop for Traffic {
     }
 }
 
-fn agent(name: &str) -> (Agent, nixl_sys::Backend) {
+/// A NIXL agent as a serving process makes one: the UCX backend.
+pub fn agent(name: &str) -> (Agent, nixl_sys::Backend) {
     nixl_agent::load_nixl(Some(&super::nixl_lib_dir())).expect("NIXL runtime from the wheel");
     let agent = Agent::new(name).expect("NIXL agent");
     let (_, params) = agent.get_plugin_params("UCX").expect("UCX plugin");
@@ -35,7 +36,8 @@ fn agent(name: &str) -> (Agent, nixl_sys::Backend) {
     (agent, backend)
 }
 
-fn dlist(buf: &[u8]) -> XferDescList<'static> {
+/// One DRAM descriptor over `buf`.
+pub fn dlist(buf: &[u8]) -> XferDescList<'static> {
     let mut l = XferDescList::new(nixl_sys::MemType::Dram).unwrap();
     l.add_desc(buf.as_ptr() as usize, buf.len(), 0);
     l

@@ -405,17 +405,22 @@ use instrument::mem_type_word;
 
 /// `Failure` from a Python exception: its class names the reason.
 fn failure_of(error: &Bound<'_, PyAny>, fallback: Reason) -> Failure {
+    failure_by(error, |class| match instrument::reason_of_exception(class) {
+        Reason::Unknown => fallback,
+        r => r,
+    })
+}
+
+/// `Failure` from a Python exception, its class mapped to a reason by
+/// `reason`; the message is `Class: text`.
+fn failure_by(error: &Bound<'_, PyAny>, reason: impl FnOnce(&str) -> Reason) -> Failure {
     let class = error
         .get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "Exception".into());
     let text = error.str().map(|s| s.to_string()).unwrap_or_default();
-    let reason = match instrument::reason_of_exception(&class) {
-        Reason::Unknown => fallback,
-        r => r,
-    };
-    Failure::new(reason, format!("{class}: {text}"))
+    Failure::new(reason(&class), format!("{class}: {text}"))
 }
 
 /// What was passed to `register_memory`: its memory type and regions.

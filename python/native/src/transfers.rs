@@ -55,13 +55,7 @@ fn name_of(v: &Bound<'_, PyAny>) -> Option<String> {
 
 /// The failure a data-path call raised, classified.
 fn failure_of(error: &Bound<'_, PyAny>) -> Failure {
-    let class = error
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "Exception".into());
-    let text = error.str().map(|s| s.to_string()).unwrap_or_default();
-    Failure::new(reason_of_transfer_exception(&class), format!("{class}: {text}"))
+    crate::failure_by(error, reason_of_transfer_exception)
 }
 
 /// What a post or status poll gave: its state word, or what it raised.

@@ -3,16 +3,16 @@
 //! tables; peers as last seen.
 
 use super::*;
-use crate::event::{XferEnd, XferRequest};
-use crate::model::{AgentId, Failure, PeerOp, Reason, XferOp, XferOutcome};
+use crate::event::XferEnd;
+use crate::model::{AgentId, Failure, PeerOp, Reason, Transfer, XferOp, XferOutcome};
 use crate::status::TransferStatus;
 use std::time::{Duration, Instant};
 
 const BOUNDS: &[f64] = &[0.001, 1.0];
 const A: AgentId = AgentId(7);
 
-fn request(handle: u64, op: XferOp, bytes: u64) -> XferRequest<'static> {
-    XferRequest {
+fn request(handle: u64, op: XferOp, bytes: u64) -> Transfer<'static> {
+    Transfer {
         agent: A,
         handle,
         op,

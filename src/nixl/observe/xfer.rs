@@ -8,8 +8,8 @@
 //! coarser reasons of [`reason_of`]; Python's carry NIXL's own.
 
 use super::{failure, ObservedAgent};
-use crate::model::{MemType, NotifDirection, PeerOp, XferOp};
-use crate::observe::{Observer, Transfer, XferPoll};
+use crate::model::{MemType, NotifDirection, PeerOp, Transfer, XferOp};
+use crate::observe::{Observer, XferPoll};
 use nixl_sys::{Backend, NixlError, NotificationMap, OptArgs, XferDescList, XferRequest, XferStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
