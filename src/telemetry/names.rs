@@ -463,19 +463,10 @@ mod tests {
             RANK_CONFLICTS_TOTAL,
             POD_FILES_REJECTED_TOTAL,
             POD_WATCH_SECONDS,
-            TRANSFERS_TOTAL,
-            TRANSFER_FAILURES_TOTAL,
-            TRANSFERS_STALLED_TOTAL,
-            TRANSFER_BYTES_TOTAL,
-            TRANSFER_DURATION_SECONDS,
-            TRANSFERS_IN_FLIGHT,
-            TRANSFER_OLDEST_IN_FLIGHT_SECONDS,
-            PEER_EVENTS_TOTAL,
-            PEER_FAILURES_TOTAL,
-            PEERS_LOST_TOTAL,
-            REMOTE_AGENTS,
-            NOTIFICATIONS_TOTAL,
-        ] {
+        ]
+        .iter()
+        .chain(DATA_PATH)
+        {
             Family::get(name);
         }
     }
