@@ -238,6 +238,14 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     assert_eq!(decode["last_event"], "lost");
     assert_eq!(decode["lost"], true);
     assert_eq!(x["peers_lost"], 1);
+    let write = &x["ops"][1];
+    assert_eq!(
+        (write["done"].as_u64(), write["error"].as_u64()),
+        (Some(3), Some(3)),
+        "{write}"
+    );
+    assert_eq!(write["released_in_flight"], 1);
+    assert_eq!(write["stalled"], 1);
 
     // Traces: every failure, the stall and the release in flight.
     let spans = rx.wait("transfer spans", Duration::from_secs(10), |s| {
@@ -270,6 +278,20 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     let stalled = transfer(&|s| s.attrs.get("nixl.stage").map(String::as_str) == Some("stall"));
     assert_eq!(stalled.attr("nixl.stalled"), "true");
     transfer(&|s| s.attrs.get("nixl.outcome").map(String::as_str) == Some("released_in_flight"));
+    // The request to the removed agent: NIXL's own words, from its status.
+    let removed = transfer(&|s| {
+        s.attrs.get("nixl.reason").map(String::as_str) == Some("nixl_not_found")
+            && s.attrs.get("nixl.stage").map(String::as_str) == Some("status")
+    });
+    assert!(removed.status_message.contains("nixlNotFoundError"), "{removed:?}");
+    // The refused metadata: a peer span with its reason.
+    let refused = spans
+        .iter()
+        .find(|s| s.name == "nixl.peer")
+        .unwrap_or_else(|| panic!("no nixl.peer span in {spans:?}"));
+    assert_eq!(refused.attr("nixl.event"), "add");
+    assert_eq!(refused.attr("nixl.reason"), "metadata_mismatch");
+    assert_eq!(refused.status, 2);
     transfer(&|s| {
         s.attrs.get("nixl.stage").map(String::as_str) == Some("create")
             && s.attrs.get("nixl.peer").map(String::as_str) == Some("nobody")

@@ -74,6 +74,15 @@ impl Recorder {
             }
             log::transfer(t);
         }
+        if let Event::Peer {
+            op,
+            peer,
+            failure: Some(f),
+            ..
+        } = e
+        {
+            crate::telemetry::traces::peer_span(op.as_str(), peer, f);
+        }
         log::on(e, &applied);
         applied
     }

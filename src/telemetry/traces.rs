@@ -162,6 +162,27 @@ pub fn sample_transfer() -> bool {
     (x % 1_000_000) < u64::from(ppm)
 }
 
+/// Exports one span for a failed call about a peer (`nixl.peer`): a
+/// refused metadata, a connection to an unknown agent. Never sampled away.
+pub(crate) fn peer_span(event: &str, peer: &str, failure: &crate::model::Failure) {
+    use opentelemetry::trace::{Span as _, SpanKind, Status as SpanStatus, Tracer as _};
+    if forked_away() {
+        return;
+    }
+    let Some(tracer) = TRANSFER_TRACER.get() else { return };
+    let mut span = tracer
+        .span_builder("nixl.peer")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![
+            KeyValue::new("nixl.event", event.to_string()),
+            KeyValue::new("nixl.peer", peer.to_string()),
+            KeyValue::new("nixl.reason", failure.reason.as_str()),
+        ])
+        .start(tracer);
+    span.set_status(SpanStatus::error(failure.message.clone()));
+    span.end();
+}
+
 /// Exports one span for a traced transfer (failed, stalled or sampled),
 /// from its post to its end; its trace and span ids when it was exported.
 pub(crate) fn transfer_span(t: &crate::ledger::TracedXfer) -> Option<(String, String)> {
