@@ -1,7 +1,8 @@
 """Wrapping NIXL's Python ``nixl_agent`` class when the program imports it.
 
 Only what must be Python lives here: a post-import hook (a ``sys.meta_path``
-finder that never imports NIXL itself) and the four wrappers. Each wrapper
+finder that never imports NIXL itself) and the four wrappers of the agent's
+lifecycle and registrations (the data path's are in ``_xfer``). Each wrapper
 hands its call to ``_native``, which records it on nixl-agent's recording
 path and calls the original; what the original returns or raises reaches
 the caller unchanged. A failure of the wrapping itself is counted, logged
@@ -159,275 +160,15 @@ def wrap_class(cls):
         "deregister_memory": deregister_memory,
     }
     try:
-        originals.update(_wrap_data_path(cls))
+        from . import _xfer
+
+        originals.update(_xfer.wrap(cls, _native))
     except Exception as e:
         _hook_failed("import", e)
     setattr(cls, _MARK, True)
     # For benchmarks and tests: the methods as NIXL defined them.
     cls.__nixl_agent_originals__ = originals
     return cls
-
-
-def _wrap_data_path(cls):
-    """Wraps the transfer, peer and notification methods NIXL's class has
-    (an older NIXL may lack some: those are left alone). Returns the
-    originals. The hot ones (``transfer``, ``check_xfer_state``,
-    ``get_new_notifs``, ``check_remote_metadata``) return before reaching
-    the extension when there is nothing to record: an "in progress" poll
-    costs one Python frame."""
-    import functools
-
-    originals = {}
-    ns = time.monotonic_ns
-    native = _native
-
-    def have(name):
-        f = getattr(cls, name, None)
-        if callable(f):
-            originals[name] = f
-            return f
-        return None
-
-    f = have("transfer")
-    if f is not None:
-        transfer = f
-        default = _notif_default(transfer)
-
-        if default is not _NO_DEFAULT:
-            # NIXL's own signature (handle, notif_msg=b""): no **kwargs dict
-            # per call, and the default is NIXL's own object.
-            @functools.wraps(transfer)
-            def transfer_(self, handle, notif_msg=default):
-                t0 = ns()
-                try:
-                    state = transfer(self, handle, notif_msg)
-                except Exception as e:
-                    native.xfer_posted(handle, t0, None, e)
-                    raise
-                native.xfer_posted(handle, t0, state, None)
-                return state
-
-        else:
-
-            @functools.wraps(transfer)
-            def transfer_(self, handle, *args, **kwargs):
-                t0 = ns()
-                try:
-                    state = transfer(self, handle, *args, **kwargs)
-                except Exception as e:
-                    native.xfer_posted(handle, t0, None, e)
-                    raise
-                native.xfer_posted(handle, t0, state, None)
-                return state
-
-        cls.transfer = transfer_
-
-    f = have("check_xfer_state")
-    if f is not None:
-        check_xfer_state = f
-
-        if _params(check_xfer_state) == ["self", "handle"]:
-            # NIXL's own signature: no *args/**kwargs, so a poll allocates
-            # nothing (an empty **kwargs is a new dict per call).
-            @functools.wraps(check_xfer_state)
-            def check_xfer_state_(self, handle):
-                try:
-                    state = check_xfer_state(self, handle)
-                except Exception as e:
-                    native.xfer_state(self, handle, None, e)
-                    raise
-                if state == "PROC":
-                    return state
-                native.xfer_state(self, handle, state, None)
-                return state
-
-        else:
-
-            @functools.wraps(check_xfer_state)
-            def check_xfer_state_(self, handle, *args, **kwargs):
-                try:
-                    state = check_xfer_state(self, handle, *args, **kwargs)
-                except Exception as e:
-                    native.xfer_state(self, handle, None, e)
-                    raise
-                if state == "PROC":
-                    return state
-                native.xfer_state(self, handle, state, None)
-                return state
-
-        cls.check_xfer_state = check_xfer_state_
-
-    def creation(name):
-        original = have(name)
-        if original is None:
-            return
-
-        @functools.wraps(original)
-        def create(self, *args, **kwargs):
-            try:
-                handle = original(self, *args, **kwargs)
-            except Exception as e:
-                native.xfer_create_failed(self, name, args, kwargs, e)
-                raise
-            native.xfer_created(self, name, handle, args, kwargs)
-            return handle
-
-        setattr(cls, name, create)
-
-    creation("initialize_xfer")
-    creation("make_prepped_xfer")
-
-    f = have("prep_xfer_dlist")
-    if f is not None:
-        prep_xfer_dlist = f
-
-        @functools.wraps(prep_xfer_dlist)
-        def prep_xfer_dlist_(self, *args, **kwargs):
-            handle = prep_xfer_dlist(self, *args, **kwargs)
-            native.dlist_prepped(self, handle, args, kwargs)
-            return handle
-
-        cls.prep_xfer_dlist = prep_xfer_dlist_
-
-    def peer_call(name, event, answer_names_peer=False, truthy_only=False):
-        original = have(name)
-        if original is None:
-            return
-
-        @functools.wraps(original)
-        def call(self, *args, **kwargs):
-            try:
-                result = original(self, *args, **kwargs)
-            except Exception as e:
-                native.peer(self, event, args, kwargs, None, e)
-                raise
-            if truthy_only and result is not True:
-                return result
-            native.peer(self, event, args, kwargs, result if answer_names_peer else None, None)
-            return result
-
-        setattr(cls, name, call)
-
-    peer_call("add_remote_agent", "add", answer_names_peer=True)
-    peer_call("remove_remote_agent", "remove")
-    peer_call("fetch_remote_metadata", "fetch")
-    peer_call("check_remote_metadata", "check", truthy_only=True)
-    peer_call("make_connection", "connect")
-
-    f = have("send_notif")
-    if f is not None:
-        send_notif = f
-
-        @functools.wraps(send_notif)
-        def send_notif_(self, *args, **kwargs):
-            try:
-                result = send_notif(self, *args, **kwargs)
-            except Exception as e:
-                native.notified(self, "send", None, e)
-                raise
-            native.notified(self, "send", None, None)
-            return result
-
-        cls.send_notif = send_notif_
-
-    f = have("get_new_notifs")
-    if f is not None:
-        get_new_notifs = f
-
-        @functools.wraps(get_new_notifs)
-        def get_new_notifs_(self, *args, **kwargs):
-            try:
-                notifs = get_new_notifs(self, *args, **kwargs)
-            except Exception as e:
-                native.notified(self, "receive", None, e)
-                raise
-            if not notifs:
-                return notifs
-            native.notified(self, "receive", notifs, None)
-            return notifs
-
-        cls.get_new_notifs = get_new_notifs_
-    return originals
-
-
-_NO_DEFAULT = object()
-
-
-def _notif_default(f):
-    """The default of ``notif_msg`` when ``f``'s signature is exactly
-    ``(self, handle, notif_msg=<default>)``, else ``_NO_DEFAULT``."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        return _NO_DEFAULT
-    if [p.name for p in params] != ["self", "handle", "notif_msg"]:
-        return _NO_DEFAULT
-    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params) or params[1].default is not params[1].empty:
-        return _NO_DEFAULT
-    d = params[2].default
-    return _NO_DEFAULT if d is params[2].empty else d
-
-
-def _params(f):
-    """The parameter names of ``f`` when they are all plain positional ones
-    without defaults, else None."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is not p.POSITIONAL_OR_KEYWORD or p.default is not p.empty for p in params):
-        return None
-    return [p.name for p in params]
-
-
-def wrap_handles(module):
-    """Wraps the release of NIXL's transfer and prepared-list handles
-    (``release()``, and ``__del__`` when a handle is collected unreleased),
-    once: a transfer still in flight then ends as released in flight."""
-    import functools
-
-    for cls_name, released in (("nixl_xfer_handle", "xfer_released"), ("nixl_prepped_dlist_handle", "dlist_released")):
-        cls = getattr(module, cls_name, None)
-        if not isinstance(cls, type) or getattr(cls, _MARK, False):
-            continue
-        note = getattr(_native, released)
-        release = getattr(cls, "release", None)
-        finalize = getattr(cls, "__del__", None)
-        if release is not None:
-
-            def make_release(release=release, note=note):
-                @functools.wraps(release)
-                def release_(self):
-                    was = getattr(self, "_released", True)
-                    try:
-                        return release(self)
-                    finally:
-                        if not was:
-                            note(self)
-
-                return release_
-
-            cls.release = make_release()
-        if finalize is not None:
-
-            def make_finalize(finalize=finalize, note=note):
-                @functools.wraps(finalize)
-                def finalize_(self):
-                    try:
-                        if not getattr(self, "_released", True):
-                            note(self)
-                    except BaseException:
-                        pass
-                    finalize(self)
-
-                return finalize_
-
-            cls.__del__ = make_finalize()
-        setattr(cls, _MARK, True)
 
 
 def _backend_name(args, kwargs):
@@ -477,7 +218,9 @@ def _patch(module):
         if isinstance(cls, type) and _load():
             wrap_class(cls)
             try:
-                wrap_handles(module)
+                from . import _xfer
+
+                _xfer.wrap_handles(module, _native)
             except Exception as e:
                 _hook_failed("import", e)
     except Exception as e:

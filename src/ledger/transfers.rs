@@ -11,7 +11,8 @@
 use super::counts::{unix_now, Histogram};
 use crate::event::XferEnd;
 use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
-use crate::status::{PeerStatus, TransferStatus, XferFailure, XferOpStatus};
+use crate::status::{TransferStatus, XferFailure, XferOpStatus};
+use peers::peer_entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -396,56 +397,6 @@ impl Transfers {
         self.flights.len()
     }
 
-    pub fn peer(&mut self, s: &mut TransferStatus, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
-        self.observing = true;
-        self.counts.peer_events[peer_index(op)][outcome_index(failure.is_none())] += 1;
-        if let Some(f) = failure {
-            match self
-                .counts
-                .peer_failures
-                .iter_mut()
-                .find(|(o, r, _)| *o == op && *r == f.reason)
-            {
-                Some(e) => e.2 += 1,
-                None => self.counts.peer_failures.push((op, f.reason, 1)),
-            }
-        }
-        if failure.is_none() {
-            let list = self.remote.entry(agent).or_default();
-            match op {
-                PeerOp::Add if !list.iter().any(|p| &**p == peer) && list.len() < REMOTE_AGENTS_KEPT => {
-                    list.push(peer.into());
-                }
-                PeerOp::Remove => list.retain(|p| &**p != peer),
-                _ => {}
-            }
-            self.counts.remote_agents = self.remote.values().map(Vec::len).sum();
-        }
-        if peer.is_empty() {
-            return;
-        }
-        let loaded = self.remote.get(&agent).is_some_and(|l| l.iter().any(|p| &**p == peer));
-        let p = peer_entry(s, agent, peer);
-        p.last_event = op.as_str();
-        p.ok = failure.is_none();
-        p.reason = failure.map(|f| f.reason);
-        p.error = failure.map(|f| f.message.clone());
-        p.unix_seconds = unix_now();
-        p.loaded = loaded;
-        if op == PeerOp::Add && failure.is_none() {
-            p.lost = false;
-        }
-    }
-
-    pub fn notified(&mut self, direction: NotifDirection, messages: u64, failure: Option<&Failure>) {
-        self.observing = true;
-        let n = &mut self.counts.notifications[notif_index(direction)];
-        match failure {
-            None => n[0] += messages,
-            Some(_) => n[1] += 1,
-        }
-    }
-
     /// The NIXL agent `agent` is gone: its requests, flights (released in
     /// flight) and remote agents with it.
     pub fn agent_released(&mut self, s: &mut TransferStatus, agent: AgentId, at: Instant) {
@@ -501,29 +452,6 @@ fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {
     }
 }
 
-/// The status entry of (agent, peer), moved to the end (most recent) and
-/// created when new; the oldest is dropped past [`PEERS_KEPT`].
-fn peer_entry<'a>(s: &'a mut TransferStatus, agent: AgentId, peer: &str) -> &'a mut PeerStatus {
-    let entry = match s.peers.iter().position(|p| p.agent == agent && p.name == peer) {
-        Some(i) => s.peers.remove(i),
-        None => PeerStatus {
-            name: peer.to_string(),
-            agent,
-            last_event: "transfer",
-            ok: true,
-            reason: None,
-            error: None,
-            unix_seconds: 0.0,
-            loaded: false,
-            lost: false,
-        },
-    };
-    s.peers.push(entry);
-    if s.peers.len() > PEERS_KEPT {
-        s.peers.remove(0);
-    }
-    s.peers.last_mut().expect("just pushed")
-}
-
+mod peers;
 #[cfg(test)]
 mod tests;
