@@ -258,11 +258,15 @@ def main():
     sys.path.insert(0, HERE)
     import xfer_bench
 
+    # An agent on UCX's default transports for the loopback figure; then
     # UCX's TCP transport (read when the backend is made; the peer inherits
     # it): the stopped peer then holds a transfer in flight.
+    # No progress thread (its polling would compete with the measured
+    # thread for this machine's two cores; the poll loop progresses it).
+    local_agent = nixl_agent("bench-local", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
     os.environ["UCX_TLS"] = "tcp"
     xfer_agent = nixl_agent("bench-prefill", nixl_agent_config(backends=["UCX"]))
-    data_path = xfer_bench.run(xfer_agent, nixl_agent, python)
+    data_path = xfer_bench.run(xfer_agent, nixl_agent, python, local_agent)
     agent_addr = nai.address()
     served = metrics_under_gil(agent_addr, python)
     result = {

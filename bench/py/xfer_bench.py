@@ -7,8 +7,8 @@ hold a transfer in flight on demand: the peer is stopped with SIGSTOP).
   1. check_xfer_state on a transfer in flight ("PROC", the decode worker's
      poll loop): ns per call, and Python heap blocks allocated per call.
   2. transfer() of a 4 KiB WRITE (create and completion not timed): ns per
-     call, loopback within the agent (the wrapper's cost, least noise) and
-     to the peer.
+     call, loopback within an agent on UCX's default transports (shared
+     memory: the wrapper's cost with the least noise) and to the peer.
   3. A 64 MiB WRITE loop: create, post, poll until DONE, release; wall time.
 """
 
@@ -54,7 +54,9 @@ def start_peer(python):
     return peer, int.from_bytes(raw[:8], "little"), raw[8:]
 
 
-def run(agent, cls, python):
+def run(agent, cls, python, local):
+    """`agent`: made with UCX_TLS=tcp; `local`: an agent on UCX's default
+    transports, for the loopback figure."""
     bare = cls.__nixl_agent_originals__
     peer, remote, md = start_peer(python)
     try:
@@ -104,19 +106,20 @@ def run(agent, cls, python):
         # 2. transfer() itself (4 KiB; the wait for DONE is not timed), one
         # request reposted: loopback within the agent, then to the peer.
         post_ns = {}
-        for where, h in (
-            ("loopback", agent.initialize_xfer("WRITE", descs(src.ctypes.data, SMALL), descs(src.ctypes.data + BIG - SMALL, SMALL), agent.name)),
-            ("peer", request(SMALL)),
-        ):
+        pair = np.zeros(2 * SMALL, dtype=np.uint8)
+        local.register_memory([(pair.ctypes.data, pair.nbytes, 0, "")], "DRAM")
+        near = lambda a: local.get_xfer_descs([(a, SMALL, 0)], "DRAM")
+        loopback = local.initialize_xfer("WRITE", near(pair.ctypes.data), near(pair.ctypes.data + SMALL), local.name)
+        for where, who, h in (("loopback", local, loopback), ("peer", agent, request(SMALL))):
             times = {n: [] for n in names}
             for rep in range(10001):
                 for name in names if rep % 2 == 0 else reversed(names):
                     post, poll = contenders[name]
                     t0 = time.perf_counter_ns()
-                    s = post(agent, h)
+                    s = post(who, h)
                     t1 = time.perf_counter_ns()
-                    if s == "PROC":
-                        wait(h, bare["check_xfer_state"])
+                    while s == "PROC":
+                        s = bare["check_xfer_state"](who, h)
                     if rep > 0:
                         times[name].append(t1 - t0)
             h.release()
@@ -126,7 +129,7 @@ def run(agent, cls, python):
         # (this machine's drift is slower than a pair).
         loop_ms = {n: [] for n in names}
         ratios = []
-        for rep in range(41):
+        for rep in range(101):
             pair = {}
             for name in names if rep % 2 == 0 else reversed(names):
                 post, poll = contenders[name]
@@ -160,7 +163,7 @@ def report(x, p=print):
     p("|---|---:|---:|---:|---:|")
     b, i = x["poll_ns"]["bare"], x["poll_ns"]["instrumented"]
     p(f"| check_xfer_state, transfer in flight (ns per call) | {b:.0f} | {i:.0f} | {i - b:+.0f} | {i / b:.2f}× |")
-    for where, label in (("loopback", "loopback within the agent"), ("peer", "to the peer")):
+    for where, label in (("loopback", "loopback, shared memory"), ("peer", "to the peer, TCP")):
         b, i = x["transfer_ns"][where]["bare"], x["transfer_ns"][where]["instrumented"]
         p(f"| transfer(), 4 KiB WRITE, {label} (ns per call) | {b:.0f} | {i:.0f} | {i - b:+.0f} | {i / b:.2f}× |")
     b, i = x["write_64mib_ms"]["bare"], x["write_64mib_ms"]["instrumented"]
