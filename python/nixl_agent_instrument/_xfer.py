@@ -19,6 +19,7 @@ def wrap(cls, native):
     the extension when there is nothing to record: an "in progress" poll
     costs one Python frame."""
     import functools
+    import inspect
 
     originals = {}
     ns = time.monotonic_ns
@@ -33,9 +34,10 @@ def wrap(cls, native):
     f = have("transfer")
     if f is not None:
         transfer = f
-        default = _notif_default(transfer)
-
-        if default is not _NO_DEFAULT:
+        params = _plain_params(transfer) or []
+        empty = inspect.Parameter.empty
+        if [n for n, _ in params] == ["self", "handle", "notif_msg"] and params[1][1] is empty and params[2][1] is not empty:
+            default = params[2][1]
             # NIXL's own signature (handle, notif_msg=b""): no **kwargs dict
             # per call, and the default is NIXL's own object.
             @functools.wraps(transfer)
@@ -68,7 +70,8 @@ def wrap(cls, native):
     if f is not None:
         check_xfer_state = f
 
-        if _params(check_xfer_state) == ["self", "handle"]:
+        plain = [("self", inspect.Parameter.empty), ("handle", inspect.Parameter.empty)]
+        if _plain_params(check_xfer_state) == plain:
             # NIXL's own signature: no *args/**kwargs, so a poll allocates
             # nothing (an empty **kwargs is a new dict per call).
             @functools.wraps(check_xfer_state)
@@ -192,38 +195,19 @@ def wrap(cls, native):
     return originals
 
 
-_NO_DEFAULT = object()
-
-
-def _notif_default(f):
-    """The default of ``notif_msg`` when ``f``'s signature is exactly
-    ``(self, handle, notif_msg=<default>)``, else ``_NO_DEFAULT``."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        return _NO_DEFAULT
-    if [p.name for p in params] != ["self", "handle", "notif_msg"]:
-        return _NO_DEFAULT
-    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params) or params[1].default is not params[1].empty:
-        return _NO_DEFAULT
-    d = params[2].default
-    return _NO_DEFAULT if d is params[2].empty else d
-
-
-def _params(f):
-    """The parameter names of ``f`` when they are all plain positional ones
-    without defaults, else None."""
+def _plain_params(f):
+    """``f``'s parameters as (name, default) pairs when all are plain
+    positional-or-keyword ones (``inspect.Parameter.empty``: no default),
+    else None."""
     import inspect
 
     try:
         params = list(inspect.signature(f).parameters.values())
     except (TypeError, ValueError):
         return None
-    if any(p.kind is not p.POSITIONAL_OR_KEYWORD or p.default is not p.empty for p in params):
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
         return None
-    return [p.name for p in params]
+    return [(p.name, p.default) for p in params]
 
 
 def wrap_handles(module, native):
@@ -262,7 +246,7 @@ def wrap_handles(module, native):
                     try:
                         if not getattr(self, "_released", True):
                             note(self)
-                    except BaseException:
+                    except Exception:
                         pass
                     finalize(self)
 

@@ -299,10 +299,13 @@ impl Transfers {
         sampled: bool,
         stage: &'static str,
     ) -> bool {
-        let Some(flight) = self.flights.remove(&handle) else {
+        // A flight always has its request (only requests not in flight are
+        // ever forgotten); looked up first so a flight is never taken
+        // without its counts.
+        let Some(r) = self.requests.get(&handle) else {
             return false;
         };
-        let Some(r) = self.requests.get(&handle) else {
+        let Some(flight) = self.flights.remove(&handle) else {
             return false;
         };
         let (op, agent, peer) = (r.op, r.agent, r.peer.clone());

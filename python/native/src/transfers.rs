@@ -5,7 +5,7 @@
 //! before NIXL's own method, nothing here raises, and an "in progress"
 //! poll never reaches it.
 
-use crate::{arg, guarded, regions_of, running, Running, Soft};
+use crate::{arg, guarded, recycle, regions_of, running, Running, Soft};
 use nixl_agent::instrument::{mem_type_word, reason_of_transfer_exception};
 use nixl_agent::{Failure, Hooked, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferPoll};
 use pyo3::intern;
@@ -203,10 +203,12 @@ fn local_side(
         let local = arg(args, kwargs, 1, "local_descs");
         let remote = arg(args, kwargs, 2, "remote_descs");
         let (n, bytes, mem) = match local.as_ref().and_then(|l| regions_of(l, None)) {
+            // A nixlXferDList: its own type (`getType`), read by regions_of.
             Some((mem, regions)) => {
                 let bytes = regions.iter().fold(0u64, |a, x| a.saturating_add(x.len as u64));
-                let mem = local.as_ref().and_then(dlist_mem).or(Some(mem));
-                (regions.len(), bytes, mem)
+                let n = regions.len();
+                recycle(regions);
+                (n, bytes, Some(mem))
             }
             None => (0, 0, None),
         };
@@ -350,7 +352,11 @@ pub(crate) fn dlist_prepped(
             .unwrap_or_default();
         let mem_word = arg(args, kwargs, 2, "mem_type");
         let (mem, lengths) = match arg(args, kwargs, 1, "xfer_list").and_then(|l| regions_of(&l, mem_word.as_ref())) {
-            Some((mem, regions)) => (Some(mem), regions.iter().map(|x| x.len as u64).collect()),
+            Some((mem, regions)) => {
+                let lengths = regions.iter().map(|x| x.len as u64).collect();
+                recycle(regions);
+                (Some(mem), lengths)
+            }
             None => (
                 mem_word
                     .and_then(|m| m.extract::<String>().ok())
