@@ -27,11 +27,7 @@ pub enum Command {
     /// Check the NIXL runtime, UCX, memlock and CUDA, and register and
     /// deregister every group of the plan once; exit 0 when every required
     /// check passed, 1 when one failed, 2 on bad usage or config
-    Check {
-        /// Print the report as JSON (progress still goes to stderr)
-        #[arg(long)]
-        json: bool,
-    },
+    Check(CheckArgs),
     /// Serve a pod's ranks: the directory every rank of the pod publishes to
     /// (NIXL_AGENT_MULTIPROC_DIR), merged /metrics with a rank label, /readyz
     /// ready when every rank is alive and ready
@@ -57,6 +53,53 @@ pub enum Command {
     },
 }
 
+/// `nixl-agent check`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckArgs {
+    /// Print the report as JSON (progress still goes to stderr)
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the loopback transfer (two NIXL agents in this process moving
+    /// bytes with WRITE and READ through each backend of the plan)
+    #[arg(long)]
+    pub no_transfer: bool,
+    /// Wait for a peer node's `check --peer` on ADDR, then move bytes both
+    /// ways between the two nodes
+    #[arg(long, value_name = "ADDR", conflicts_with = "peer")]
+    pub serve: Option<SocketAddr>,
+    /// Connect to a peer node's `check --serve ADDR` and move bytes both
+    /// ways between the two nodes
+    #[arg(long, value_name = "ADDR")]
+    pub peer: Option<SocketAddr>,
+    /// How long the peer check may take, waiting for the peer included
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub peer_timeout: std::time::Duration,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = crate::units::parse_duration(s)?;
+    if d.is_zero() || d > crate::config::MAX_DURATION {
+        return Err(format!("{s:?}: between 1ms and 24h"));
+    }
+    Ok(d)
+}
+
+impl CheckArgs {
+    /// What `check::run` is told.
+    pub fn options(&self) -> crate::check::Options {
+        crate::check::Options {
+            json: self.json,
+            transfer: !self.no_transfer,
+            peer: match (self.serve, self.peer) {
+                (Some(a), _) => Some(crate::check::PeerRole::Serve(a)),
+                (None, Some(a)) => Some(crate::check::PeerRole::Connect(a)),
+                (None, None) => None,
+            },
+            peer_timeout: self.peer_timeout,
+        }
+    }
+}
+
 /// Runs the commands that need neither NIXL nor a plan (`config`, `rules`,
 /// `pod`); `None` for `run` and `check`, which the binary runs itself.
 pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
@@ -70,7 +113,7 @@ pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
             runbook_url_base,
         } => Some(print_rules(selector, runbook_url_base)),
         Command::Pod { dir, ranks } => Some(run_pod(config, dir.clone(), *ranks)),
-        Command::Run | Command::Check { .. } => None,
+        Command::Run | Command::Check(_) => None,
     }
 }
 
@@ -198,7 +241,7 @@ impl Opts {
 
 // What the binary needs besides the flags: one front-end API, so main.rs
 // reaches no internals.
-pub use crate::check::run_cli as run_check;
+pub use crate::check::{proto_info_for, run_cli as run_check};
 pub use crate::nixl::{exit_now, PLUGIN_DIR_ENV};
 pub use crate::rules::{DEFAULT_RUNBOOK_URL_BASE, DEFAULT_SELECTOR};
 pub use crate::signals::Signals;

@@ -8,6 +8,8 @@
 
 use crate::model::Reason;
 
+pub mod proto;
+
 /// Longest captured line kept, in bytes.
 pub const MAX_LINE: usize = 512;
 /// Most lines kept per failed call.

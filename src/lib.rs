@@ -66,6 +66,7 @@ mod agent;
 mod backoff;
 #[cfg(feature = "cli")]
 mod check;
+mod datapath;
 mod diagnose;
 mod event;
 mod http;

@@ -31,8 +31,8 @@ fn main() -> ExitCode {
     if let Some(code) = cli::run_other(cli.command.as_ref(), &config) {
         return ExitCode::from(code);
     }
-    let check_json = match cli.command {
-        Some(Command::Check { json }) => Some(json),
+    let check = match &cli.command {
+        Some(Command::Check(args)) => Some(args.options()),
         _ => None,
     };
     let prepared = match Lifecycle::prepare(config.clone(), Plan::from_config(&config)) {
@@ -51,11 +51,13 @@ fn main() -> ExitCode {
     }
     // Route fd 2 through a tap so what NIXL/UCX print is attributed to the
     // failing attempt; the agent's own logs go to the real stderr.
+    // check: UCX prints which transport it picks when asked (still one thread).
+    let proto = check.as_ref().is_some_and(cli::proto_info_for);
     let tap = StderrTap::install()
         .map_err(|e| eprintln!("nixl-agent: stderr capture off: {e}"))
         .ok();
-    if let Some(json) = check_json {
-        return if cli::run_check(&config, tap, json) {
+    if let Some(options) = check {
+        return if cli::run_check(&config, tap, &options, proto) {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(EXIT_FAILURE)

@@ -4,9 +4,15 @@
 //! registration) once, deregisters everything, and reports in plain words
 //! what is wrong and what to do.
 
+mod host;
+mod peer;
 mod render;
+mod transfer;
 
+pub use host::HostCheck;
+pub use peer::PeerCheck;
 pub use render::{render_human, Progress};
+pub use transfer::{TransferCheck, TransportSeen};
 
 use crate::config::Config;
 use crate::lifecycle::registration::{Backends, Registration};
@@ -20,7 +26,54 @@ use crate::record::Recorder;
 use crate::status::NixlStatus;
 use crate::telemetry::metrics::BuildInfo;
 use serde::Serialize;
-use std::time::Instant;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// What `nixl-agent check` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub json: bool,
+    /// Run the loopback transfer (`--no-transfer` turns it off).
+    pub transfer: bool,
+    /// The peer check across nodes, and this side's role in it.
+    pub peer: Option<PeerRole>,
+    /// The most the peer check may take, waiting included.
+    pub peer_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            json: false,
+            transfer: true,
+            peer: None,
+            peer_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// This side of `check --serve ADDR` / `check --peer ADDR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerRole {
+    Serve(SocketAddr),
+    Connect(SocketAddr),
+}
+
+/// UCX prints the protocol it selects for each operation when
+/// `UCX_PROTO_INFO=y`.
+pub const PROTO_INFO_ENV: &str = "UCX_PROTO_INFO";
+
+/// Turns UCX's protocol tables on for a check that moves bytes, unless the
+/// operator set `UCX_PROTO_INFO` already; returns whether it did (then the
+/// tables are kept from stdout). Call while the process has one thread.
+pub fn proto_info_for(options: &Options) -> bool {
+    let moves = options.transfer || options.peer.is_some();
+    if !moves || std::env::var_os(PROTO_INFO_ENV).is_some() {
+        return false;
+    }
+    std::env::set_var(PROTO_INFO_ENV, "y");
+    true
+}
 
 /// Outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -79,6 +132,8 @@ pub struct CudaCheck {
     pub required: bool,
     pub devices: Vec<CudaDevice>,
     pub error: Option<String>,
+    /// Every device supports DMA-BUF (`None` without devices).
+    pub dmabuf: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -108,11 +163,19 @@ pub struct Report {
     pub ucx: UcxCheck,
     pub memlock: MemlockCheck,
     pub cuda: CudaCheck,
+    /// Capabilities, GPU RDMA, GPU–NIC affinity, /dev/shm.
+    pub host: HostCheck,
     pub groups: Vec<GroupCheck>,
+    /// The loopback transfers (empty with `--no-transfer`).
+    pub transfers: Vec<TransferCheck>,
+    /// UCX did not say which transports it picked (tables off or absent).
+    pub transports_unknown: Option<String>,
+    /// The peer check (`--serve` / `--peer`).
+    pub peer: Option<PeerCheck>,
 }
 
 /// Runs every check. `progress` shows steps while they run.
-pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut Progress) -> Report {
+pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Options, progress: &mut Progress) -> Report {
     let found = nixl::discover(config.nixl_lib_dir.as_deref(), &crate::config::ProcessEnv);
     let searched = found.as_ref().err().map(|nf| nf.searched.clone()).unwrap_or_default();
 
@@ -121,7 +184,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
     let runtime = nixl::status_of(&loaded, searched);
     let outcome = if loaded.is_ok() { Outcome::Ok } else { Outcome::Fail };
     let mut nixl_check = NixlCheck { outcome, runtime };
-    let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap);
+    let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap.clone());
     if nixl_check.outcome == Outcome::Ok {
         match registrar.preflight() {
             Ok(facts) => {
@@ -177,6 +240,16 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
     let cuda = cuda_check(plan);
     progress.done(cuda.outcome, &render::cuda_summary(&cuda));
 
+    let vram = plan.groups.iter().any(|g| g.mem_type == MemType::Vram);
+    let dram = plan.groups.iter().any(|g| g.mem_type == MemType::Dram);
+    progress.start("host");
+    let mut host = host::host_check(std::path::Path::new("/"), vram, memlock.plan_dram_bytes, memlock.soft_bytes);
+    host.gpu_rdma = host.gpu_rdma.with_dmabuf(cuda.dmabuf);
+    progress.done(
+        worst(host::summary(&host).into_iter().map(|(_, o, _)| o)),
+        &render::host_summary(&host),
+    );
+
     let mut groups = Vec::new();
     for spec in &plan.groups {
         progress.start(&format!("register {}", spec.name));
@@ -184,12 +257,50 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
         progress.done(g.outcome, &render::group_summary(&g));
         groups.push(g);
     }
+    let rdma = !host.gpu_rdma.rdma_devices.is_empty();
+    let mut transfers = Vec::new();
+    if options.transfer && nixl_up {
+        let pairs = transfer::pairings(dram, vram, cuda.devices.len() as u32);
+        for backend in backends.iter().filter(|b| b.outcome == Outcome::Ok) {
+            for (from, to) in &pairs {
+                let i = transfers.len();
+                progress.start(&format!("transfer {backend} {}", render::side(*from, *to), backend = backend.name));
+                let t = transfer::loopback(&backend.name, i, *from, *to);
+                progress.done(t.outcome, &render::transfer_summary(&t));
+                transfers.push(t);
+            }
+        }
+    }
+    let mut tables_seen = false;
+    if let (Some(t), false) = (&tap, transfers.is_empty()) {
+        let tables = crate::diagnose::proto::parse(&t.protocol_tables());
+        tables_seen = !tables.is_empty();
+        transfer::attribute(&mut transfers, &tables, rdma);
+    }
+    let peer = options.peer.map(|role| {
+        progress.start("peer");
+        let p = peer::run(role, options.peer_timeout, plan, nixl_up, cuda.devices.len(), tap.as_ref(), progress);
+        progress.done(p.outcome, &render::peer_summary(&p));
+        p
+    });
     drop(registrar);
+    tables_seen |= peer.iter().flat_map(|p| &p.sides).any(|s| !s.transports.is_empty());
+    let moved = !transfers.is_empty() || peer.as_ref().is_some_and(|p| !p.sides.is_empty());
+    let transports_unknown = match (&tap, moved, tables_seen) {
+        (_, false, _) | (_, _, true) => None,
+        (None, true, false) => Some("the output tap is off, so UCX's protocol tables could not be read".to_string()),
+        (Some(_), true, false) => Some(format!(
+            "UCX printed no protocol tables ({PROTO_INFO_ENV}=y asks for them; it was set to {:?})",
+            std::env::var(PROTO_INFO_ENV).unwrap_or_default()
+        )),
+    };
 
     let ok = [nixl_check.outcome, memlock.outcome, cuda.outcome, ucx.outcome]
         .into_iter()
         .chain(backends.iter().map(|b| b.outcome))
         .chain(groups.iter().map(|g| g.outcome))
+        .chain(transfers.iter().map(|t| t.outcome))
+        .chain(peer.iter().map(|p| p.outcome))
         .all(|o| o != Outcome::Fail);
     Report {
         ok,
@@ -199,14 +310,25 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, progress: &mut 
         ucx,
         memlock,
         cuda,
+        host,
         groups,
+        transfers,
+        transports_unknown,
+        peer,
     }
 }
 
 /// `nixl-agent check` as the binary runs it: progress on the real stderr,
 /// the report on stdout (human or JSON). Returns whether every required
 /// check passed.
-pub fn run_cli(config: &Config, tap: Option<StderrTap>, json: bool) -> bool {
+pub fn run_cli(config: &Config, tap: Option<StderrTap>, options: &Options, proto_ours: bool) -> bool {
+    match &tap {
+        // Kept from stdout when nixl-agent turned them on, read either way.
+        Some(t) if proto_ours || std::env::var_os(PROTO_INFO_ENV).is_some() => t.keep_protocol_tables(proto_ours),
+        // No tap: the tables would land in the report's stdout.
+        None if proto_ours => std::env::remove_var(PROTO_INFO_ENV),
+        _ => {}
+    }
     use std::io::IsTerminal;
     let err: Box<dyn std::io::Write + Send> = match tap.as_ref().map(StderrTap::original) {
         Some(f) => Box::new(f.try_clone().expect("dup stderr")),
@@ -216,8 +338,8 @@ pub fn run_cli(config: &Config, tap: Option<StderrTap>, json: bool) -> bool {
         .as_ref()
         .map_or(std::io::stderr().is_terminal(), |t| t.original().is_terminal());
     let mut progress = Progress::new(err, tty);
-    let report = run(config, &Plan::from_config(config), tap.clone(), &mut progress);
-    if json {
+    let report = run(config, &Plan::from_config(config), tap.clone(), options, &mut progress);
+    if options.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
     } else {
         print!("{}", render_human(&report, std::io::stdout().is_terminal()));
@@ -322,12 +444,14 @@ fn cuda_check(plan: &Plan) -> CudaCheck {
         (false, true) => Outcome::Fail,
         (false, false) => Outcome::Skip,
     };
+    let dmabuf = (!devices.is_empty()).then(|| devices.iter().all(|d| d.dmabuf == Some(true)));
     CudaCheck {
         outcome,
         driver,
         required,
         devices,
         error,
+        dmabuf,
     }
 }
 

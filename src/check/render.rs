@@ -1,7 +1,10 @@
 //! How a check report looks: progress lines while steps run, an aligned
 //! report for people (colours only on a terminal), JSON for machines.
 
-use super::{BackendCheck, CudaCheck, GroupCheck, MemlockCheck, NixlCheck, Outcome, Report, UcxCheck};
+use super::{BackendCheck, CudaCheck, GroupCheck, HostCheck, MemlockCheck, NixlCheck, Outcome, Report, UcxCheck};
+use super::{PeerCheck, TransferCheck, TransportSeen};
+use crate::datapath::{Measured, Side};
+use crate::model::MemType;
 use crate::units::format_size;
 use std::io::Write;
 
@@ -28,6 +31,16 @@ impl Progress {
             let _ = write!(self.out, "\r\x1b[2K  … {step}");
             let _ = self.out.flush();
         }
+    }
+
+    /// A line about the running step (e.g. what it waits for).
+    pub fn note(&mut self, text: &str) {
+        if self.tty {
+            let _ = write!(self.out, "\r\x1b[2K  … {}: {text}", self.step);
+        } else {
+            let _ = writeln!(self.out, "[..] {}: {text}", self.step);
+        }
+        let _ = self.out.flush();
     }
 
     pub fn done(&mut self, outcome: Outcome, summary: &str) {
@@ -204,6 +217,89 @@ pub(super) fn group_summary(g: &GroupCheck) -> String {
     }
 }
 
+/// The host row's one line: each sub-check that is not plainly fine.
+pub(super) fn host_summary(h: &HostCheck) -> String {
+    let rows = super::host::summary(h);
+    let notable: Vec<String> = rows
+        .iter()
+        .filter(|(_, o, _)| *o == Outcome::Warn)
+        .map(|(name, _, s)| format!("{name}: {s}"))
+        .collect();
+    if notable.is_empty() {
+        rows.iter().map(|(name, _, s)| format!("{name}: {s}")).collect::<Vec<_>>().join("; ")
+    } else {
+        notable.join("; ")
+    }
+}
+
+/// "DRAM → DRAM", "VRAM#0 → VRAM#1".
+pub(super) fn side(from: Side, to: Side) -> String {
+    let one = |s: Side| match s.mem_type {
+        MemType::Dram => "DRAM".to_string(),
+        MemType::Vram => format!("VRAM#{}", s.device),
+    };
+    format!("{} → {}", one(from), one(to))
+}
+
+/// "4KiB 21 µs", "16MiB 3.1 GB/s".
+fn figure(m: &Measured) -> String {
+    let us = m.seconds * 1e6;
+    let time = if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else {
+        format!("{:.1} ms", us / 1e3)
+    };
+    format!(
+        "{} {} {time} ({:.2} GB/s)",
+        m.op.as_str().to_uppercase(),
+        format_size(m.bytes),
+        m.bytes_per_second / 1e9
+    )
+}
+
+fn transports(t: &[TransportSeen]) -> String {
+    t.iter()
+        .map(|t| format!("{} over {} ({})", t.op.as_str().to_uppercase(), t.lanes.join(","), t.scope))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn measured_line(measured: &[Measured], seen: &[TransportSeen]) -> String {
+    let mut s = measured.iter().map(figure).collect::<Vec<_>>().join("; ");
+    if !seen.is_empty() {
+        s.push_str(&format!("; {}", transports(seen)));
+    }
+    s
+}
+
+pub(super) fn transfer_summary(t: &TransferCheck) -> String {
+    let mut s = match (&t.error, t.reason) {
+        (Some(e), Some(r)) => format!("{r}: {e}"),
+        _ => format!("{} in {:.0} ms: {}", t.backend, t.seconds * 1e3, measured_line(&t.measured, &t.transports)),
+    };
+    if let Some(f) = &t.finding {
+        s.push_str(&format!(" — {f}"));
+    }
+    s
+}
+
+pub(super) fn peer_summary(p: &PeerCheck) -> String {
+    let mut s = format!("{} {}", p.role, p.address);
+    if let Some(n) = &p.peer_agent {
+        s.push_str(&format!(" (peer {n})"));
+    }
+    for side in &p.sides {
+        s.push_str(&format!("; {}: {}", side.who, measured_line(&side.measured, &side.transports)));
+    }
+    if let (Some(r), Some(e)) = (p.reason, &p.error) {
+        s.push_str(&format!("; {r}: {e}"));
+    }
+    if let Some(f) = &p.finding {
+        s.push_str(&format!(" — {f}"));
+    }
+    s
+}
+
 /// The report for people.
 pub fn render_human(r: &Report, color: bool) -> String {
     let mut out = format!("nixl-agent {} check\n\n", r.version);
@@ -218,6 +314,8 @@ pub fn render_human(r: &Report, color: bool) -> String {
         ("Memlock", r.memlock.outcome, memlock_summary(&r.memlock)),
         ("CUDA", r.cuda.outcome, cuda_summary(&r.cuda)),
     ];
+    let host: Vec<(&str, Outcome, String)> = super::host::summary(&r.host);
+    let rows = rows.into_iter().chain(host);
     for (name, o, s) in rows {
         out.push_str(&format!("{:<13} {}  {s}\n", name, word(o, color)));
     }
@@ -262,6 +360,23 @@ pub fn render_human(r: &Report, color: bool) -> String {
         }
         out.push_str(line.trim_end());
         out.push('\n');
+    }
+    if !r.transfers.is_empty() || r.peer.is_some() {
+        out.push('\n');
+    }
+    for t in &r.transfers {
+        out.push_str(&format!(
+            "{:<13} {}  {}\n",
+            "Transfer",
+            word(t.outcome, color),
+            format!("{}: {}", t.name, transfer_summary(t))
+        ));
+    }
+    if let Some(p) = &r.peer {
+        out.push_str(&format!("{:<13} {}  {}\n", "Peer", word(p.outcome, color), peer_summary(p)));
+    }
+    if let Some(u) = &r.transports_unknown {
+        out.push_str(&format!("{:<13} {}  {u}\n", "Transports", word(Outcome::Skip, color)));
     }
     for g in r.groups.iter().filter(|g| g.error.is_some()) {
         out.push_str(&format!(

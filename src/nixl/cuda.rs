@@ -94,14 +94,9 @@ pub fn pointer(addr: usize, _device: u32) -> Result<DevicePointer, Reason> {
     })
 }
 
-/// Device memory the agent allocated for a VRAM group.
-pub struct VramArea {
-    _ctx: Arc<CudaContext>,
-    _slices: Vec<CudaSlice<u8>>,
-}
-
-/// Allocates `count` device buffers of `size` bytes on `device`.
-pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, VramArea), (Reason, String)> {
+/// The primary context of `device`, after checking that a driver and the
+/// device are there.
+fn present_device(device: u32) -> Result<Arc<CudaContext>, (Reason, String)> {
     if !driver_present() {
         return Err((
             Reason::CudaUnavailable,
@@ -115,7 +110,18 @@ pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, V
             format!("device {device} requested but {n} CUDA device(s) present"),
         ));
     }
-    let ctx = context(device)?;
+    context(device)
+}
+
+/// Device memory the agent allocated for a VRAM group.
+pub struct VramArea {
+    _ctx: Arc<CudaContext>,
+    _slices: Vec<CudaSlice<u8>>,
+}
+
+/// Allocates `count` device buffers of `size` bytes on `device`.
+pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, VramArea), (Reason, String)> {
+    let ctx = present_device(device)?;
     let stream = ctx.default_stream();
     let mut addrs = Vec::with_capacity(count);
     let mut slices = Vec::with_capacity(count);
@@ -141,6 +147,56 @@ pub fn allocate(device: u32, count: usize, size: usize) -> Result<(Vec<usize>, V
             _slices: slices,
         },
     ))
+}
+
+/// One device buffer whose bytes can be written and read back from the
+/// host: the data-path check's VRAM endpoint.
+pub struct VramBuffer {
+    stream: Arc<cudarc::driver::CudaStream>,
+    slice: CudaSlice<u8>,
+    addr: usize,
+}
+
+impl VramBuffer {
+    /// `len` zeroed bytes on `device` (its primary context, retained).
+    pub fn new(device: u32, len: usize) -> Result<VramBuffer, (Reason, String)> {
+        let ctx = present_device(device)?;
+        let stream = ctx.default_stream();
+        let slice = stream
+            .alloc_zeros::<u8>(len)
+            .map_err(|e| (Reason::AllocationFailed, format!("cuMemAlloc of {len} bytes on device {device}: {e}")))?;
+        let (ptr, sync) = slice.device_ptr(&stream);
+        let addr = ptr as usize;
+        drop(sync);
+        stream
+            .synchronize()
+            .map_err(|e| (Reason::Unknown, format!("cuda synchronize: {e}")))?;
+        Ok(VramBuffer { stream, slice, addr })
+    }
+
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Copies `bytes` to `offset` of the buffer and waits for the copy.
+    pub fn write(&mut self, offset: usize, bytes: &[u8]) -> Result<(), String> {
+        let mut view = self.slice.slice_mut(offset..offset + bytes.len());
+        self.stream
+            .memcpy_htod(bytes, &mut view)
+            .and_then(|()| self.stream.synchronize())
+            .map_err(|e| format!("copy to device: {e}"))
+    }
+
+    /// Copies `len` bytes at `offset` back to the host.
+    pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, String> {
+        let view = self.slice.slice(offset..offset + len);
+        let mut out = vec![0u8; len];
+        self.stream
+            .memcpy_dtoh(&view, &mut out)
+            .and_then(|()| self.stream.synchronize())
+            .map_err(|e| format!("copy from device: {e}"))?;
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

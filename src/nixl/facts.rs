@@ -116,6 +116,9 @@ pub struct CudaDevice {
     pub name: String,
     pub memory_bytes: u64,
     pub compute_capability: String,
+    /// Whether the device exports memory as DMA-BUF (RDMA of GPU memory
+    /// without nvidia_peermem).
+    pub dmabuf: Option<bool>,
 }
 
 /// CUDA devices, or why there are none.
@@ -133,6 +136,10 @@ pub fn cuda_devices() -> Result<Vec<CudaDevice>, String> {
                 name: ctx.name().map_err(|e| format!("device {i}: {e}"))?,
                 memory_bytes: ctx.total_mem().map_err(|e| format!("device {i}: {e}"))? as u64,
                 compute_capability: format!("{major}.{minor}"),
+                dmabuf: ctx
+                    .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
+                    .ok()
+                    .map(|v| v != 0),
             })
         })
         .collect()

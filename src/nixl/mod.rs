@@ -15,6 +15,7 @@ pub mod discover;
 #[cfg(feature = "cli")]
 pub mod facts;
 mod loader;
+mod loopback;
 mod memory;
 mod observe;
 mod probe;
@@ -28,6 +29,7 @@ pub use loader::PLUGIN_DIR_ENV;
 pub use loader::{load, status_of, LoadError, Loaded};
 #[cfg(feature = "bench")]
 pub use memory::Backing;
+pub use loopback::{Endpoint, RemoteBuffer};
 pub use observe::{ObservedAgent, ObservedXfer};
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;

@@ -18,11 +18,17 @@
 //! marker and no wait. At most `diagnose::MAX_LINES` lines of
 //! `diagnose::MAX_LINE` bytes are kept per window. The agent's own log
 //! lines go to the real stderr directly, never through the pipe.
+//!
+//! `nixl-agent check` also asks the tap to keep UCX's protocol tables
+//! (`UCX_PROTO_INFO=y`, printed on stdout) to read which transport UCX
+//! picked; when check itself turned them on, they are kept and not passed
+//! through, so its report (JSON on stdout) is what the operator sees.
 
 use crate::diagnose;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -44,7 +50,14 @@ struct State {
     windows: Vec<Window>,
     /// The last marker each stream's reader has seen: [stdout, stderr].
     closed: [u64; 2],
+    /// UCX protocol table lines kept (see [`StderrTap::keep_protocol_tables`]).
+    proto: Vec<String>,
 }
+
+/// What the stdout reader does with UCX's protocol tables.
+const PROTO_PASS: u8 = 0;
+const PROTO_KEEP: u8 = 1;
+const PROTO_KEEP_QUIET: u8 = 2;
 
 impl State {
     fn take(&mut self, tid: u64) -> Vec<String> {
@@ -67,6 +80,8 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     cv: Condvar,
+    /// `PROTO_*`: read without the lock on every line.
+    proto: AtomicU8,
 }
 
 /// The installed tap. Cheap to clone.
@@ -173,6 +188,27 @@ impl StderrTap {
         }
     }
 
+    /// From now on, keeps the UCX protocol tables printed on stdout (at
+    /// most `diagnose::proto::MAX_TABLE_LINES` lines); `quiet` also keeps
+    /// them from the real stdout (for when nixl-agent turned them on).
+    pub fn keep_protocol_tables(&self, quiet: bool) {
+        let mode = if quiet { PROTO_KEEP_QUIET } else { PROTO_KEEP };
+        self.shared.proto.store(mode, Ordering::Relaxed);
+    }
+
+    /// The protocol table lines kept so far (everything printed before
+    /// now is in), without their `[time] [host:pid]` prefix; taken.
+    pub fn protocol_tables(&self) -> Vec<String> {
+        // UCX prints through C's stdio, block-buffered on a pipe: flushed
+        // first, so no table is half in the pipe and half in the buffer.
+        // Safety: fflush(NULL) flushes every C output stream; it takes no
+        // pointer of ours and changes nothing but buffer contents.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        self.settle();
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut st.proto)
+    }
+
     /// Waits until everything written to stderr so far is copied through.
     pub fn flush(&self) {
         self.settle();
@@ -199,6 +235,7 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
     let shared = Arc::new(Shared {
         state: Mutex::new(State::default()),
         cv: Condvar::new(),
+        proto: AtomicU8::new(PROTO_PASS),
     });
     let originals: Vec<(i32, Arc<File>)> = redirected.iter().map(|(fd, o, _)| (*fd, o.clone())).collect();
     for (stream, (fd, original, read)) in redirected.into_iter().enumerate() {
@@ -287,6 +324,18 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
             continue;
         }
         let line = String::from_utf8_lossy(&buf);
+        let proto = shared.proto.load(Ordering::Relaxed);
+        if proto != PROTO_PASS && stream == 0 {
+            if let Some(table) = diagnose::proto::table_line(&line) {
+                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.proto.len() < diagnose::proto::MAX_TABLE_LINES {
+                    st.proto.push(table.to_string());
+                }
+                if proto == PROTO_KEEP_QUIET {
+                    continue;
+                }
+            }
+        }
         let _ = out.write_all(&buf);
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = st.window_for(&line) {
