@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::canary::{self, Canary};
 use crate::config::{Config, ConfigError, ProcessEnv};
 // Re-exported at the crate root as `nixl_agent::Router`, on purpose.
 use crate::http::{self, AppState};
@@ -40,7 +41,7 @@ use crate::telemetry::Metrics;
 use axum::Router;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -226,6 +227,17 @@ impl Prepared {
             config.nixl_call_timeout,
             plan.groups.iter().map(|g| g.name.clone()).collect(),
         );
+        // The canary also proves the data path, on NIXL agents of its own.
+        let canary = match (&agent, config.probe_interval, loaded.is_ok(), plan.backends().first()) {
+            (None, Some(_), true, Some(backend)) => match Canary::spawn(rec.clone(), backend.clone()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "canary transfers off: cannot start their thread");
+                    None
+                }
+            },
+            _ => None,
+        };
         let make = move || match agent {
             Some(a) => NixlRegistrar::on_agent(a, loaded).with_tap(tap),
             None => NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
@@ -242,7 +254,8 @@ impl Prepared {
         };
         tokio::spawn(watch_lifecycle(watchdog, rec.clone(), stop_tx.subscribe()));
         if let Some(every) = config.probe_interval {
-            tokio::spawn(probe(control.clone(), every, stop_tx.subscribe()));
+            let ticker = canary.as_ref().and_then(Canary::ticker);
+            tokio::spawn(probe(control.clone(), ticker, every, stop_tx.subscribe()));
         }
         Ok(LifecycleHandle {
             local_addr: server.as_ref().map(|(a, _)| *a),
@@ -254,13 +267,20 @@ impl Prepared {
             lifecycle: Some(lifecycle),
             stop: stop_tx,
             server: server.map(|(_, t)| t),
+            canary,
         })
     }
 }
 
 /// The node canary: every `every`, deregister and register every group
-/// again, as SIGUSR1 does, until the handle stops.
-async fn probe(control: Sender<Control>, every: Duration, mut stop: watch::Receiver<bool>) {
+/// again, as SIGUSR1 does, then a loopback transfer round, until the
+/// handle stops.
+async fn probe(
+    control: Sender<Control>,
+    transfers: Option<SyncSender<()>>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -268,6 +288,9 @@ async fn probe(control: Sender<Control>, every: Duration, mut stop: watch::Recei
             _ = tick.tick() => {
                 if control.send(Control::Reregister(None)).is_err() {
                     return;
+                }
+                if let Some(t) = &transfers {
+                    canary::tick(t);
                 }
             }
             _ = stop.changed() => return,
@@ -298,6 +321,8 @@ pub struct LifecycleHandle {
     lifecycle: Option<JoinHandle<DrainReport>>,
     stop: watch::Sender<bool>,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// The node canary's transfer rounds (the binary with probe_interval).
+    canary: Option<Canary>,
 }
 
 impl LifecycleHandle {
@@ -378,6 +403,10 @@ impl LifecycleHandle {
             None => Ok(DrainReport::default()),
         };
         let _ = self.stop.send(true);
+        if let Some(c) = self.canary.take() {
+            // The round in progress ends, its agents close.
+            let _ = tokio::task::spawn_blocking(move || drop(c)).await;
+        }
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
         }

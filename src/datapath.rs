@@ -72,12 +72,6 @@ pub struct RoundResult {
     pub failure: Option<Failure>,
 }
 
-impl RoundResult {
-    pub fn ok(&self) -> bool {
-        self.failure.is_none() && self.measured.iter().all(|m| m.verified)
-    }
-}
-
 /// A deterministic byte pattern (never all zeros, distinct per seed).
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

@@ -113,10 +113,23 @@ pub enum XferEnd<'a> {
     Released,
 }
 
+/// One loopback round of the node canary.
+#[derive(Debug, Clone)]
+pub struct ProbeRound {
+    /// The failure that ended it, `None` when every transfer completed
+    /// and its bytes compared equal.
+    pub failure: Option<Failure>,
+    /// Bandwidth of the large transfer, [read, write] (`XferOp::index`).
+    pub bytes_per_second: [f64; 2],
+    pub elapsed: Duration,
+}
+
 /// Everything the ledger and its projections hear about.
 #[derive(Debug)]
 pub enum Event<'a> {
     GroupDeclared(&'a GroupDecl),
+    /// The node canary's loopback round ended.
+    ProbeTransfer(&'a ProbeRound),
     MemlockObserved {
         soft_limit: Option<u64>,
         exempt: bool,

@@ -64,6 +64,7 @@ pub use validate::Rejection;
 // ---- Internals (crate-private) -----------------------------------------
 mod agent;
 mod backoff;
+mod canary;
 #[cfg(feature = "cli")]
 mod check;
 mod datapath;

@@ -117,8 +117,6 @@ pub fn loopback(backend: &str, index: usize, from: Side, to: Side) -> TransferCh
 /// Transports that carry GPU memory without staging it through the host
 /// (or RDMA NICs that can read it).
 const GPU_CAPABLE: &[&str] = &["cuda_ipc", "gdr_copy", "rc", "rc_mlx5", "rc_verbs", "dc", "dc_mlx5", "ud", "ud_mlx5", "ud_verbs", "srd"];
-/// Transports of RDMA NICs.
-const RDMA: &[&str] = &["rc", "rc_mlx5", "rc_verbs", "dc", "dc_mlx5", "ud", "ud_mlx5", "ud_verbs", "srd"];
 
 /// Attaches what UCX picked (from its protocol tables) to each check, and
 /// the finding when a pairing fell back. `rdma_devices`: whether the host
@@ -180,11 +178,6 @@ pub fn fallback(c: &TransferCheck, rdma_devices: bool) -> Option<String> {
         ));
     }
     None
-}
-
-/// Whether any transport used is an RDMA NIC's.
-pub fn over_rdma(c: &TransferCheck) -> bool {
-    c.transports.iter().flat_map(|t| &t.transports).any(|t| RDMA.contains(&t.as_str()))
 }
 
 #[cfg(test)]

@@ -144,11 +144,6 @@ impl Endpoint {
         self.agent.get_local_md().map_err(|e| nixl_failure(e, "get_local_md"))
     }
 
-    /// The NIXL agent's name (UCX names its worker after it).
-    pub fn name(&self) -> String {
-        self.agent.name()
-    }
-
     /// Where this endpoint's buffer is, for a peer.
     pub fn buffer(&self) -> RemoteBuffer {
         RemoteBuffer {

@@ -277,6 +277,19 @@ fn line(e: &Event<'_>, applied: &Applied) {
             "NIXL notification call failed"
         ),
         Event::Notified { .. } => {}
+        Event::ProbeTransfer(r) => match &r.failure {
+            None => tracing::debug!(
+                elapsed_ms = r.elapsed.as_millis() as u64,
+                write_bytes_per_second = r.bytes_per_second[1],
+                read_bytes_per_second = r.bytes_per_second[0],
+                "canary loopback transfer ok"
+            ),
+            Some(f) => tracing::warn!(
+                reason = f.reason.as_str(),
+                error = %f.message,
+                "canary loopback transfer failed: this node's data path is broken"
+            ),
+        },
         Event::DrainStarted => tracing::info!("shutdown requested: not ready, deregistering"),
         Event::DrainFinished {
             deregistered,

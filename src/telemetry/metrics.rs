@@ -364,6 +364,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
     .map(|o| o.mf)
     .collect();
     families.extend(super::transfers::render(st));
+    families.extend(super::transfers::render_probe(st));
     families
 }
 

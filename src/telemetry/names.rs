@@ -53,6 +53,10 @@ pub const PEER_FAILURES_TOTAL: &str = "nixl_agent_peer_failures_total";
 pub const PEERS_LOST_TOTAL: &str = "nixl_agent_peers_lost_total";
 pub const REMOTE_AGENTS: &str = "nixl_agent_remote_agents";
 pub const NOTIFICATIONS_TOTAL: &str = "nixl_agent_notifications_total";
+pub const PROBE_TRANSFER_UP: &str = "nixl_agent_probe_transfer_up";
+pub const PROBE_TRANSFERS_TOTAL: &str = "nixl_agent_probe_transfers_total";
+pub const PROBE_TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_probe_transfer_failures_total";
+pub const PROBE_TRANSFER_BYTES_PER_SECOND: &str = "nixl_agent_probe_transfer_bytes_per_second";
 
 /// The labels every per-group family carries, in this order (some add one
 /// more: `reason` or `state`), so that any two can be joined on them.
@@ -307,6 +311,30 @@ pub const FAMILIES: &[Family] = &[
         &["direction", "outcome"],
         "Notifications by direction (send: send_notif, receive: messages get_new_notifs returned) and outcome (ok; error, on first use, counts failed calls).",
     ),
+    Family::new(
+        PROBE_TRANSFER_UP,
+        Type::Gauge,
+        &[],
+        "Node canary only: 1 when its last loopback round (two NIXL agents of its own, WRITE and READ of 4 KiB and 1 MiB, compared byte for byte) succeeded, 0 when it failed; absent before the first round.",
+    ),
+    Family::new(
+        PROBE_TRANSFERS_TOTAL,
+        Type::Counter,
+        &["outcome"],
+        "Node canary only: loopback rounds by outcome (ok, error), one per probe_interval after the registrations.",
+    ),
+    Family::new(
+        PROBE_TRANSFER_FAILURES_TOTAL,
+        Type::Counter,
+        &["reason"],
+        "Node canary only: loopback rounds that failed, by closed reason (on first use).",
+    ),
+    Family::new(
+        PROBE_TRANSFER_BYTES_PER_SECOND,
+        Type::Gauge,
+        &["op"],
+        "Node canary only: the last successful round's bandwidth of the 1 MiB transfer, by op (read, write).",
+    ),
 ];
 
 /// Families whose series appear with their first event instead of at 0
@@ -326,6 +354,7 @@ pub const ON_FIRST_USE: &[&str] = &[
     TRANSFER_FAILURES_TOTAL,
     PEER_EVENTS_TOTAL,
     PEER_FAILURES_TOTAL,
+    PROBE_TRANSFER_FAILURES_TOTAL,
 ];
 
 /// The data path's families: exported only by a recording that follows a
@@ -344,6 +373,14 @@ pub const DATA_PATH: &[&str] = &[
     PEERS_LOST_TOTAL,
     REMOTE_AGENTS,
     NOTIFICATIONS_TOTAL,
+];
+
+/// The node canary's loopback round: exported once the first round ran.
+pub const PROBE: &[&str] = &[
+    PROBE_TRANSFER_UP,
+    PROBE_TRANSFERS_TOTAL,
+    PROBE_TRANSFER_FAILURES_TOTAL,
+    PROBE_TRANSFER_BYTES_PER_SECOND,
 ];
 
 /// Families only `nixl-agent pod` exports (the pod's own series).
@@ -466,6 +503,7 @@ mod tests {
         ]
         .iter()
         .chain(DATA_PATH)
+        .chain(PROBE)
         {
             Family::get(name);
         }

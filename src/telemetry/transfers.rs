@@ -96,3 +96,28 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     .map(|o| o.mf)
     .collect()
 }
+
+/// The node canary's loopback round (`names::PROBE`): nothing before its
+/// first round; then whether the last one passed, rounds by outcome,
+/// failures by reason (on first use) and the last bandwidth.
+pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
+    use MetricType::{COUNTER, GAUGE};
+    let Some(p) = &st.probe else {
+        return Vec::new();
+    };
+    let mut up = Out::new(names::PROBE_TRANSFER_UP, GAUGE);
+    up.gauge(Vec::new(), if p.up { 1.0 } else { 0.0 });
+    let mut rounds = Out::new(names::PROBE_TRANSFERS_TOTAL, COUNTER);
+    for (i, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
+        rounds.counter(vec![pair("outcome", outcome)], p.rounds[i]);
+    }
+    let mut failures = Out::new(names::PROBE_TRANSFER_FAILURES_TOTAL, COUNTER);
+    for (reason, n) in &p.failures {
+        failures.counter(vec![pair("reason", reason.as_str())], *n);
+    }
+    let mut bandwidth = Out::new(names::PROBE_TRANSFER_BYTES_PER_SECOND, GAUGE);
+    for op in XferOp::ALL {
+        bandwidth.gauge(vec![pair("op", op.as_str())], p.bytes_per_second[op.index()]);
+    }
+    [up, rounds, failures, bandwidth].into_iter().map(|o| o.mf).collect()
+}
