@@ -6,7 +6,7 @@
 //! ([`observed_state`]).
 
 use crate::event::Source;
-use crate::model::{AgentId, GroupState, Phase, Reason};
+use crate::model::{AgentId, Failure, GroupState, Phase, Reason};
 use serde::Serialize;
 
 /// Names of the checks /readyz?verbose lists.
@@ -167,6 +167,60 @@ pub struct Status {
     pub agents: Vec<AgentStatus>,
     /// The data path: transfers, peers, notifications.
     pub transfers: TransferStatus,
+    /// The node canary's loopback rounds (`None` before the first, and
+    /// outside a canary).
+    pub probe: Option<ProbeStatus>,
+}
+
+/// The node canary's loopback transfer rounds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProbeStatus {
+    /// The last round moved its bytes and they compared equal.
+    pub up: bool,
+    pub rounds_ok: u64,
+    pub rounds_failed: u64,
+    /// Failed rounds by reason, in the order first seen.
+    pub failures: Vec<ProbeFailures>,
+    pub last_reason: Option<Reason>,
+    pub last_error: Option<String>,
+    pub last_seconds: f64,
+    /// The last successful round's large transfer.
+    pub read_bytes_per_second: f64,
+    pub write_bytes_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeFailures {
+    pub reason: Reason,
+    pub count: u64,
+}
+
+impl ProbeStatus {
+    /// Applies one round (the ledger's only writer of it).
+    pub fn apply(&mut self, failure: Option<&Failure>, bytes_per_second: [f64; 2], seconds: f64) {
+        self.up = failure.is_none();
+        self.last_seconds = seconds;
+        match failure {
+            None => {
+                self.rounds_ok += 1;
+                self.last_reason = None;
+                self.last_error = None;
+                [self.read_bytes_per_second, self.write_bytes_per_second] = bytes_per_second;
+            }
+            Some(f) => {
+                self.rounds_failed += 1;
+                self.last_reason = Some(f.reason);
+                self.last_error = Some(f.message.clone());
+                match self.failures.iter_mut().find(|c| c.reason == f.reason) {
+                    Some(c) => c.count += 1,
+                    None => self.failures.push(ProbeFailures {
+                        reason: f.reason,
+                        count: 1,
+                    }),
+                }
+            }
+        }
+    }
 }
 
 /// The data path as the ledger holds it (`crate::ledger::transfers`).
@@ -266,6 +320,7 @@ impl Status {
             groups: Vec::new(),
             agents: Vec::new(),
             transfers: TransferStatus::default(),
+            probe: None,
         }
     }
 

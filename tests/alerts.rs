@@ -430,7 +430,7 @@ fn amtool_accepts_the_shipped_alertmanager_config() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("7 inhibit rules"), "{said}");
+    assert!(said.contains("8 inhibit rules"), "{said}");
 }
 
 /// One cause, one page: a missing plugin pages once (NotReady) and opens one

@@ -65,8 +65,6 @@ pub struct State {
     pub bounds: Bounds,
     /// The data path: requests, flights, peers, notifications.
     pub transfers: Transfers,
-    /// The node canary's loopback rounds (`None` before the first).
-    pub probe: Option<ProbeCounts>,
     live: LiveTable,
     draining: bool,
 }
@@ -81,33 +79,6 @@ impl State {
 
     pub fn group_index(&self, name: &str) -> Option<usize> {
         self.status.groups.iter().position(|g| g.name == name)
-    }
-}
-
-/// The node canary's loopback rounds, as the metrics show them.
-#[derive(Debug, Default, Clone)]
-pub struct ProbeCounts {
-    /// The last round succeeded.
-    pub up: bool,
-    /// Rounds by outcome: [ok, error].
-    pub rounds: [u64; 2],
-    /// Failed rounds by reason, in order first seen.
-    pub failures: Vec<(crate::model::Reason, u64)>,
-    /// The last successful round's large-transfer bandwidth, [read, write].
-    pub bytes_per_second: [f64; 2],
-}
-
-impl ProbeCounts {
-    fn apply(&mut self, r: &crate::event::ProbeRound) {
-        self.up = r.failure.is_none();
-        self.rounds[usize::from(!self.up)] += 1;
-        match &r.failure {
-            None => self.bytes_per_second = r.bytes_per_second,
-            Some(f) => match self.failures.iter_mut().find(|(reason, _)| *reason == f.reason) {
-                Some((_, n)) => *n += 1,
-                None => self.failures.push((f.reason, 1)),
-            },
-        }
     }
 }
 
@@ -156,7 +127,6 @@ impl Ledger {
                 process: ProcessCounts::default(),
                 bounds,
                 transfers: Transfers::new(bounds.transfer_duration),
-                probe: None,
                 live: LiveTable::default(),
                 draining: false,
             }),
@@ -526,7 +496,11 @@ impl State {
                     }
                 }
             }
-            Event::ProbeTransfer(r) => self.probe.get_or_insert_with(ProbeCounts::default).apply(r),
+            Event::ProbeTransfer(r) => s.probe.get_or_insert_with(Default::default).apply(
+                r.failure.as_ref(),
+                r.bytes_per_second,
+                r.elapsed.as_secs_f64(),
+            ),
             Event::DrainStarted => {
                 if s.phase != Phase::Stopped {
                     s.phase = Phase::Draining;

@@ -102,22 +102,20 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
 /// failures by reason (on first use) and the last bandwidth.
 pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let Some(p) = &st.probe else {
+    let Some(p) = &st.status.probe else {
         return Vec::new();
     };
     let mut up = Out::new(names::PROBE_TRANSFER_UP, GAUGE);
     up.gauge(Vec::new(), if p.up { 1.0 } else { 0.0 });
     let mut rounds = Out::new(names::PROBE_TRANSFERS_TOTAL, COUNTER);
-    for (i, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
-        rounds.counter(vec![pair("outcome", outcome)], p.rounds[i]);
-    }
+    rounds.counter(vec![pair("outcome", OUTCOME_OK)], p.rounds_ok);
+    rounds.counter(vec![pair("outcome", OUTCOME_ERROR)], p.rounds_failed);
     let mut failures = Out::new(names::PROBE_TRANSFER_FAILURES_TOTAL, COUNTER);
-    for (reason, n) in &p.failures {
-        failures.counter(vec![pair("reason", reason.as_str())], *n);
+    for f in &p.failures {
+        failures.counter(vec![pair("reason", f.reason.as_str())], f.count);
     }
     let mut bandwidth = Out::new(names::PROBE_TRANSFER_BYTES_PER_SECOND, GAUGE);
-    for op in XferOp::ALL {
-        bandwidth.gauge(vec![pair("op", op.as_str())], p.bytes_per_second[op.index()]);
-    }
+    bandwidth.gauge(vec![pair("op", XferOp::Read.as_str())], p.read_bytes_per_second);
+    bandwidth.gauge(vec![pair("op", XferOp::Write.as_str())], p.write_bytes_per_second);
     [up, rounds, failures, bandwidth].into_iter().map(|o| o.mf).collect()
 }
