@@ -17,7 +17,7 @@ const RULES: &str = "alerts/nixl-agent.rules.yml";
 const RUNBOOKS: &str = "docs/runbooks.md";
 
 /// The alerts the issue asks for, at least.
-const REQUIRED: [&str; 15] = [
+const REQUIRED: [&str; 16] = [
     "NixlRegistrationFailing",
     "NixlAgentNotReady",
     "NixlAgentDown",
@@ -33,6 +33,7 @@ const REQUIRED: [&str; 15] = [
     "NixlTransferStalled",
     "NixlPeerLost",
     "NixlPeerMetadataRejected",
+    "NixlCanaryDataPathBroken",
 ];
 
 /// A healthy `kv` group beside a required group whose backend does not
@@ -573,4 +574,39 @@ fn live_prometheus_pages_for_a_worker_whose_transfers_keep_failing() {
             summary(&alerts)
         );
     }
+}
+
+/// The node canary's data-path alert on a live Prometheus: a canary whose
+/// UCX cannot connect its own two agents (UCX_TLS=self) fires
+/// NixlCanaryDataPathBroken; a healthy canary, scraped as long, does not.
+#[test]
+fn live_prometheus_fires_the_canary_data_path_alert_only_for_the_broken_node() {
+    let canary = Some("probe_interval = '1s'\n");
+    let healthy = AgentProcess::spawn(Spawn {
+        config: canary,
+        ..Default::default()
+    });
+    let broken = AgentProcess::spawn(Spawn {
+        config: canary,
+        env: &[("UCX_TLS", "self")],
+        ..Default::default()
+    });
+    healthy.wait_ready(Duration::from_secs(30));
+    let (h, b) = (healthy.addr.to_string(), broken.addr.to_string());
+    let prom = Prometheus::start(&[healthy.addr, broken.addr], Some(&prom::rules_with_short_for()));
+    let alerts = support::wait_for(Duration::from_secs(40), "NixlCanaryDataPathBroken for the broken canary", || {
+        let alerts = prom.alerts();
+        find(&alerts, "NixlCanaryDataPathBroken", &b, &[])
+            .is_some_and(|a| a["state"] == "firing")
+            .then_some(alerts)
+    });
+    let a = find(&alerts, "NixlCanaryDataPathBroken", &b, &[]).unwrap();
+    assert_eq!(a["labels"]["severity"], "warning");
+    prom.wait_scraped(&[healthy.addr], 8, Duration::from_secs(20));
+    let alerts = prom.alerts();
+    assert!(
+        alerts.iter().all(|a| label(a, "instance") != h),
+        "alerts for the healthy canary:\n{}",
+        summary(&alerts)
+    );
 }

@@ -341,6 +341,26 @@ fn canary_reregisters_every_probe_interval_and_says_it_is_a_canary() {
             >= 2.0
     );
     assert_eq!(agent.get("/readyz").status, 200);
+    // After the registrations, a loopback round on two NIXL agents of its own.
+    let s = agent.wait_metrics("two loopback rounds", Duration::from_secs(15), |s| {
+        s.metric("nixl_agent_probe_transfers_total").label("outcome", "ok").sum() >= 2.0
+    });
+    assert_eq!(s.metric("nixl_agent_probe_transfer_up").value(), 1.0);
+    assert_eq!(
+        s.metric("nixl_agent_probe_transfers_total").label("outcome", "error").value(),
+        0.0
+    );
+    for op in ["read", "write"] {
+        let bps = s.metric("nixl_agent_probe_transfer_bytes_per_second").label("op", op).value();
+        assert!(bps > 1e6, "{op}: {bps} B/s for a 1 MiB loopback transfer");
+    }
+    // /v1/status says the same: the one record the families render from.
+    let probe = &agent.status()["probe"];
+    assert_eq!(probe["up"], true, "{probe}");
+    assert!(probe["rounds_ok"].as_u64().unwrap() >= 2, "{probe}");
+    assert!(probe["last_error"].is_null(), "{probe}");
+    // The canary moves no KV: no data-path families of a serving process.
+    assert!(s.metric("nixl_agent_transfers_total").samples().is_empty());
     let series = agent
         .get("/metrics")
         .body
@@ -348,6 +368,55 @@ fn canary_reregisters_every_probe_interval_and_says_it_is_a_canary() {
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .count();
     assert!(series <= 100, "{series} series for the canary");
+}
+
+/// A canary whose UCX cannot connect two of its own agents (UCX_TLS=self:
+/// no transport between workers) says its data path is broken, by reason,
+/// in /metrics, /v1/status and its log — and says nothing of that kind
+/// when it is not a canary.
+#[test]
+fn a_canary_whose_loopback_fails_says_so_by_reason() {
+    let mut agent = AgentProcess::spawn(Spawn {
+        config: Some("probe_interval = '1s'\n"),
+        env: &[("UCX_TLS", "self")],
+        ..Default::default()
+    });
+    let s = agent.wait_metrics("a failed loopback round", Duration::from_secs(20), |s| {
+        s.metric("nixl_agent_probe_transfers_total").label("outcome", "error").sum() >= 2.0
+    });
+    assert_eq!(s.metric("nixl_agent_probe_transfer_up").value(), 0.0);
+    assert_eq!(
+        s.metric("nixl_agent_probe_transfers_total").label("outcome", "ok").value(),
+        0.0
+    );
+    let probe = agent.status()["probe"].clone();
+    assert_eq!(probe["up"], false, "{probe}");
+    let last = probe["last_reason"].as_str().unwrap().to_string();
+    let failures = s.metric("nixl_agent_probe_transfer_failures_total");
+    let reasons: Vec<&str> = failures
+        .samples()
+        .iter()
+        .flat_map(|x| x.labels.iter().filter(|(k, _)| k == "reason").map(|(_, v)| v.as_str()))
+        .collect();
+    assert_eq!(reasons, [last.as_str()], "the reason label is the status's last_reason");
+    assert!(!probe["last_error"].as_str().unwrap().is_empty(), "{probe}");
+    agent.signal("TERM");
+    assert!(agent.wait_exit(Duration::from_secs(15)).code().is_some(), "drained and exited");
+    assert!(
+        agent
+            .log()
+            .iter()
+            .any(|l| l.contains("canary loopback transfer failed") && l.contains(&last)),
+        "{:?}",
+        agent.log()
+    );
+
+    // Not a canary: no round, no probe families.
+    let plain = AgentProcess::spawn(Spawn::default());
+    plain.wait_ready(READY);
+    let s = plain.scrape();
+    assert!(s.metric("nixl_agent_probe_transfer_up").samples().is_empty());
+    assert!(plain.status()["probe"].is_null());
 }
 
 #[test]
