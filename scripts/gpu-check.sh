@@ -95,6 +95,10 @@ size = "64KiB"
 TOML
   echo "== nixl-agent check, VRAM plan"
   "$out/nixl-agent" check --config "$out/vram.toml" 2>/dev/null || echo "check exit code: $?"
+  echo "== nixl-agent check --json, VRAM plan: the loopback transfers and their transports"
+  "$out/nixl-agent" check --json --config "$out/vram.toml" 2>/dev/null \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"transfers": r["transfers"], "host": r["host"]}, indent=1))' \
+    || echo "check --json failed"
   echo "== agent, VRAM plan"
   "$out/nixl-agent" run --config "$out/vram.toml" --log-format json > "$out/agent.log" 2>&1 &
   local pid=$!

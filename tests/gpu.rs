@@ -103,3 +103,46 @@ async fn host_pointer_in_a_vram_group_is_mem_type_mismatch() {
     agent.shutdown().await.unwrap();
     drop(host);
 }
+
+/// `check`'s loopback on a GPU: VRAM → VRAM on device 0 (and across
+/// devices when there are several) moves verified bytes, and UCX says which
+/// transport it picked (cuda_ipc within a node, unless it fell back — then
+/// the finding says so and the outcome is a warning).
+#[cfg_attr(
+    not(nixl_agent_cuda),
+    ignore = "GPU-only: no CUDA driver on this machine (run scripts/gpu-check.sh on a GPU host)"
+)]
+#[test]
+fn check_moves_verified_vram_bytes_and_names_the_transport() {
+    gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("vram.toml");
+    std::fs::write(
+        &cfg,
+        "[[group]]\nname='kv'\nkind='kv'\nmem_type='VRAM'\ndevice=0\ncount=2\nsize='2MiB'\n\
+         [[group]]\nname='aux'\nkind='aux'\nmem_type='DRAM'\ncount=2\nsize='64KiB'\n",
+    )
+    .unwrap();
+    let out = support::binary()
+        .env("NIXL_LIB_DIR", support::nixl_lib_dir())
+        .args(["check", "--json", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let transfers = r["transfers"].as_array().unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(transfers).unwrap());
+    let vram = transfers
+        .iter()
+        .find(|t| t["name"] == "VRAM#0 → VRAM#0")
+        .expect("a VRAM pairing");
+    assert_ne!(vram["outcome"], "fail", "{vram}");
+    for m in vram["measured"].as_array().unwrap() {
+        assert_eq!(m["verified"], true, "{m}");
+    }
+    assert!(!vram["transports"].as_array().unwrap().is_empty(), "{vram}");
+    if r["cuda"]["devices"].as_array().unwrap().len() > 1 {
+        assert!(transfers.iter().any(|t| t["name"] == "VRAM#0 → VRAM#1"), "{transfers:?}");
+    }
+}
