@@ -74,6 +74,18 @@ fn default_plan_passes_and_reports_every_fact() {
         assert!(g["seconds"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(groups[0]["descriptors"], 8);
+    // The host facts that bite containers, each with an outcome and a line.
+    for part in ["capabilities", "gpu_rdma", "affinity", "shm"] {
+        let h = &r["host"][part];
+        assert!(["ok", "warn", "skip"].contains(&h["outcome"].as_str().unwrap()), "{part}: {h}");
+        assert!(!h["finding"].as_str().unwrap().is_empty(), "{part}: {h}");
+    }
+    assert_eq!(r["host"]["gpu_rdma"]["outcome"], "skip", "no VRAM in the default plan");
+    // Root in this test: CAP_IPC_LOCK is effective, as memlock says.
+    assert_eq!(
+        r["host"]["capabilities"]["ipc_lock_effective"], r["memlock"]["cap_ipc_lock"],
+        "one reading of the capability"
+    );
     // Progress went to stderr, one line per step.
     let err = String::from_utf8_lossy(&out.stderr);
     for step in [
@@ -82,8 +94,10 @@ fn default_plan_passes_and_reports_every_fact() {
         "UCX",
         "memlock",
         "CUDA",
+        "host",
         "register kv",
         "register aux",
+        "transfer UCX DRAM → DRAM",
     ] {
         assert!(
             err.contains(&format!("] {step}: ")),
@@ -177,9 +191,18 @@ fn mask(text: &str) -> String {
         l = l.replace(&lib, "<NIXL_LIB_DIR>");
         l = replace_numbers_before(&l, " ms", "<T>");
         // Machine facts: outcome kept, details masked.
-        for step in ["UCX ", "Memlock ", "CUDA "] {
+        for step in [
+            "UCX ",
+            "Memlock ",
+            "CUDA ",
+            "Capabilities ",
+            "GPU RDMA ",
+            "GPU-NIC ",
+            "/dev/shm ",
+            "Transfer ",
+        ] {
             if l.starts_with(step) {
-                let outcome = l.split_whitespace().nth(1).unwrap_or("").to_string();
+                let outcome = l[step.len()..].split_whitespace().next().unwrap_or("").to_string();
                 l = format!("{:<13} {outcome:<4}  <{}>", step.trim(), step.trim().to_uppercase());
             }
         }

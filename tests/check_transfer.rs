@@ -560,20 +560,14 @@ fn peer_check_across_network_namespaces_over_a_veth_pair() {
             return;
         }
     };
+    // Seen on this host: a peer check started in namespaces under ~0.5 s
+    // old fails endpoint creation in UCX ("Destination is unreachable",
+    // with or without UCX_TLS=tcp, IPv6 on or off) and one started 0.5 s or
+    // more later passes; nothing in `ip link`/`ip route` shows the change,
+    // so the pair gets 2 s to settle.
+    std::thread::sleep(Duration::from_secs(2));
     let wrap_a = ["ip", "netns", "exec", ns_a.as_str()];
     let wrap_b = ["ip", "netns", "exec", ns_b.as_str()];
-
-    // As UCX chooses: one kernel under both namespaces, so it may well pick
-    // shared memory; whatever it picks is named and the bytes verified.
-    let addr = format!("{ip_a}:47400");
-    let ((serve, _), (peer, _)) = serve_and_peer(&wrap_a, &wrap_b, &addr, &[]);
-    serve.expect_code(0);
-    peer.expect_code(0);
-    let (s, p) = (serve.json(), peer.json());
-    assert_peer_ok(&s, "serve", &addr, "netns serve");
-    assert_peer_ok(&p, "peer", &addr, "netns peer");
-    assert_reports_agree(&s, &p);
-    eprintln!("netns, UCX's own choice: {:#?}", transports_summary(&s));
 
     // TCP only: the bytes cross the veth pair, each direction over the
     // sending side's end of it.
@@ -594,4 +588,16 @@ fn peer_check_across_network_namespaces_over_a_veth_pair() {
             }
         }
     }
+
+    // As UCX chooses: one kernel under both namespaces, so it may well pick
+    // shared memory; whatever it picks is named and the bytes verified.
+    let addr = format!("{ip_a}:47400");
+    let ((serve, _), (peer, _)) = serve_and_peer(&wrap_a, &wrap_b, &addr, &[]);
+    serve.expect_code(0);
+    peer.expect_code(0);
+    let (s, p) = (serve.json(), peer.json());
+    assert_peer_ok(&s, "serve", &addr, "netns serve");
+    assert_peer_ok(&p, "peer", &addr, "netns peer");
+    assert_reports_agree(&s, &p);
+    eprintln!("netns, UCX's own choice: {:#?}", transports_summary(&s));
 }

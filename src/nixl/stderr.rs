@@ -164,6 +164,15 @@ impl StderrTap {
     /// everything printed so far; the windows stay open. A front-end that
     /// holds an interpreter lock calls this without it, then closes.
     pub fn settle(&self) {
+        if self.shared.proto.load(Ordering::Relaxed) != PROTO_PASS {
+            // UCX prints its tables through C's stdio, block-buffered on a
+            // pipe: flushed first, so the marker never lands inside a line
+            // half in the pipe and half in the buffer. Only in check, which
+            // owns the process (a host program's buffers are left alone).
+            // Safety: fflush(NULL) flushes every C output stream; it takes
+            // no pointer of ours and changes nothing but buffer contents.
+            unsafe { libc::fflush(std::ptr::null_mut()) };
+        }
         let seq = {
             let mut s = self.seq.lock().unwrap_or_else(|e| e.into_inner());
             *s += 1;
@@ -199,11 +208,6 @@ impl StderrTap {
     /// The protocol table lines kept so far (everything printed before
     /// now is in), without their `[time] [host:pid]` prefix; taken.
     pub fn protocol_tables(&self) -> Vec<String> {
-        // UCX prints through C's stdio, block-buffered on a pipe: flushed
-        // first, so no table is half in the pipe and half in the buffer.
-        // Safety: fflush(NULL) flushes every C output stream; it takes no
-        // pointer of ours and changes nothing but buffer contents.
-        unsafe { libc::fflush(std::ptr::null_mut()) };
         self.settle();
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut st.proto)
