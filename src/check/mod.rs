@@ -233,7 +233,8 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     progress.done(ucx.outcome, &render::ucx_summary(&ucx));
 
     progress.start("memlock");
-    let memlock = memlock_check(plan, registrar.probe().memlock().exempt);
+    let non_root = host::cap_check(std::path::Path::new("/"), 0, None).uid.is_some_and(|u| u != 0);
+    let memlock = memlock_check(plan, registrar.probe().memlock().exempt, non_root);
     progress.done(memlock.outcome, &render::memlock_summary(&memlock));
 
     progress.start("CUDA");
@@ -397,7 +398,7 @@ fn ucx_check(ucx_up: bool, plan: &Plan) -> UcxCheck {
     }
 }
 
-fn memlock_check(plan: &Plan, cap_ipc_lock: bool) -> MemlockCheck {
+fn memlock_check(plan: &Plan, cap_ipc_lock: bool, non_root: bool) -> MemlockCheck {
     let (soft, hard) = facts::memlock_limits();
     let plan_dram_bytes: u64 = plan
         .groups
@@ -408,8 +409,13 @@ fn memlock_check(plan: &Plan, cap_ipc_lock: bool) -> MemlockCheck {
     let too_low = soft.is_some_and(|s| s < plan_dram_bytes) && !cap_ipc_lock;
     let fix = too_low.then(|| {
         format!(
-            "raise RLIMIT_MEMLOCK to at least {} (or unlimited): `ulimit -l unlimited` in the entrypoint, `docker run --ulimit memlock=-1`, systemd `LimitMEMLOCK=infinity`, or in Kubernetes a container runtime default of memlock=unlimited (containerd/CRI-O `LimitMEMLOCK`) or CAP_IPC_LOCK",
-            crate::units::format_size(plan_dram_bytes)
+            "raise RLIMIT_MEMLOCK to at least {} (or unlimited): `ulimit -l unlimited` in the entrypoint, `docker run --ulimit memlock=-1`, systemd `LimitMEMLOCK=infinity`, or in Kubernetes a container runtime default of memlock=unlimited (containerd/CRI-O `LimitMEMLOCK`){}",
+            crate::units::format_size(plan_dram_bytes),
+            if non_root {
+                "; adding CAP_IPC_LOCK does not help this non-root process (its effective capabilities are cleared on exec, container-toolkit#2037)"
+            } else {
+                " or CAP_IPC_LOCK"
+            }
         )
     });
     MemlockCheck {
