@@ -1,7 +1,9 @@
 //! Records the git revision for `nixl_agent_build_info{revision}`, and
 //! whether this machine has a CUDA driver: `cfg(nixl_agent_cuda)` gates the
 //! GPU-only tests, which the test runner then reports as skipped (ignored)
-//! on CPU-only machines instead of passing without running.
+//! on CPU-only machines instead of passing without running; and whether it
+//! may make network namespaces (root and iproute2): `cfg(nixl_agent_netns)`
+//! gates the two-node peer test the same way.
 
 /// Where distributions and the NVIDIA container toolkit put the driver's
 /// libcuda (never the toolkit's stubs, which are no driver).
@@ -26,6 +28,23 @@ fn cuda_driver() -> bool {
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so.1 "))
 }
 
+/// Root (effective uid 0) with `ip` on the PATH: the peer test can make
+/// two network namespaces and a veth pair. `NIXL_AGENT_NETNS=0|1` forces it.
+fn netns() -> bool {
+    match std::env::var("NIXL_AGENT_NETNS").as_deref() {
+        Ok("0") => return false,
+        Ok("1") => return true,
+        _ => {}
+    }
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            == Some("0")
+    });
+    root && std::process::Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success())
+}
+
 /// The nixl-sys version Cargo.lock pins: the binding, reported beside the
 /// NIXL runtime's own version.
 fn nixl_sys_version() -> String {
@@ -44,6 +63,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=NIXL_AGENT_CUDA");
     if cuda_driver() {
         println!("cargo:rustc-cfg=nixl_agent_cuda");
+    }
+    println!("cargo:rustc-check-cfg=cfg(nixl_agent_netns)");
+    println!("cargo:rerun-if-env-changed=NIXL_AGENT_NETNS");
+    if netns() {
+        println!("cargo:rustc-cfg=nixl_agent_netns");
     }
     let rev = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])

@@ -7,18 +7,21 @@
 //! nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH]
 //!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
-//!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle] [--embed-procs 6]
+//!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle,check,canary]
+//!            [--embed-procs 6]
 //!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
 //! nixl-bench worker raw|agent|batched               (internal: a contender process)
 //! nixl-bench embed-worker direct|observe SIZES REPS  (internal: an embedding process)
 //! nixl-bench xfer-worker REPS                        (internal: the transfers section)
+//! nixl-bench canary-worker ROUNDS WARMUP IDLE_SECS   (internal: the canary section)
 //! ```
 //!
 //! Run through `make bench` (scripts/bench.sh), which sets everything up.
 //! `--smoke` is the tiny run tests/bench_smoke.rs uses (N ≤ 64, 1 s of load).
 
 mod capi;
+mod check;
 mod common;
 mod embedding;
 mod load;
@@ -57,6 +60,8 @@ const SECTIONS: &[&str] = &[
     "memory",
     "ttr",
     "idle",
+    "check",
+    "canary",
 ];
 
 fn usage() -> ! {
@@ -158,6 +163,20 @@ fn main() {
         }
         return;
     }
+    if argv.peek().map(String::as_str) == Some("canary-worker") {
+        argv.next();
+        let mut num = || {
+            argv.next()
+                .and_then(|r| r.parse::<f64>().ok())
+                .unwrap_or_else(|| usage())
+        };
+        let (rounds, warmup, idle) = (num() as usize, num() as usize, num());
+        if let Err(e) = check::worker_main(rounds, warmup, Duration::from_secs_f64(idle)) {
+            println!("{}", serde_json::json!({ "error": e }));
+            std::process::exit(1);
+        }
+        return;
+    }
     if argv.peek().map(String::as_str) == Some("embed-worker") {
         argv.next();
         let first = argv.next().unwrap_or_else(|| usage());
@@ -215,6 +234,8 @@ fn run(args: &Args) -> Result<bool, String> {
         idle_cpu: None,
         embedding: None,
         transfers: None,
+        check: None,
+        canary: None,
         targets: Vec::new(),
         errors: Vec::new(),
     };
@@ -299,6 +320,19 @@ fn run(args: &Args) -> Result<bool, String> {
     if on("idle") {
         section("idle cpu", &mut |r| {
             r.idle_cpu = Some(sections::idle_cpu(&args.agent_bin, args.idle_secs)?);
+            Ok(())
+        });
+    }
+    if on("check") {
+        section("check", &mut |r| {
+            r.check = Some(check::check(&args.agent_bin, args.reps)?);
+            Ok(())
+        });
+    }
+    if on("canary") {
+        section("canary", &mut |r| {
+            let (rounds, warmup, idle) = if args.smoke { (10, 1, 1.0) } else { (100, 3, 5.0) };
+            r.canary = Some(check::canary(rounds, warmup, Duration::from_secs_f64(idle))?);
             Ok(())
         });
     }

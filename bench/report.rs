@@ -22,6 +22,8 @@ pub struct Results {
     pub idle_cpu: Option<IdleReport>,
     pub embedding: Option<crate::embedding::Report>,
     pub transfers: Option<crate::transfers::Report>,
+    pub check: Option<crate::check::CheckReport>,
+    pub canary: Option<crate::check::CanaryReport>,
     pub targets: Vec<Target>,
     /// Sections that could not run, and why.
     pub errors: Vec<String>,
@@ -213,6 +215,25 @@ pub fn judge(r: &Results) -> Vec<Target> {
                 p.register_ns_publishing, p.register_ns_plain
             ),
             Some(ratio <= 1.05),
+        ));
+    }
+    if let Some(c) = &r.check {
+        t.push(target(
+            "check.loopback_2s",
+            "check with the loopback transfer ≤ 2 s (median wall)",
+            format!(
+                "{:.2} s ({:.2} s with --no-transfer: {:+.2} s)",
+                c.with_transfer_s, c.without_transfer_s, c.added_s
+            ),
+            Some(c.with_transfer_s <= 2.0),
+        ));
+    }
+    if let Some(c) = &r.canary {
+        t.push(target(
+            "canary.cpu_60s",
+            "the canary's transfer adds ≤ 1 % of one core at a 60 s interval",
+            format!("{:.4} % ({:.0} µs CPU a round)", c.pct_at_60s, c.cpu_us_per_round),
+            Some(c.pct_at_60s <= 1.0),
         ));
     }
     if let Some(idle) = &r.idle_cpu {
@@ -538,6 +559,75 @@ pub fn render(r: &Results) -> String {
             f(x.cycle_big_ms.0),
             f(x.cycle_big_ms.1),
             x.cycle_big_paired_ratio
+        );
+    }
+    if let Some(c) = &r.check {
+        let _ = writeln!(
+            o,
+            "`nixl-agent check --json` (release binary, {} fresh processes each, alternating; median wall, process start → exit):\n",
+            c.runs
+        );
+        let _ = writeln!(
+            o,
+            "| run | wall s | / no transfer | loopback's own s | 16 MiB WRITE GB/s | 16 MiB READ GB/s |"
+        );
+        let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            o,
+            "| with the loopback transfer (default) | {} | {} | {} | {} | {} |",
+            f(c.with_transfer_s),
+            ratio(Some(c.with_transfer_s), Some(c.without_transfer_s)),
+            f(c.loopback_s),
+            f(c.write_16mib_bps / 1e9),
+            f(c.read_16mib_bps / 1e9)
+        );
+        let _ = writeln!(
+            o,
+            "| `--no-transfer` | {} | 1.00× | – | – | – |",
+            f(c.without_transfer_s)
+        );
+        let _ = writeln!(
+            o,
+            "| difference: what the transfer adds | {:+.3} | | | | |\n",
+            c.added_s
+        );
+    }
+    if let Some(c) = &r.canary {
+        let _ = writeln!(
+            o,
+            "Canary round (4 KiB × 4 and 1 MiB × 1 each way; two NIXL agents, UCX, DRAM, no progress thread, opened once; one fresh process, {} warm rounds after {} unmeasured):\n",
+            c.rounds, c.warmup
+        );
+        let _ = writeln!(o, "| step | wall ms | CPU ms | CPU / warm round |");
+        let _ = writeln!(o, "|---|---:|---:|---:|");
+        let warm = c.cpu_us_per_round / 1e3;
+        let _ = writeln!(
+            o,
+            "| open both agents (cold) | {} | {} | {} |",
+            f(c.open_ms),
+            f(c.open_cpu_ms),
+            ratio(Some(c.open_cpu_ms), Some(warm))
+        );
+        let _ = writeln!(
+            o,
+            "| first round (cold) | {} | {} | {} |",
+            f(c.first_round_ms),
+            f(c.first_round_cpu_ms),
+            ratio(Some(c.first_round_cpu_ms), Some(warm))
+        );
+        let _ = writeln!(
+            o,
+            "| warm round (wall: median; CPU: mean) | {} | {} | 1.00× |",
+            f(c.wall_us_per_round_median / 1e3),
+            f(warm)
+        );
+        let _ = writeln!(
+            o,
+            "\nOne warm round a 60 s interval: {:.4} % of one core. Idle with the loopback open over {:.0} s: {:.3} % of a core ({} ms CPU).\n",
+            c.pct_at_60s,
+            c.idle_seconds,
+            c.idle_pct,
+            f(c.idle_cpu_ms)
         );
     }
     if !r.targets.is_empty() {

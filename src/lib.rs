@@ -92,6 +92,7 @@ mod validate;
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench_support {
+    pub use crate::datapath::{Loopback, Round, Side};
     pub use crate::lifecycle::driver::{Control, Driver};
     pub use crate::lifecycle::group::{register_all, release_all};
     pub use crate::lifecycle::{Registrar, RuntimeFacts};

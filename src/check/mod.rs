@@ -340,6 +340,11 @@ pub fn run_cli(config: &Config, tap: Option<StderrTap>, options: &Options, proto
         .map_or(std::io::stderr().is_terminal(), |t| t.original().is_terminal());
     let mut progress = Progress::new(err, tty);
     let report = run(config, &Plan::from_config(config), tap.clone(), options, &mut progress);
+    // Everything NIXL/UCX printed is through the tap (and C's buffers
+    // flushed) before the report: no half line of theirs can prefix it.
+    if let Some(t) = &tap {
+        t.settle();
+    }
     if options.json {
         println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
     } else {
