@@ -42,7 +42,10 @@ fn netns() -> bool {
             .and_then(|l| l.split_whitespace().nth(1))
             == Some("0")
     });
-    root && std::process::Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success())
+    root && std::process::Command::new("ip")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// The nixl-sys version Cargo.lock pins: the binding, reported beside the

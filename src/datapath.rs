@@ -28,6 +28,7 @@ pub struct Round {
 
 impl Round {
     /// `check`'s round: 4 KiB × 16 and 16 MiB × 3 each way.
+    #[cfg(feature = "cli")]
     pub const CHECK: Round = Round {
         small: 4 << 10,
         small_reps: 16,
@@ -103,7 +104,12 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// [`prepare_target`]). `local_target`, when the target is in this
 /// process, verifies WRITEs and is progressed while polling; otherwise a
 /// WRITE's `verified` is left false for the peer to confirm.
-pub fn run(initiator: &mut Endpoint, remote: &RemoteBuffer, local_target: Option<&Endpoint>, round: &Round) -> RoundResult {
+pub fn run(
+    initiator: &mut Endpoint,
+    remote: &RemoteBuffer,
+    local_target: Option<&Endpoint>,
+    round: &Round,
+) -> RoundResult {
     let mut out = RoundResult::default();
     if let Err(f) = initiator.fill(0, &pattern(round.large, WRITE_SEED)) {
         out.failure = Some(f);
@@ -185,13 +191,24 @@ impl Loopback {
     /// Opens both endpoints (named `{prefix}-a`, `{prefix}-b`) with
     /// `backend`, registers their buffers and introduces the initiator to
     /// the target. Neither has a progress thread: polling progresses both.
-    pub fn open(observer: &Observer, prefix: &str, backend: &str, from: Side, to: Side, round: &Round) -> Result<Loopback, Failure> {
+    pub fn open(
+        observer: &Observer,
+        prefix: &str,
+        backend: &str,
+        from: Side,
+        to: Side,
+        round: &Round,
+    ) -> Result<Loopback, Failure> {
         let len = round.buffer_len();
         // Creating a UCX backend takes about half a second: both at once.
         let (a, b) = std::thread::scope(|s| {
             let b = s.spawn(|| Endpoint::agent(&format!("{prefix}-b"), backend, false));
             let a = Endpoint::agent(&format!("{prefix}-a"), backend, false);
-            (a, b.join().unwrap_or_else(|_| Err(Failure::new(Reason::Unknown, "creating the target agent panicked"))))
+            (
+                a,
+                b.join()
+                    .unwrap_or_else(|_| Err(Failure::new(Reason::Unknown, "creating the target agent panicked"))),
+            )
         });
         let ((agent_a, backend_a), (agent_b, backend_b)) = (a?, b?);
         let mut initiator = Endpoint::on(observer, agent_a, backend_a, from.mem_type, from.device, len)?;
@@ -235,7 +252,7 @@ mod tests {
 
     #[test]
     fn rounds_fit_their_buffers() {
-        for r in [Round::CHECK, Round::CANARY] {
+        for r in [Round::CANARY, Round { large: 16 << 20, ..Round::CANARY }] {
             assert!(r.small <= r.large);
             assert_eq!(r.buffer_len(), 2 * r.large);
         }

@@ -594,12 +594,16 @@ fn live_prometheus_fires_the_canary_data_path_alert_only_for_the_broken_node() {
     healthy.wait_ready(Duration::from_secs(30));
     let (h, b) = (healthy.addr.to_string(), broken.addr.to_string());
     let prom = Prometheus::start(&[healthy.addr, broken.addr], Some(&prom::rules_with_short_for()));
-    let alerts = support::wait_for(Duration::from_secs(40), "NixlCanaryDataPathBroken for the broken canary", || {
-        let alerts = prom.alerts();
-        find(&alerts, "NixlCanaryDataPathBroken", &b, &[])
-            .is_some_and(|a| a["state"] == "firing")
-            .then_some(alerts)
-    });
+    let alerts = support::wait_for(
+        Duration::from_secs(40),
+        "NixlCanaryDataPathBroken for the broken canary",
+        || {
+            let alerts = prom.alerts();
+            find(&alerts, "NixlCanaryDataPathBroken", &b, &[])
+                .is_some_and(|a| a["state"] == "firing")
+                .then_some(alerts)
+        },
+    );
     let a = find(&alerts, "NixlCanaryDataPathBroken", &b, &[]).unwrap();
     assert_eq!(a["labels"]["severity"], "warning");
     prom.wait_scraped(&[healthy.addr], 8, Duration::from_secs(20));

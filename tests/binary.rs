@@ -343,15 +343,23 @@ fn canary_reregisters_every_probe_interval_and_says_it_is_a_canary() {
     assert_eq!(agent.get("/readyz").status, 200);
     // After the registrations, a loopback round on two NIXL agents of its own.
     let s = agent.wait_metrics("two loopback rounds", Duration::from_secs(15), |s| {
-        s.metric("nixl_agent_probe_transfers_total").label("outcome", "ok").sum() >= 2.0
+        s.metric("nixl_agent_probe_transfers_total")
+            .label("outcome", "ok")
+            .sum()
+            >= 2.0
     });
     assert_eq!(s.metric("nixl_agent_probe_transfer_up").value(), 1.0);
     assert_eq!(
-        s.metric("nixl_agent_probe_transfers_total").label("outcome", "error").value(),
+        s.metric("nixl_agent_probe_transfers_total")
+            .label("outcome", "error")
+            .value(),
         0.0
     );
     for op in ["read", "write"] {
-        let bps = s.metric("nixl_agent_probe_transfer_bytes_per_second").label("op", op).value();
+        let bps = s
+            .metric("nixl_agent_probe_transfer_bytes_per_second")
+            .label("op", op)
+            .value();
         assert!(bps > 1e6, "{op}: {bps} B/s for a 1 MiB loopback transfer");
     }
     // /v1/status says the same: the one record the families render from.
@@ -382,11 +390,16 @@ fn a_canary_whose_loopback_fails_says_so_by_reason() {
         ..Default::default()
     });
     let s = agent.wait_metrics("a failed loopback round", Duration::from_secs(20), |s| {
-        s.metric("nixl_agent_probe_transfers_total").label("outcome", "error").sum() >= 2.0
+        s.metric("nixl_agent_probe_transfers_total")
+            .label("outcome", "error")
+            .sum()
+            >= 2.0
     });
     assert_eq!(s.metric("nixl_agent_probe_transfer_up").value(), 0.0);
     assert_eq!(
-        s.metric("nixl_agent_probe_transfers_total").label("outcome", "ok").value(),
+        s.metric("nixl_agent_probe_transfers_total")
+            .label("outcome", "ok")
+            .value(),
         0.0
     );
     let probe = agent.status()["probe"].clone();
@@ -401,7 +414,10 @@ fn a_canary_whose_loopback_fails_says_so_by_reason() {
     assert_eq!(reasons, [last.as_str()], "the reason label is the status's last_reason");
     assert!(!probe["last_error"].as_str().unwrap().is_empty(), "{probe}");
     agent.signal("TERM");
-    assert!(agent.wait_exit(Duration::from_secs(15)).code().is_some(), "drained and exited");
+    assert!(
+        agent.wait_exit(Duration::from_secs(15)).code().is_some(),
+        "drained and exited"
+    );
     assert!(
         agent
             .log()

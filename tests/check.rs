@@ -77,7 +77,10 @@ fn default_plan_passes_and_reports_every_fact() {
     // The host facts that bite containers, each with an outcome and a line.
     for part in ["capabilities", "gpu_rdma", "affinity", "shm"] {
         let h = &r["host"][part];
-        assert!(["ok", "warn", "skip"].contains(&h["outcome"].as_str().unwrap()), "{part}: {h}");
+        assert!(
+            ["ok", "warn", "skip"].contains(&h["outcome"].as_str().unwrap()),
+            "{part}: {h}"
+        );
         assert!(!h["finding"].as_str().unwrap().is_empty(), "{part}: {h}");
     }
     assert_eq!(r["host"]["gpu_rdma"]["outcome"], "skip", "no VRAM in the default plan");
@@ -242,7 +245,11 @@ fn mask(text: &str) -> String {
         // The group table's columns are as wide as their widest cell (a
         // time of 10 ms or more widens TIME): cells separated by two spaces.
         if l.starts_with("GROUP ") || l.contains("<T> ms  ") && !l.contains(':') {
-            l = l.split_whitespace().collect::<Vec<_>>().join(" ").replace("<T> ms", "<T>ms");
+            l = l
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace("<T> ms", "<T>ms");
             l = l.split(' ').collect::<Vec<_>>().join("  ").replace("<T>ms", "<T> ms");
         }
         out.push_str(l.trim_end());

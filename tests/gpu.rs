@@ -129,8 +129,8 @@ fn check_moves_verified_vram_bytes_and_names_the_transport() {
         .arg(&cfg)
         .output()
         .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     let transfers = r["transfers"].as_array().unwrap();
     eprintln!("{}", serde_json::to_string_pretty(transfers).unwrap());
     let vram = transfers
@@ -143,6 +143,9 @@ fn check_moves_verified_vram_bytes_and_names_the_transport() {
     }
     assert!(!vram["transports"].as_array().unwrap().is_empty(), "{vram}");
     if r["cuda"]["devices"].as_array().unwrap().len() > 1 {
-        assert!(transfers.iter().any(|t| t["name"] == "VRAM#0 → VRAM#1"), "{transfers:?}");
+        assert!(
+            transfers.iter().any(|t| t["name"] == "VRAM#0 → VRAM#1"),
+            "{transfers:?}"
+        );
     }
 }

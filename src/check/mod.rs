@@ -233,7 +233,9 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     progress.done(ucx.outcome, &render::ucx_summary(&ucx));
 
     progress.start("memlock");
-    let non_root = host::cap_check(std::path::Path::new("/"), 0, None).uid.is_some_and(|u| u != 0);
+    let non_root = host::cap_check(std::path::Path::new("/"), 0, None)
+        .uid
+        .is_some_and(|u| u != 0);
     let memlock = memlock_check(plan, registrar.probe().memlock().exempt, non_root);
     progress.done(memlock.outcome, &render::memlock_summary(&memlock));
 
@@ -244,7 +246,12 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     let vram = plan.groups.iter().any(|g| g.mem_type == MemType::Vram);
     let dram = plan.groups.iter().any(|g| g.mem_type == MemType::Dram);
     progress.start("host");
-    let mut host = host::host_check(std::path::Path::new("/"), vram, memlock.plan_dram_bytes, memlock.soft_bytes);
+    let mut host = host::host_check(
+        std::path::Path::new("/"),
+        vram,
+        memlock.plan_dram_bytes,
+        memlock.soft_bytes,
+    );
     host.gpu_rdma = host.gpu_rdma.with_dmabuf(cuda.dmabuf);
     progress.done(
         worst(host::summary(&host).into_iter().map(|(_, o, _)| o)),
@@ -265,7 +272,11 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
         for backend in backends.iter().filter(|b| b.outcome == Outcome::Ok) {
             for (from, to) in &pairs {
                 let i = transfers.len();
-                progress.start(&format!("transfer {backend} {}", render::side(*from, *to), backend = backend.name));
+                progress.start(&format!(
+                    "transfer {backend} {}",
+                    render::side(*from, *to),
+                    backend = backend.name
+                ));
                 let t = transfer::loopback(&backend.name, i, *from, *to);
                 progress.done(t.outcome, &render::transfer_summary(&t));
                 transfers.push(t);
@@ -280,7 +291,15 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     }
     let peer = options.peer.map(|role| {
         progress.start("peer");
-        let p = peer::run(role, options.peer_timeout, plan, nixl_up, cuda.devices.len(), tap.as_ref(), progress);
+        let p = peer::run(
+            role,
+            options.peer_timeout,
+            plan,
+            nixl_up,
+            cuda.devices.len(),
+            tap.as_ref(),
+            progress,
+        );
         progress.done(p.outcome, &render::peer_summary(&p));
         p
     });

@@ -70,8 +70,14 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    (s.len() % 2 == 0)
-        .then(|| (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect())
+    s.len()
+        .is_multiple_of(2)
+        .then(|| {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+                .collect()
+        })
         .flatten()
 }
 
@@ -92,7 +98,9 @@ fn left(deadline: Instant) -> Result<Duration, Failure> {
 
 impl Wire {
     fn new(s: TcpStream, deadline: Instant) -> Result<Wire, Failure> {
-        let read = s.try_clone().map_err(|e| Failure::new(Reason::Unknown, format!("socket: {e}")))?;
+        let read = s
+            .try_clone()
+            .map_err(|e| Failure::new(Reason::Unknown, format!("socket: {e}")))?;
         Ok(Wire {
             read: BufReader::new(read),
             write: s,
@@ -124,16 +132,22 @@ impl Wire {
         if n == 0 {
             return Err(Failure::new(Reason::PeerLost, "the peer closed the connection"));
         }
-        serde_json::from_slice(&line)
-            .map_err(|e| Failure::new(Reason::NixlInvalidParam, format!("the peer sent something that is not a check message: {e}")))
+        serde_json::from_slice(&line).map_err(|e| {
+            Failure::new(
+                Reason::NixlInvalidParam,
+                format!("the peer sent something that is not a check message: {e}"),
+            )
+        })
     }
 }
 
 fn connect(role: PeerRole, deadline: Instant) -> Result<TcpStream, Failure> {
     match role {
         PeerRole::Serve(addr) => {
-            let l = TcpListener::bind(addr).map_err(|e| Failure::new(Reason::Unknown, format!("binding {addr}: {e}")))?;
-            l.set_nonblocking(true).map_err(|e| Failure::new(Reason::Unknown, format!("{addr}: {e}")))?;
+            let l =
+                TcpListener::bind(addr).map_err(|e| Failure::new(Reason::Unknown, format!("binding {addr}: {e}")))?;
+            l.set_nonblocking(true)
+                .map_err(|e| Failure::new(Reason::Unknown, format!("{addr}: {e}")))?;
             loop {
                 match l.accept() {
                     Ok((s, _)) => {
@@ -141,7 +155,9 @@ fn connect(role: PeerRole, deadline: Instant) -> Result<TcpStream, Failure> {
                         return Ok(s);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        left(deadline).map_err(|_| Failure::new(Reason::Timeout, format!("no peer connected to {addr} in time")))?;
+                        left(deadline).map_err(|_| {
+                            Failure::new(Reason::Timeout, format!("no peer connected to {addr} in time"))
+                        })?;
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     Err(e) => return Err(Failure::new(Reason::Unknown, format!("accepting on {addr}: {e}"))),
@@ -150,7 +166,8 @@ fn connect(role: PeerRole, deadline: Instant) -> Result<TcpStream, Failure> {
         }
         PeerRole::Connect(addr) => loop {
             // The serving side may not be up yet: try again until the deadline.
-            let wait = left(deadline).map_err(|_| Failure::new(Reason::Timeout, format!("could not reach {addr} in time")))?;
+            let wait =
+                left(deadline).map_err(|_| Failure::new(Reason::Timeout, format!("could not reach {addr} in time")))?;
             match TcpStream::connect_timeout(&addr, wait.min(Duration::from_secs(2))) {
                 Ok(s) => return Ok(s),
                 Err(_) => std::thread::sleep(Duration::from_millis(200).min(wait)),
@@ -160,7 +177,15 @@ fn connect(role: PeerRole, deadline: Instant) -> Result<TcpStream, Failure> {
 }
 
 /// Runs this side of the peer check.
-pub fn run(role: PeerRole, timeout: Duration, plan: &Plan, nixl_up: bool, cuda_devices: usize, tap: Option<&StderrTap>, progress: &mut Progress) -> PeerCheck {
+pub fn run(
+    role: PeerRole,
+    timeout: Duration,
+    plan: &Plan,
+    nixl_up: bool,
+    cuda_devices: usize,
+    tap: Option<&StderrTap>,
+    progress: &mut Progress,
+) -> PeerCheck {
     let vram = plan.groups.iter().any(|g| g.mem_type == MemType::Vram) && cuda_devices > 0;
     let (role_word, address) = match role {
         PeerRole::Serve(a) => ("serve", a),
@@ -195,7 +220,14 @@ pub fn run(role: PeerRole, timeout: Duration, plan: &Plan, nixl_up: bool, cuda_d
     c
 }
 
-fn exchange(role: PeerRole, deadline: Instant, mem_type: MemType, tap: Option<&StderrTap>, c: &mut PeerCheck, progress: &mut Progress) -> Result<(), Failure> {
+fn exchange(
+    role: PeerRole,
+    deadline: Instant,
+    mem_type: MemType,
+    tap: Option<&StderrTap>,
+    c: &mut PeerCheck,
+    progress: &mut Progress,
+) -> Result<(), Failure> {
     let round = Round::CHECK;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let name = format!("nixl-check-{}-{}-peer", host.trim(), std::process::id());
@@ -225,16 +257,29 @@ fn exchange(role: PeerRole, deadline: Instant, mem_type: MemType, tap: Option<&S
             m
         }
     };
-    let Msg::Hello { protocol, metadata, buffer, large } = theirs else {
-        return Err(Failure::new(Reason::NixlInvalidParam, "the peer did not start with its metadata"));
+    let Msg::Hello {
+        protocol,
+        metadata,
+        buffer,
+        large,
+    } = theirs
+    else {
+        return Err(Failure::new(
+            Reason::NixlInvalidParam,
+            "the peer did not start with its metadata",
+        ));
     };
     if protocol != PROTOCOL || large != round.large {
         return Err(Failure::new(
             Reason::NixlInvalidParam,
-            format!("the peer speaks check protocol {protocol} with {large}-byte transfers; this side {PROTOCOL} with {}", round.large),
+            format!(
+                "the peer speaks check protocol {protocol} with {large}-byte transfers; this side {PROTOCOL} with {}",
+                round.large
+            ),
         ));
     }
-    let md = unhex(&metadata).ok_or_else(|| Failure::new(Reason::NixlInvalidParam, "the peer's metadata is not hex"))?;
+    let md =
+        unhex(&metadata).ok_or_else(|| Failure::new(Reason::NixlInvalidParam, "the peer's metadata is not hex"))?;
     let peer = ep.add_peer(&md)?;
     c.peer_agent = Some(peer.clone());
     let remote = RemoteBuffer { agent: peer, ..buffer };
@@ -247,7 +292,12 @@ fn exchange(role: PeerRole, deadline: Instant, mem_type: MemType, tap: Option<&S
             wire.send(&Msg::Done { side: side.clone() })?;
             let ok = match wire.recv()? {
                 Msg::Verified { ok } => ok,
-                _ => return Err(Failure::new(Reason::NixlInvalidParam, "the peer did not say whether the WRITEs landed")),
+                _ => {
+                    return Err(Failure::new(
+                        Reason::NixlInvalidParam,
+                        "the peer did not say whether the WRITEs landed",
+                    ))
+                }
             };
             let mut side = side;
             for m in side.measured.iter_mut().filter(|m| m.op == crate::model::XferOp::Write) {
@@ -259,11 +309,17 @@ fn exchange(role: PeerRole, deadline: Instant, mem_type: MemType, tap: Option<&S
                 return Err(Failure::new(Reason::NixlBackendError, format!("this node → peer: {e}")));
             }
             if !ok {
-                return Err(Failure::new(Reason::Unknown, "this node's WRITEs reached the peer with different bytes"));
+                return Err(Failure::new(
+                    Reason::Unknown,
+                    "this node's WRITEs reached the peer with different bytes",
+                ));
             }
         } else {
             let Msg::Done { mut side } = wire.recv()? else {
-                return Err(Failure::new(Reason::NixlInvalidParam, "the peer did not report its round"));
+                return Err(Failure::new(
+                    Reason::NixlInvalidParam,
+                    "the peer did not report its round",
+                ));
             };
             let ok = side.error.is_none() && datapath::written(&ep, round.large)?;
             wire.send(&Msg::Verified { ok })?;
@@ -277,7 +333,10 @@ fn exchange(role: PeerRole, deadline: Instant, mem_type: MemType, tap: Option<&S
                 return Err(Failure::new(Reason::NixlBackendError, format!("peer → this node: {e}")));
             }
             if !ok {
-                return Err(Failure::new(Reason::Unknown, "the peer's WRITEs arrived with different bytes"));
+                return Err(Failure::new(
+                    Reason::Unknown,
+                    "the peer's WRITEs arrived with different bytes",
+                ));
             }
         }
     }
@@ -297,7 +356,15 @@ fn buffer_side(r: &RemoteBuffer) -> Side {
 }
 
 /// This side's round to the peer, with the transports UCX printed for it.
-fn own_round(ep: &mut Endpoint, remote: &RemoteBuffer, round: &Round, tap: Option<&StderrTap>, name: &str, mem_type: MemType, to: Side) -> PeerSide {
+fn own_round(
+    ep: &mut Endpoint,
+    remote: &RemoteBuffer,
+    round: &Round,
+    tap: Option<&StderrTap>,
+    name: &str,
+    mem_type: MemType,
+    to: Side,
+) -> PeerSide {
     let r = datapath::run(ep, remote, None, round);
     let mut t = TransferCheck::blank(name, Side { mem_type, device: 0 }, to);
     if let Some(tap) = tap {
@@ -336,6 +403,9 @@ mod tests {
         let m = Msg::Verified { ok: true };
         let s = serde_json::to_string(&m).unwrap();
         assert_eq!(s, r#"{"type":"verified","ok":true}"#);
-        assert!(matches!(serde_json::from_str::<Msg>(&s).unwrap(), Msg::Verified { ok: true }));
+        assert!(matches!(
+            serde_json::from_str::<Msg>(&s).unwrap(),
+            Msg::Verified { ok: true }
+        ));
     }
 }

@@ -226,7 +226,10 @@ pub(super) fn host_summary(h: &HostCheck) -> String {
         .map(|(name, _, s)| format!("{name}: {s}"))
         .collect();
     if notable.is_empty() {
-        rows.iter().map(|(name, _, s)| format!("{name}: {s}")).collect::<Vec<_>>().join("; ")
+        rows.iter()
+            .map(|(name, _, s)| format!("{name}: {s}"))
+            .collect::<Vec<_>>()
+            .join("; ")
     } else {
         notable.join("; ")
     }
@@ -259,7 +262,14 @@ fn figure(m: &Measured) -> String {
 
 fn transports(t: &[TransportSeen]) -> String {
     t.iter()
-        .map(|t| format!("{} over {} ({})", t.op.as_str().to_uppercase(), t.lanes.join(","), t.scope))
+        .map(|t| {
+            format!(
+                "{} over {} ({})",
+                t.op.as_str().to_uppercase(),
+                t.lanes.join(","),
+                t.scope
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -275,7 +285,12 @@ fn measured_line(measured: &[Measured], seen: &[TransportSeen]) -> String {
 pub(super) fn transfer_summary(t: &TransferCheck) -> String {
     let mut s = match (&t.error, t.reason) {
         (Some(e), Some(r)) => format!("{r}: {e}"),
-        _ => format!("{} in {:.0} ms: {}", t.backend, t.seconds * 1e3, measured_line(&t.measured, &t.transports)),
+        _ => format!(
+            "{} in {:.0} ms: {}",
+            t.backend,
+            t.seconds * 1e3,
+            measured_line(&t.measured, &t.transports)
+        ),
     };
     if let Some(f) = &t.finding {
         s.push_str(&format!(" — {f}"));
@@ -289,7 +304,11 @@ pub(super) fn peer_summary(p: &PeerCheck) -> String {
         s.push_str(&format!(" (peer {n})"));
     }
     for side in &p.sides {
-        s.push_str(&format!("; {}: {}", side.who, measured_line(&side.measured, &side.transports)));
+        s.push_str(&format!(
+            "; {}: {}",
+            side.who,
+            measured_line(&side.measured, &side.transports)
+        ));
     }
     if let (Some(r), Some(e)) = (p.reason, &p.error) {
         s.push_str(&format!("; {r}: {e}"));
@@ -366,14 +385,20 @@ pub fn render_human(r: &Report, color: bool) -> String {
     }
     for t in &r.transfers {
         out.push_str(&format!(
-            "{:<13} {}  {}\n",
+            "{:<13} {}  {}: {}\n",
             "Transfer",
             word(t.outcome, color),
-            format!("{}: {}", t.name, transfer_summary(t))
+            t.name,
+            transfer_summary(t)
         ));
     }
     if let Some(p) = &r.peer {
-        out.push_str(&format!("{:<13} {}  {}\n", "Peer", word(p.outcome, color), peer_summary(p)));
+        out.push_str(&format!(
+            "{:<13} {}  {}\n",
+            "Peer",
+            word(p.outcome, color),
+            peer_summary(p)
+        ));
     }
     if let Some(u) = &r.transports_unknown {
         out.push_str(&format!("{:<13} {}  {u}\n", "Transports", word(Outcome::Skip, color)));

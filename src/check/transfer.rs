@@ -97,7 +97,8 @@ pub fn loopback(backend: &str, index: usize, from: Side, to: Side) -> TransferCh
     // A recording nobody serves: the transfers go through the same path as
     // a serving process's.
     let observer = Observer::new(ObserveSettings::default());
-    let result = Loopback::open(&observer, &prefix, backend, from, to, &Round::CHECK).map(|mut lb| lb.round(&Round::CHECK));
+    let result =
+        Loopback::open(&observer, &prefix, backend, from, to, &Round::CHECK).map(|mut lb| lb.round(&Round::CHECK));
     c.seconds = t0.elapsed().as_secs_f64();
     let failure = match result {
         Ok(r) => {
@@ -116,14 +117,19 @@ pub fn loopback(backend: &str, index: usize, from: Side, to: Side) -> TransferCh
 
 /// Transports that carry GPU memory without staging it through the host
 /// (or RDMA NICs that can read it).
-const GPU_CAPABLE: &[&str] = &["cuda_ipc", "gdr_copy", "rc", "rc_mlx5", "rc_verbs", "dc", "dc_mlx5", "ud", "ud_mlx5", "ud_verbs", "srd"];
+const GPU_CAPABLE: &[&str] = &[
+    "cuda_ipc", "gdr_copy", "rc", "rc_mlx5", "rc_verbs", "dc", "dc_mlx5", "ud", "ud_mlx5", "ud_verbs", "srd",
+];
 
 /// Attaches what UCX picked (from its protocol tables) to each check, and
 /// the finding when a pairing fell back. `rdma_devices`: whether the host
 /// has RDMA NICs (then TCP between nodes is a fall-back too).
 pub fn attribute(checks: &mut [TransferCheck], tables: &[ProtoTable], rdma_devices: bool) {
     for c in checks.iter_mut() {
-        let (from, to) = (proto::ucx_mem(c.from.mem_type == MemType::Vram), proto::ucx_mem(c.to.mem_type == MemType::Vram));
+        let (from, to) = (
+            proto::ucx_mem(c.from.mem_type == MemType::Vram),
+            proto::ucx_mem(c.to.mem_type == MemType::Vram),
+        );
         for (op, word) in [(XferOp::Write, "put"), (XferOp::Read, "get")] {
             // A READ moves bytes from the peer's memory into ours, but
             // UCX titles it by the initiator's side: "from <local> memory".
@@ -151,7 +157,11 @@ pub fn attribute(checks: &mut [TransferCheck], tables: &[ProtoTable], rdma_devic
 
 /// The finding for a pairing whose transports are a fall-back.
 pub fn fallback(c: &TransferCheck, rdma_devices: bool) -> Option<String> {
-    let used: Vec<&str> = c.transports.iter().flat_map(|t| t.transports.iter().map(String::as_str)).collect();
+    let used: Vec<&str> = c
+        .transports
+        .iter()
+        .flat_map(|t| t.transports.iter().map(String::as_str))
+        .collect();
     if used.is_empty() {
         return None;
     }
@@ -208,19 +218,30 @@ mod tests {
     #[test]
     fn dram_over_tcp_is_a_fallback_within_a_node_or_beside_rdma_nics() {
         assert!(fallback(&check(MemType::Dram, MemType::Dram, "intra-node", &["cma"]), false).is_none());
-        assert!(fallback(&check(MemType::Dram, MemType::Dram, "intra-node", &["tcp"]), false)
-            .unwrap()
-            .contains("shared-memory"));
-        assert!(fallback(&check(MemType::Dram, MemType::Dram, "inter-node", &["tcp"]), false).is_none(), "no RDMA NICs: TCP is all there is");
-        assert!(fallback(&check(MemType::Dram, MemType::Dram, "inter-node", &["tcp"]), true)
-            .unwrap()
-            .contains("RDMA devices"));
+        assert!(
+            fallback(&check(MemType::Dram, MemType::Dram, "intra-node", &["tcp"]), false)
+                .unwrap()
+                .contains("shared-memory")
+        );
+        assert!(
+            fallback(&check(MemType::Dram, MemType::Dram, "inter-node", &["tcp"]), false).is_none(),
+            "no RDMA NICs: TCP is all there is"
+        );
+        assert!(
+            fallback(&check(MemType::Dram, MemType::Dram, "inter-node", &["tcp"]), true)
+                .unwrap()
+                .contains("RDMA devices")
+        );
     }
 
     #[test]
     fn pairings_follow_the_plan_and_the_devices() {
         assert_eq!(pairings(true, false, 0).len(), 1);
-        assert_eq!(pairings(false, true, 0).len(), 0, "no device: the CUDA row fails instead");
+        assert_eq!(
+            pairings(false, true, 0).len(),
+            0,
+            "no device: the CUDA row fails instead"
+        );
         assert_eq!(pairings(true, true, 1).len(), 2);
         let p = pairings(false, true, 2);
         assert_eq!(p[1].1.device, 1, "across devices when there are several");

@@ -19,6 +19,7 @@
 /// The most table lines kept from one run of `check`.
 pub const MAX_TABLE_LINES: usize = 16_384;
 
+#[cfg(feature = "cli")]
 /// One protocol table: whose endpoint, what operation, which transports.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ProtoTable {
@@ -33,6 +34,7 @@ pub struct ProtoTable {
     pub ranges: Vec<ProtoRange>,
 }
 
+#[cfg(feature = "cli")]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ProtoRange {
     pub range: String,
@@ -41,6 +43,7 @@ pub struct ProtoRange {
     pub lanes: Vec<String>,
 }
 
+#[cfg(feature = "cli")]
 impl ProtoTable {
     /// Whether this is the table of `op` ("put" or "get") between the
     /// initiator's `local` memory and the peer's `remote` memory (UCX's
@@ -95,12 +98,14 @@ pub fn table_line(line: &str) -> Option<&str> {
     (body.starts_with('|') || body.starts_with("+-")).then_some(body)
 }
 
+#[cfg(feature = "cli")]
 /// Cells of a `| a | b | c |` row, trimmed.
 fn cells(row: &str) -> Vec<&str> {
     let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
     inner.split('|').map(str::trim).collect()
 }
 
+#[cfg(feature = "cli")]
 /// Parses the table lines (prefix already removed, or not) into tables.
 /// Tables that are not of a remote memory operation are skipped; a
 /// malformed one is dropped, never guessed at.
@@ -154,7 +159,11 @@ pub fn parse(lines: &[String]) -> Vec<ProtoTable> {
             3 if c.len() >= 3 => ranges.push(ProtoRange {
                 range: c[0].to_string(),
                 protocol: c[1].to_string(),
-                lanes: c[2].split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+                lanes: c[2]
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
             }),
             _ => {}
         }
@@ -162,6 +171,7 @@ pub fn parse(lines: &[String]) -> Vec<ProtoTable> {
     out
 }
 
+#[cfg(feature = "cli")]
 /// UCX's word for a memory type in its tables.
 pub fn ucx_mem(vram: bool) -> &'static str {
     if vram {
@@ -171,12 +181,14 @@ pub fn ucx_mem(vram: bool) -> &'static str {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cli"))]
 mod tests {
     use super::*;
 
     fn lines(text: &str) -> Vec<String> {
-        text.lines().map(|l| format!("[1796185907.212271] [vm:4013 :0]   {l}")).collect()
+        text.lines()
+            .map(|l| format!("[1796185907.212271] [vm:4013 :0]   {l}"))
+            .collect()
     }
 
     const PUT: &str = "\

@@ -162,9 +162,12 @@ impl VramBuffer {
     pub fn new(device: u32, len: usize) -> Result<VramBuffer, (Reason, String)> {
         let ctx = present_device(device)?;
         let stream = ctx.default_stream();
-        let slice = stream
-            .alloc_zeros::<u8>(len)
-            .map_err(|e| (Reason::AllocationFailed, format!("cuMemAlloc of {len} bytes on device {device}: {e}")))?;
+        let slice = stream.alloc_zeros::<u8>(len).map_err(|e| {
+            (
+                Reason::AllocationFailed,
+                format!("cuMemAlloc of {len} bytes on device {device}: {e}"),
+            )
+        })?;
         let (ptr, sync) = slice.device_ptr(&stream);
         let addr = ptr as usize;
         drop(sync);

@@ -17,7 +17,9 @@ use super::registrar::reason_of;
 use super::ObservedAgent;
 use crate::model::{Failure, MemType, Reason, Region, XferOp};
 use crate::observe::Observer;
-use nixl_sys::{Agent, AgentConfig, Backend, NixlError, NotificationMap, OptArgs, RegistrationHandle, XferDescList, XferStatus};
+use nixl_sys::{
+    Agent, AgentConfig, Backend, NixlError, NotificationMap, OptArgs, RegistrationHandle, XferDescList, XferStatus,
+};
 use std::time::{Duration, Instant};
 
 /// Where a peer's buffer is: what a transfer to it needs besides its
@@ -69,6 +71,7 @@ fn nixl_mem(m: MemType) -> nixl_sys::MemType {
 }
 
 impl Endpoint {
+    #[cfg(feature = "cli")]
     /// A NIXL agent `name` with `backend`, and `len` bytes of `mem_type`
     /// on `device` registered on it. `progress_thread`: NIXL's own progress
     /// thread (needed when the other side is in another process and this
@@ -99,14 +102,24 @@ impl Endpoint {
         let (_, params) = agent
             .get_plugin_params(backend)
             .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("{backend} plugin: {e}")))?;
-        let created = agent
-            .create_backend(backend, &params)
-            .map_err(|e| Failure::new(Reason::BackendInitFailed, format!("creating the {backend} backend: {e}")))?;
+        let created = agent.create_backend(backend, &params).map_err(|e| {
+            Failure::new(
+                Reason::BackendInitFailed,
+                format!("creating the {backend} backend: {e}"),
+            )
+        })?;
         Ok((agent, created))
     }
 
     /// The rest of [`Endpoint::open`]: the buffer, registered on `agent`.
-    pub fn on(observer: &Observer, agent: Agent, created: Backend, mem_type: MemType, device: u32, len: usize) -> Result<Endpoint, Failure> {
+    pub fn on(
+        observer: &Observer,
+        agent: Agent,
+        created: Backend,
+        mem_type: MemType,
+        device: u32,
+        len: usize,
+    ) -> Result<Endpoint, Failure> {
         let mut opts = OptArgs::new().map_err(|e| nixl_failure(e, "options"))?;
         opts.add_backend(&created).map_err(|e| nixl_failure(e, "options"))?;
         let (addr, buf) = match mem_type {

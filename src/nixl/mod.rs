@@ -27,9 +27,9 @@ pub use discover::{discover, Discovery, NotFound};
 #[cfg(feature = "cli")]
 pub use loader::PLUGIN_DIR_ENV;
 pub use loader::{load, status_of, LoadError, Loaded};
+pub use loopback::{Endpoint, RemoteBuffer};
 #[cfg(feature = "bench")]
 pub use memory::Backing;
-pub use loopback::{Endpoint, RemoteBuffer};
 pub use observe::{ObservedAgent, ObservedXfer};
 pub use probe::SystemProbe;
 pub use registrar::NixlRegistrar;
