@@ -252,7 +252,13 @@ mod tests {
 
     #[test]
     fn rounds_fit_their_buffers() {
-        for r in [Round::CANARY, Round { large: 16 << 20, ..Round::CANARY }] {
+        for r in [
+            Round::CANARY,
+            Round {
+                large: 16 << 20,
+                ..Round::CANARY
+            },
+        ] {
             assert!(r.small <= r.large);
             assert_eq!(r.buffer_len(), 2 * r.large);
         }

@@ -192,10 +192,11 @@ impl Endpoint {
         match &mut self.buf {
             Buffer::Dram(_) => {
                 // Safety: [addr+offset, +len) lies inside the mapping this
-                // endpoint owns (checked above); no transfer is in flight
-                // (transfers are synchronous on this endpoint).
-                let dst = unsafe { std::slice::from_raw_parts_mut((self.addr + offset) as *mut u8, bytes.len()) };
-                dst.copy_from_slice(bytes);
+                // endpoint owns (checked above) and `bytes` is another
+                // allocation. Copied through raw pointers, no reference into
+                // the mapping is made: a peer's NIXL may write into it (the
+                // exchange is sequential, so not while we fill or read).
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), (self.addr + offset) as *mut u8, bytes.len()) };
                 Ok(())
             }
             Buffer::Vram(b) => b.write(offset, bytes).map_err(|m| Failure::new(Reason::Unknown, m)),
@@ -207,10 +208,11 @@ impl Endpoint {
         self.check_range(offset, len)?;
         match &self.buf {
             Buffer::Dram(_) => {
-                // Safety: inside the mapping this endpoint owns (checked
-                // above); no transfer into it is in flight.
-                let src = unsafe { std::slice::from_raw_parts((self.addr + offset) as *const u8, len) };
-                Ok(src.to_vec())
+                let mut out = vec![0u8; len];
+                // Safety: as in `fill`: inside the mapping (checked above),
+                // into a fresh vector, through raw pointers.
+                unsafe { std::ptr::copy_nonoverlapping((self.addr + offset) as *const u8, out.as_mut_ptr(), len) };
+                Ok(out)
             }
             Buffer::Vram(b) => b.read(offset, len).map_err(|m| Failure::new(Reason::Unknown, m)),
         }

@@ -4,9 +4,12 @@
 //! `unsafe` is allowed here and nowhere else in the crate (the crate root
 //! denies it). It is needed for `dlopen`, for describing raw regions to
 //! nixl-sys (its `MemoryRegion::as_ptr` is an `unsafe fn`), for `mmap`,
-//! `getrlimit` and CUDA pointer queries. Each block carries a `// Safety:`
-//! comment. The rest of the crate sees only [`NixlRegistrar`], which
-//! implements the safe [`crate::lifecycle::Registrar`] trait, and plain data.
+//! `getrlimit` and CUDA pointer queries, and for filling and reading the
+//! buffers `check` and the canary move bytes between (`loopback.rs`). Each
+//! block carries a `// Safety:` comment. The rest of the crate sees only
+//! [`NixlRegistrar`], which implements the safe
+//! [`crate::lifecycle::Registrar`] trait, the data-path [`Endpoint`], and
+//! plain data.
 #![allow(unsafe_code)]
 
 mod cuda;
