@@ -27,7 +27,7 @@ const FAILING: &str = "[retry]\ninitial_backoff = '200ms'\nmax_backoff = '1s'\n\
 const TRACED: &str = "[tracing]\nendpoint = 'http://127.0.0.1:9'\n";
 
 const PANEL_TYPES: [&str; 5] = ["row", "timeseries", "stat", "table", "state-timeline"];
-const ROWS: [&str; 5] = ["Overview", "Registration", "Memory", "Failures", "Transfers"];
+const ROWS: [&str; 6] = ["Overview", "Registration", "Memory", "Failures", "Transfers", "Node canary"];
 /// Panels whose links lead to the runbooks.
 const RUNBOOK_LINKED: [&str; 8] = [
     "Registration failures by reason",
@@ -389,6 +389,15 @@ fn every_metric_in_dashboards_and_alerts_is_exported_and_declared() {
     let observed = Scrape::parse(&observer.metrics().encode(nixl_agent::Format::Text));
     drop(traffic);
     let data_path: BTreeSet<String> = observed.families().into_iter().collect();
+    // The canary's families: from a node canary after its first round.
+    let canary = AgentProcess::spawn(Spawn {
+        config: Some("probe_interval = '1s'\n"),
+        ..Default::default()
+    });
+    let probed = canary.wait_metrics("a loopback round", Duration::from_secs(20), |s| {
+        s.metric("nixl_agent_probe_transfer_up").get().is_some()
+    });
+    let probe: BTreeSet<String> = probed.families().into_iter().collect();
     let used = names_used();
     assert!(used.len() >= 12, "{:?}", used.keys());
     // Absent until the first readiness, which this failing agent never
@@ -417,6 +426,8 @@ fn every_metric_in_dashboards_and_alerts_is_exported_and_declared() {
         }
         let live = if nixl_agent::names::DATA_PATH.contains(&fam.as_str()) {
             &data_path
+        } else if nixl_agent::names::PROBE.contains(&fam.as_str()) {
+            &probe
         } else {
             &live
         };
@@ -449,7 +460,11 @@ fn substitute(expr: &str, instances: &[String], rate_interval: &str) -> String {
 
 #[test]
 fn every_dashboard_query_returns_data_from_a_live_prometheus() {
-    let healthy = AgentProcess::spawn(Spawn::default());
+    // A node canary: its loopback rounds fill the Node canary row.
+    let healthy = AgentProcess::spawn(Spawn {
+        config: Some("probe_interval = '1s'\n"),
+        ..Default::default()
+    });
     let failing_traced = format!("{FAILING}{TRACED}");
     let failing = AgentProcess::spawn(Spawn {
         config: Some(&failing_traced),
