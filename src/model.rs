@@ -15,7 +15,7 @@ pub use transfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOM
 ///
 /// Adding a variant is a design change: update the docs/metrics.md table, the runbooks
 /// and the dashboards with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     NixlUnavailable,

@@ -27,7 +27,14 @@ const FAILING: &str = "[retry]\ninitial_backoff = '200ms'\nmax_backoff = '1s'\n\
 const TRACED: &str = "[tracing]\nendpoint = 'http://127.0.0.1:9'\n";
 
 const PANEL_TYPES: [&str; 5] = ["row", "timeseries", "stat", "table", "state-timeline"];
-const ROWS: [&str; 6] = ["Overview", "Registration", "Memory", "Failures", "Transfers", "Node canary"];
+const ROWS: [&str; 6] = [
+    "Overview",
+    "Registration",
+    "Memory",
+    "Failures",
+    "Transfers",
+    "Node canary",
+];
 /// Panels whose links lead to the runbooks.
 const RUNBOOK_LINKED: [&str; 8] = [
     "Registration failures by reason",

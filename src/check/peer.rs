@@ -30,6 +30,7 @@ pub struct PeerSide {
     pub who: String,
     pub measured: Vec<Measured>,
     pub transports: Vec<TransportSeen>,
+    pub reason: Option<Reason>,
     pub error: Option<String>,
 }
 
@@ -287,58 +288,23 @@ fn exchange(
     // The connecting side goes first, then the serving side.
     let first = matches!(role, PeerRole::Connect(_));
     for mine in [first, !first] {
-        if mine {
+        let (side, ok) = if mine {
             let side = own_round(&mut ep, &remote, &round, tap, &name, mem_type, buffer_side(&remote));
             wire.send(&Msg::Done { side: side.clone() })?;
-            let ok = match wire.recv()? {
-                Msg::Verified { ok } => ok,
-                _ => {
-                    return Err(Failure::new(
-                        Reason::NixlInvalidParam,
-                        "the peer did not say whether the WRITEs landed",
-                    ))
-                }
-            };
-            let mut side = side;
-            for m in side.measured.iter_mut().filter(|m| m.op == crate::model::XferOp::Write) {
-                m.verified = ok;
-            }
-            let failed = side.error.clone();
-            c.sides.push(side);
-            if let Some(e) = failed {
-                return Err(Failure::new(Reason::NixlBackendError, format!("this node → peer: {e}")));
-            }
-            if !ok {
-                return Err(Failure::new(
-                    Reason::Unknown,
-                    "this node's WRITEs reached the peer with different bytes",
-                ));
+            match wire.recv()? {
+                Msg::Verified { ok } => (side, ok),
+                _ => return Err(unexpected("the peer did not say whether the WRITEs landed")),
             }
         } else {
             let Msg::Done { mut side } = wire.recv()? else {
-                return Err(Failure::new(
-                    Reason::NixlInvalidParam,
-                    "the peer did not report its round",
-                ));
+                return Err(unexpected("the peer did not report its round"));
             };
             let ok = side.error.is_none() && datapath::written(&ep, round.large)?;
             wire.send(&Msg::Verified { ok })?;
             side.who = "peer → this node".into();
-            for m in side.measured.iter_mut().filter(|m| m.op == crate::model::XferOp::Write) {
-                m.verified = ok;
-            }
-            let failed = side.error.clone();
-            c.sides.push(side);
-            if let Some(e) = failed {
-                return Err(Failure::new(Reason::NixlBackendError, format!("peer → this node: {e}")));
-            }
-            if !ok {
-                return Err(Failure::new(
-                    Reason::Unknown,
-                    "the peer's WRITEs arrived with different bytes",
-                ));
-            }
-        }
+            (side, ok)
+        };
+        record(c, side, ok)?;
     }
     let rdma = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
     c.finding = c.sides.iter().find_map(|s| {
@@ -346,6 +312,29 @@ fn exchange(
         super::transfer::fallback(&t, rdma).map(|f| format!("{}: {f}", s.who))
     });
     Ok(())
+}
+
+fn unexpected(what: &str) -> Failure {
+    Failure::new(Reason::NixlInvalidParam, what)
+}
+
+/// Keeps one direction's result, its WRITEs marked as the landing side
+/// found them; its failure, or bytes that differ, end the check.
+fn record(c: &mut PeerCheck, mut side: PeerSide, ok: bool) -> Result<(), Failure> {
+    for m in side.measured.iter_mut().filter(|m| m.op == crate::model::XferOp::Write) {
+        m.verified = ok;
+    }
+    let who = side.who.clone();
+    let failed = side.error.clone().map(|e| (side.reason.unwrap_or(Reason::Unknown), e));
+    c.sides.push(side);
+    match failed {
+        Some((reason, e)) => Err(Failure::new(reason, format!("{who}: {e}"))),
+        None if !ok => Err(Failure::new(
+            Reason::Unknown,
+            format!("{who}: the WRITEs completed but the bytes that landed differ"),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn buffer_side(r: &RemoteBuffer) -> Side {
@@ -375,6 +364,7 @@ fn own_round(
         who: "this node → peer".into(),
         measured: r.measured,
         transports: t.transports,
+        reason: r.failure.as_ref().map(|f| f.reason),
         error: r.failure.map(|f| f.message),
     }
 }
