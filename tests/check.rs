@@ -242,6 +242,10 @@ fn mask(text: &str) -> String {
         if l.starts_with("nixl-agent ") {
             l = "nixl-agent <VERSION> check".to_string();
         }
+        // A transfer's figures and transports, under its row.
+        if l.starts_with(&" ".repeat(20)) {
+            l = format!("{}<DETAIL>", " ".repeat(20));
+        }
         // The group table's columns are as wide as their widest cell (a
         // time of 10 ms or more widens TIME): cells separated by two spaces.
         if l.starts_with("GROUP ") || l.contains("<T> ms  ") && !l.contains(':') {

@@ -330,6 +330,28 @@ fn loopback_transfer_moves_verified_bytes_and_names_the_transport() {
     );
 }
 
+/// UCX without its shared-memory transports (`UCX_TLS=tcp`): the loopback
+/// still moves its bytes, over TCP — and check says that is a fall-back,
+/// as a warning (exit 0) with the finding naming what to check.
+#[test]
+fn a_loopback_that_falls_back_to_tcp_is_a_warning_with_a_finding() {
+    let out = check(&["--json"], &[("UCX_TLS", "tcp")], Duration::from_secs(60));
+    out.expect_code(0);
+    let r = out.json();
+    let t = &arr(&r["transfers"])[0];
+    assert_eq!(t["outcome"], "warn", "{t}");
+    assert_measured_plan(&t["measured"], "loopback over tcp");
+    for e in assert_transports_named(&t["transports"], "loopback over tcp") {
+        assert_eq!(e["transports"], serde_json::json!(["tcp"]), "{e}");
+    }
+    let finding = t["finding"].as_str().unwrap_or_default();
+    assert!(
+        finding.contains("went over `tcp`") && finding.contains("shared-memory"),
+        "{finding}"
+    );
+    assert_eq!(r["ok"], true, "a fall-back warns, it does not fail");
+}
+
 #[test]
 fn no_transfer_skips_it() {
     let out = check(&["--json", "--no-transfer"], &[], Duration::from_secs(60));
@@ -360,12 +382,15 @@ fn operators_own_proto_info_passes_through() {
         text.lines().any(|l| l.contains("ucp_put*")),
         "the operator's UCX tables did not reach stdout:\n{text}"
     );
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("Transfer"))
-        .unwrap_or_else(|| panic!("no Transfer row:\n{text}"));
+    // The row, then its figures, then its transports (indented under it).
+    let mut rows = text.lines().skip_while(|l| !l.starts_with("Transfer"));
+    let row = rows.next().unwrap_or_else(|| panic!("no Transfer row:\n{text}"));
     assert!(row.contains(" ok "), "{row}");
-    assert!(row.contains(" over "), "the Transfer row names no transport: {row}");
+    let detail: Vec<&str> = rows.take_while(|l| l.starts_with("    ")).collect();
+    assert!(
+        detail.iter().any(|l| l.contains(" over ")),
+        "the Transfer row names no transport: {row}\n{detail:#?}"
+    );
 }
 
 #[test]

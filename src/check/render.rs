@@ -244,7 +244,7 @@ pub(super) fn side(from: Side, to: Side) -> String {
     format!("{} → {}", one(from), one(to))
 }
 
-/// "4KiB 21 µs", "16MiB 3.1 GB/s".
+/// "WRITE 4KiB 21 µs" (latency), "WRITE 16MiB 5.2 ms (3.10 GB/s)".
 fn figure(m: &Measured) -> String {
     let us = m.seconds * 1e6;
     let time = if us < 1000.0 {
@@ -252,9 +252,12 @@ fn figure(m: &Measured) -> String {
     } else {
         format!("{:.1} ms", us / 1e3)
     };
+    let op = m.op.as_str().to_uppercase();
+    if m.bytes < 1 << 20 {
+        return format!("{op} {} {time}", format_size(m.bytes));
+    }
     format!(
-        "{} {} {time} ({:.2} GB/s)",
-        m.op.as_str().to_uppercase(),
+        "{op} {} {time} ({:.2} GB/s)",
         format_size(m.bytes),
         m.bytes_per_second / 1e9
     )
@@ -383,22 +386,52 @@ pub fn render_human(r: &Report, color: bool) -> String {
     if !r.transfers.is_empty() || r.peer.is_some() {
         out.push('\n');
     }
+    // Under the row: one line of figures and one of transports per
+    // direction, aligned with the summaries.
+    let indent = " ".repeat(20);
+    let detail = |out: &mut String, measured: &[Measured], seen: &[TransportSeen]| {
+        if !measured.is_empty() {
+            out.push_str(&format!(
+                "{indent}{}\n",
+                measured.iter().map(figure).collect::<Vec<_>>().join("; ")
+            ));
+        }
+        if !seen.is_empty() {
+            out.push_str(&format!("{indent}{}\n", transports(seen)));
+        }
+    };
     for t in &r.transfers {
+        let head = match (&t.error, t.reason) {
+            (Some(e), Some(reason)) => format!("{reason}: {e}"),
+            _ => format!("{} in {:.0} ms", t.backend, t.seconds * 1e3),
+        };
         out.push_str(&format!(
-            "{:<13} {}  {}: {}\n",
+            "{:<13} {}  {}: {head}\n",
             "Transfer",
             word(t.outcome, color),
-            t.name,
-            transfer_summary(t)
+            t.name
         ));
+        detail(&mut out, &t.measured, &t.transports);
+        if let Some(f) = &t.finding {
+            out.push_str(&format!("{indent}finding: {f}\n"));
+        }
     }
     if let Some(p) = &r.peer {
-        out.push_str(&format!(
-            "{:<13} {}  {}\n",
-            "Peer",
-            word(p.outcome, color),
-            peer_summary(p)
-        ));
+        let mut head = format!("{} {}", p.role, p.address);
+        if let Some(n) = &p.peer_agent {
+            head.push_str(&format!(" (peer {n})"));
+        }
+        if let (Some(reason), Some(e)) = (p.reason, &p.error) {
+            head.push_str(&format!(" — {reason}: {e}"));
+        }
+        out.push_str(&format!("{:<13} {}  {head}\n", "Peer", word(p.outcome, color)));
+        for side in &p.sides {
+            out.push_str(&format!("{indent}{}:\n", side.who));
+            detail(&mut out, &side.measured, &side.transports);
+        }
+        if let Some(f) = &p.finding {
+            out.push_str(&format!("{indent}finding: {f}\n"));
+        }
     }
     if let Some(u) = &r.transports_unknown {
         out.push_str(&format!("{:<13} {}  {u}\n", "Transports", word(Outcome::Skip, color)));

@@ -106,6 +106,25 @@ fn cells(row: &str) -> Vec<&str> {
 }
 
 #[cfg(feature = "cli")]
+/// The `transport/device` lanes of a Config cell: `cma/memory`,
+/// `tcp/lo, tcp/eth0`, or UCX's split of a large message across lanes,
+/// `52% on tcp/lo and 48% on tcp/eth0`.
+#[cfg(feature = "cli")]
+fn lanes(cell: &str) -> Vec<String> {
+    cell.split(',')
+        .flat_map(|part| part.split(" and "))
+        .map(|lane| {
+            let lane = lane.trim();
+            match lane.split_once("% on ") {
+                Some((share, rest)) if share.trim().parse::<f64>().is_ok() => rest.trim(),
+                _ => lane,
+            }
+        })
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// Parses the table lines (prefix already removed, or not) into tables.
 /// Tables that are not of a remote memory operation are skipped; a
 /// malformed one is dropped, never guessed at.
@@ -159,11 +178,7 @@ pub fn parse(lines: &[String]) -> Vec<ProtoTable> {
             3 if c.len() >= 3 => ranges.push(ProtoRange {
                 range: c[0].to_string(),
                 protocol: c[1].to_string(),
-                lanes: c[2]
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect(),
+                lanes: lanes(c[2]),
             }),
             _ => {}
         }
@@ -234,6 +249,27 @@ mod tests {
         assert_eq!(t[0].transports(), ["tcp", "cma"]);
         assert_eq!(t[0].lanes(), ["tcp/lo", "cma/memory", "tcp/eth0"]);
         assert_eq!(t[0].ranges[1].protocol, "zero-copy");
+    }
+
+    #[test]
+    fn a_message_split_across_lanes_names_each_lane() {
+        assert_eq!(lanes("52% on tcp/lo and 48% on tcp/eth0"), ["tcp/lo", "tcp/eth0"]);
+        assert_eq!(
+            lanes("rc_mlx5/mlx5_0:1, rc_mlx5/mlx5_1:1"),
+            ["rc_mlx5/mlx5_0:1", "rc_mlx5/mlx5_1:1"]
+        );
+        assert_eq!(lanes("cma/memory"), ["cma/memory"]);
+        let t = ProtoTable {
+            worker: "w".into(),
+            scope: "intra-node".into(),
+            operation: "remote memory write by ucp_put* from host memory to host".into(),
+            ranges: vec![ProtoRange {
+                range: "0..inf".into(),
+                protocol: "multi-frag zero-copy".into(),
+                lanes: lanes("52% on tcp/lo and 48% on tcp/eth0"),
+            }],
+        };
+        assert_eq!(t.transports(), ["tcp"], "TCP however many lanes: a fall-back is seen");
     }
 
     #[test]
