@@ -75,7 +75,7 @@ fn default_plan_passes_and_reports_every_fact() {
     }
     assert_eq!(groups[0]["descriptors"], 8);
     // The host facts that bite containers, each with an outcome and a line.
-    for part in ["capabilities", "gpu_rdma", "affinity", "shm"] {
+    for part in ["capabilities", "gpu_rdma", "affinity", "links", "shm"] {
         let h = &r["host"][part];
         assert!(
             ["ok", "warn", "skip"].contains(&h["outcome"].as_str().unwrap()),
@@ -231,6 +231,7 @@ fn mask(text: &str) -> String {
             "Capabilities ",
             "GPU RDMA ",
             "GPU-NIC ",
+            "RDMA links ",
             "/dev/shm ",
             "Transfer ",
         ] {

@@ -298,7 +298,7 @@ fn loopback_transfer_moves_verified_bytes_and_names_the_transport() {
     assert_eq!(r["ok"], true);
     assert!(r["transports_unknown"].is_null(), "{}", r["transports_unknown"]);
     assert!(r["peer"].is_null(), "{}", r["peer"]);
-    for k in ["capabilities", "gpu_rdma", "affinity", "shm"] {
+    for k in ["capabilities", "gpu_rdma", "affinity", "links", "shm"] {
         let h = &r["host"][k];
         assert!(
             ["ok", "warn", "skip", "fail"].contains(&h["outcome"].as_str().unwrap_or("")),

@@ -12,8 +12,11 @@ use std::cmp::Reverse;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+mod links;
 #[cfg(test)]
 mod tests;
+
+pub use links::LinkCheck;
 
 const CAP_IPC_LOCK: u32 = 14;
 /// Below this /dev/shm is too small for UCX's shared-memory transports and NCCL.
@@ -25,6 +28,8 @@ pub struct HostCheck {
     pub capabilities: CapCheck,
     pub gpu_rdma: GpuRdmaCheck,
     pub affinity: AffinityCheck,
+    /// RDMA ports and whether they are ACTIVE.
+    pub links: LinkCheck,
     pub shm: ShmCheck,
 }
 
@@ -139,6 +144,7 @@ pub fn host_check(root: &Path, vram: bool, plan_dram_bytes: u64, memlock_soft: O
         capabilities: cap_check(root, plan_dram_bytes, memlock_soft),
         gpu_rdma: gpu_rdma_check(root, vram),
         affinity: affinity_check(root),
+        links: links::link_check(root),
         shm: shm_check(root),
     }
 }
@@ -150,11 +156,18 @@ pub fn summary(host: &HostCheck) -> Vec<(&'static str, Outcome, String)> {
         Some(a) => (name, outcome, format!("{finding} — fix: {a}")),
         None => (name, outcome, finding.to_string()),
     };
-    let (c, g, a, s) = (&host.capabilities, &host.gpu_rdma, &host.affinity, &host.shm);
+    let (c, g, a, s, l) = (
+        &host.capabilities,
+        &host.gpu_rdma,
+        &host.affinity,
+        &host.shm,
+        &host.links,
+    );
     vec![
         row("Capabilities", c.outcome, &c.finding, &c.advice),
         row("GPU RDMA", g.outcome, &g.finding, &g.advice),
         row("GPU-NIC", a.outcome, &a.finding, &a.advice),
+        row("RDMA links", l.outcome, &l.finding, &l.advice),
         row("/dev/shm", s.outcome, &s.finding, &s.advice),
     ]
 }

@@ -84,6 +84,13 @@ fn limit(v: Option<u64>) -> String {
 pub(super) fn nixl_summary(check: &NixlCheck) -> String {
     let n = &check.runtime;
     match &n.library {
+        // Loaded, but no NIXL agent could be made: say why.
+        Some(lib) if check.outcome == Outcome::Fail && n.error.is_some() => format!(
+            "{lib} (found by {}, NIXL {}) loads, but {}",
+            n.found_by.as_deref().unwrap_or("?"),
+            n.version.as_deref().unwrap_or("version unknown"),
+            n.error.as_deref().unwrap_or_default()
+        ),
         Some(lib) => format!(
             "{lib} (found by {}, NIXL {}), {} plugins: {}",
             n.found_by.as_deref().unwrap_or("?"),

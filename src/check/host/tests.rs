@@ -214,10 +214,10 @@ fn summary_rows_carry_the_fix_and_never_fail() {
     t.file("proc/mounts", "shm /dev/shm tmpfs rw,size=65536k 0 0\n");
     let rows = summary(&host_check(t.root(), true, GIB, Some(64 << 10)));
     let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
-    assert_eq!(names, ["Capabilities", "GPU RDMA", "GPU-NIC", "/dev/shm"]);
+    assert_eq!(names, ["Capabilities", "GPU RDMA", "GPU-NIC", "RDMA links", "/dev/shm"]);
     assert_eq!(rows[0].1, Outcome::Warn);
     assert!(rows[0].2.contains(" — fix: raise the memlock ulimit"));
-    assert!(rows[3].2.contains(" — fix: `docker run --shm-size=16g`"));
+    assert!(rows[4].2.contains(" — fix: `docker run --shm-size=16g`"));
     assert!(rows.iter().all(|r| r.1 != Outcome::Fail));
 }
 
