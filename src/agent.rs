@@ -26,6 +26,7 @@
 
 use crate::canary::{self, Canary};
 use crate::config::{Config, ConfigError, ProcessEnv};
+use crate::datapath::MEMORY_BACKENDS;
 // Re-exported at the crate root as `nixl_agent::Router`, on purpose.
 use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
@@ -228,7 +229,11 @@ impl Prepared {
             plan.groups.iter().map(|g| g.name.clone()).collect(),
         );
         // The canary also proves the data path, on NIXL agents of its own.
-        let canary = match (&agent, config.probe_interval, loaded.is_ok(), plan.backends().first()) {
+        let mover = plan
+            .backends()
+            .into_iter()
+            .find(|b| MEMORY_BACKENDS.contains(&b.as_str()));
+        let canary = match (&agent, config.probe_interval, loaded.is_ok(), mover.as_ref()) {
             (None, Some(_), true, Some(backend)) => match Canary::spawn(rec.clone(), backend.clone()) {
                 Ok(c) => Some(c),
                 Err(e) => {
@@ -273,8 +278,8 @@ impl Prepared {
 }
 
 /// The node canary: every `every`, deregister and register every group
-/// again, as SIGUSR1 does, then a loopback transfer round, until the
-/// handle stops.
+/// again, as SIGUSR1 does, and half an interval later a loopback transfer
+/// round, until the handle stops.
 async fn probe(
     control: Sender<Control>,
     transfers: Option<SyncSender<()>>,
@@ -290,7 +295,11 @@ async fn probe(
                     return;
                 }
                 if let Some(t) = &transfers {
-                    canary::tick(t);
+                    // Between two registrations, never during one.
+                    tokio::select! {
+                        _ = tokio::time::sleep(every / 2) => { canary::tick(t); }
+                        _ = stop.changed() => return,
+                    }
                 }
             }
             _ = stop.changed() => return,
@@ -404,8 +413,12 @@ impl LifecycleHandle {
         };
         let _ = self.stop.send(true);
         if let Some(c) = self.canary.take() {
-            // The round in progress ends, its agents close.
-            let _ = tokio::task::spawn_blocking(move || drop(c)).await;
+            // The round in progress ends (each transfer is bounded), its
+            // agents close; at most a grace period more.
+            let closing = tokio::task::spawn_blocking(move || drop(c));
+            if tokio::time::timeout(grace, closing).await.is_err() {
+                tracing::warn!("the canary's loopback round did not end within the grace period");
+            }
         }
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), server).await;

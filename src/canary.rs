@@ -1,5 +1,6 @@
-//! The node canary's data-path probe: on every `probe_interval`, after the
-//! registrations, a loopback round between two NIXL agents of its own
+//! The node canary's data-path probe: on every `probe_interval`, half an
+//! interval after the registrations (so the two never overlap, and what
+//! UCX prints during one is not taken for the other's), a loopback round between two NIXL agents of its own
 //! (WRITE and READ, 4 KiB and 1 MiB, compared byte for byte), recorded as
 //! one `Event::ProbeTransfer` — so a node whose data path breaks is seen
 //! before a request lands on it.
@@ -16,13 +17,21 @@ use crate::event::{Event, ProbeRound};
 use crate::model::{MemType, XferOp};
 use crate::observe::{ObserveSettings, Observer};
 use crate::record::Recorder;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How often the idle thread looks at its stop flag.
+const STOP_POLL: Duration = Duration::from_millis(100);
 
 /// The probe thread and the way to tick it.
 pub struct Canary {
     tick: Option<SyncSender<()>>,
+    /// Its own stop: joining never waits for the probe task to let go of
+    /// its ticker (a runtime being dropped may never run that task again).
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -31,11 +40,14 @@ impl Canary {
     /// only after NIXL is loaded.
     pub fn spawn(rec: Recorder, backend: String) -> std::io::Result<Canary> {
         let (tx, rx) = sync_channel(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nixl-canary-xfer".into())
-            .spawn(move || rounds(rec, &backend, rx))?;
+            .spawn(move || rounds(rec, &backend, rx, &stopped))?;
         Ok(Canary {
             tick: Some(tx),
+            stop,
             thread: Some(thread),
         })
     }
@@ -56,6 +68,7 @@ impl Drop for Canary {
     /// Stops after the round in progress (each transfer is bounded by the
     /// round's timeout) and waits, so no NIXL agent outlives the handle.
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
         drop(self.tick.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -63,7 +76,7 @@ impl Drop for Canary {
     }
 }
 
-fn rounds(rec: Recorder, backend: &str, ticks: Receiver<()>) {
+fn rounds(rec: Recorder, backend: &str, ticks: Receiver<()>, stop: &AtomicBool) {
     let observer = Observer::new(ObserveSettings::default());
     let dram = Side {
         mem_type: MemType::Dram,
@@ -71,7 +84,13 @@ fn rounds(rec: Recorder, backend: &str, ticks: Receiver<()>) {
     };
     let prefix = format!("nixl-canary-{}", std::process::id());
     let mut open: Option<Loopback> = None;
-    while ticks.recv().is_ok() {
+    loop {
+        match ticks.recv_timeout(STOP_POLL) {
+            Ok(()) if !stop.load(Ordering::Relaxed) => {}
+            Err(RecvTimeoutError::Timeout) if !stop.load(Ordering::Relaxed) => continue,
+            // Stopped (a tick already queued is not run) or every ticker gone.
+            _ => return,
+        }
         let t0 = Instant::now();
         let result = match open.take() {
             Some(lb) => Ok(lb),

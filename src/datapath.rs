@@ -13,6 +13,10 @@ use crate::observe::Observer;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// The NIXL backends that move memory between agents: loopback rounds run
+/// on these only (POSIX, GDS and object stores move files).
+pub const MEMORY_BACKENDS: &[&str] = &["UCX", "LIBFABRIC", "UCCL", "MOONCAKE"];
+
 /// Sizes and repetitions of one round.
 #[derive(Debug, Clone, Copy)]
 pub struct Round {

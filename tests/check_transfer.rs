@@ -409,11 +409,11 @@ fn peer_check_between_two_processes_on_loopback() {
     );
     assert_ne!(s_names, p_names);
     assert!(
-        s_names.ends_with(&format!("-{peer_pid}-peer")),
+        s_names.starts_with(&format!("nixl-check-{peer_pid}-")),
         "serve saw {s_names}; peer pid {peer_pid}"
     );
     assert!(
-        p_names.ends_with(&format!("-{serve_pid}-peer")),
+        p_names.starts_with(&format!("nixl-check-{serve_pid}-")),
         "peer saw {p_names}; serve pid {serve_pid}"
     );
     assert_reports_agree(&s, &p);

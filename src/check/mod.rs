@@ -269,7 +269,11 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     let mut transfers = Vec::new();
     if options.transfer && nixl_up {
         let pairs = transfer::pairings(dram, vram, cuda.devices.len() as u32);
-        for backend in backends.iter().filter(|b| b.outcome == Outcome::Ok) {
+        // Backends that move memory to memory (not POSIX, GDS, OBJ: files).
+        let movers = backends
+            .iter()
+            .filter(|b| b.outcome == Outcome::Ok && crate::datapath::MEMORY_BACKENDS.contains(&b.name.as_str()));
+        for backend in movers {
             for (from, to) in &pairs {
                 let i = transfers.len();
                 progress.start(&format!(
@@ -344,7 +348,10 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
 pub fn run_cli(config: &Config, tap: Option<StderrTap>, options: &Options, proto_ours: bool) -> bool {
     match &tap {
         // Kept from stdout when nixl-agent turned them on, read either way.
-        Some(t) if proto_ours || std::env::var_os(PROTO_INFO_ENV).is_some() => t.keep_protocol_tables(proto_ours),
+        // Quiet too under --json, whoever turned them on: stdout is the report.
+        Some(t) if proto_ours || std::env::var_os(PROTO_INFO_ENV).is_some() => {
+            t.keep_protocol_tables(proto_ours || options.json)
+        }
         // No tap: the tables would land in the report's stdout.
         None if proto_ours => std::env::remove_var(PROTO_INFO_ENV),
         _ => {}

@@ -230,8 +230,13 @@ fn exchange(
     progress: &mut Progress,
 ) -> Result<(), Failure> {
     let round = Round::CHECK;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name = format!("nixl-check-{}-{}-peer", host.trim(), std::process::id());
+    // Unique on both nodes (pids may coincide across them) and short: UCX
+    // titles its tables with the worker's name, which NIXL takes from it.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        & 0xff_ffff;
+    let name = format!("nixl-check-{}-{nonce:06x}", std::process::id());
     let observer = Observer::new(ObserveSettings::default());
     // NIXL's progress thread on: the peer's transfers into this buffer
     // progress while this side waits on the exchange.
@@ -289,7 +294,15 @@ fn exchange(
     let first = matches!(role, PeerRole::Connect(_));
     for mine in [first, !first] {
         let (side, ok) = if mine {
-            let side = own_round(&mut ep, &remote, &round, tap, &name, mem_type, buffer_side(&remote));
+            // No transfer may outlast the peer check's deadline.
+            let bounded = Round {
+                timeout: round.timeout.min(left(deadline)?),
+                ..round
+            };
+            let side = own_round(&mut ep, &remote, &bounded, tap, &name, mem_type, buffer_side(&remote));
+            // The source of this side's WRITEs is where the peer's land:
+            // cleared, so the peer's cannot pass on bytes already there.
+            ep.fill(0, &vec![0u8; round.large])?;
             wire.send(&Msg::Done { side: side.clone() })?;
             match wire.recv()? {
                 Msg::Verified { ok } => (side, ok),
@@ -299,8 +312,16 @@ fn exchange(
             let Msg::Done { mut side } = wire.recv()? else {
                 return Err(unexpected("the peer did not report its round"));
             };
-            let ok = side.error.is_none() && datapath::written(&ep, round.large)?;
-            wire.send(&Msg::Verified { ok })?;
+            let landed = if side.error.is_none() {
+                datapath::written(&ep, round.large)
+            } else {
+                Ok(false)
+            };
+            // The peer hears the verdict even when reading it back failed.
+            wire.send(&Msg::Verified {
+                ok: *landed.as_ref().unwrap_or(&false),
+            })?;
+            let ok = landed?;
             side.who = "peer → this node".into();
             (side, ok)
         };

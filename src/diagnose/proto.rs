@@ -125,6 +125,7 @@ fn lanes(cell: &str) -> Vec<String> {
         .collect()
 }
 
+#[cfg(feature = "cli")]
 /// Parses the table lines (prefix already removed, or not) into tables.
 /// Tables that are not of a remote memory operation are skipped; a
 /// malformed one is dropped, never guessed at.

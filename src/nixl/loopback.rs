@@ -22,6 +22,11 @@ use nixl_sys::{
 };
 use std::time::{Duration, Instant};
 
+/// How long a transfer's poll spins before it sleeps between polls.
+const SPIN: Duration = Duration::from_millis(20);
+/// The sleep between polls after that.
+const BACKOFF: Duration = Duration::from_micros(200);
+
 /// Where a peer's buffer is: what a transfer to it needs besides its
 /// metadata (sent over the check's own exchange to a peer node).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -274,7 +279,10 @@ impl Endpoint {
             }
             match self.observed.get_xfer_status(&req) {
                 Ok(XferStatus::Success) => pending = false,
-                Ok(XferStatus::InProgress) if t0.elapsed() < timeout => std::thread::yield_now(),
+                // Spin briefly (a transfer takes µs to ms), then back off:
+                // a transfer that hangs does not burn a core to its timeout.
+                Ok(XferStatus::InProgress) if t0.elapsed() < SPIN => std::thread::yield_now(),
+                Ok(XferStatus::InProgress) if t0.elapsed() < timeout => std::thread::sleep(BACKOFF),
                 Ok(XferStatus::InProgress) => {
                     // Dropping the request releases it in flight (recorded so).
                     return Err(Failure::new(

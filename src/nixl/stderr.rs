@@ -56,6 +56,7 @@ struct State {
 
 /// What the stdout reader does with UCX's protocol tables.
 const PROTO_PASS: u8 = 0;
+#[cfg(feature = "cli")]
 const PROTO_KEEP: u8 = 1;
 const PROTO_KEEP_QUIET: u8 = 2;
 
@@ -197,17 +198,19 @@ impl StderrTap {
         }
     }
 
+    #[cfg(feature = "cli")]
     /// From now on, keeps the UCX protocol tables printed on stdout (at
     /// most `diagnose::proto::MAX_TABLE_LINES` lines); `quiet` also keeps
     /// them from the real stdout (for when nixl-agent turned them on).
-    pub fn keep_protocol_tables(&self, quiet: bool) {
+    pub(crate) fn keep_protocol_tables(&self, quiet: bool) {
         let mode = if quiet { PROTO_KEEP_QUIET } else { PROTO_KEEP };
         self.shared.proto.store(mode, Ordering::Relaxed);
     }
 
+    #[cfg(feature = "cli")]
     /// The protocol table lines kept so far (everything printed before
     /// now is in), without their `[time] [host:pid]` prefix; taken.
-    pub fn protocol_tables(&self) -> Vec<String> {
+    pub(crate) fn protocol_tables(&self) -> Vec<String> {
         self.settle();
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::take(&mut st.proto)

@@ -321,7 +321,7 @@ pub const FAMILIES: &[Family] = &[
         PROBE_TRANSFERS_TOTAL,
         Type::Counter,
         &["outcome"],
-        "Node canary only: loopback rounds by outcome (ok, error), one per probe_interval after the registrations.",
+        "Node canary only: loopback rounds by outcome (ok, error), one per probe_interval, half an interval after the registrations.",
     ),
     Family::new(
         PROBE_TRANSFER_FAILURES_TOTAL,
