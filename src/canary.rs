@@ -14,11 +14,11 @@
 
 use crate::datapath::{Loopback, Round, Side};
 use crate::event::{Event, ProbeRound};
-use crate::model::{MemType, XferOp};
+use crate::model::MemType;
 use crate::observe::{ObserveSettings, Observer};
 use crate::record::Recorder;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -59,9 +59,9 @@ impl Canary {
 }
 
 /// Asks for a round; one already waiting is enough (rounds never pile up
-/// behind a slow one).
-pub fn tick(t: &SyncSender<()>) -> bool {
-    !matches!(t.try_send(()), Err(TrySendError::Disconnected(())))
+/// behind a slow one), and a stopped canary asks for nothing.
+pub fn tick(t: &SyncSender<()>) {
+    let _ = t.try_send(());
 }
 
 impl Drop for Canary {
@@ -102,7 +102,7 @@ fn rounds(rec: Recorder, backend: &str, ticks: Receiver<()>, stop: &AtomicBool) 
                 let r = lb.round(&Round::CANARY);
                 let mut bps = [0.0; 2];
                 for m in r.measured.iter().filter(|m| m.bytes as usize == Round::CANARY.large) {
-                    bps[usize::from(m.op == XferOp::Write)] = m.bytes_per_second;
+                    bps[m.op.index()] = m.bytes_per_second;
                 }
                 if r.failure.is_none() {
                     open = Some(lb);

@@ -179,8 +179,8 @@ fn measure(
 
 /// Two endpoints in this process, for a loopback round.
 pub struct Loopback {
-    pub initiator: Endpoint,
-    pub target: Endpoint,
+    initiator: Endpoint,
+    target: Endpoint,
     remote: RemoteBuffer,
 }
 

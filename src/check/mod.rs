@@ -278,7 +278,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
                 let i = transfers.len();
                 progress.start(&format!(
                     "transfer {backend} {}",
-                    render::side(*from, *to),
+                    transfer::pairing_name(*from, *to),
                     backend = backend.name
                 ));
                 let t = transfer::loopback(&backend.name, i, *from, *to);
@@ -295,7 +295,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     }
     let peer = options.peer.map(|role| {
         progress.start("peer");
-        let p = peer::run(
+        let mut p = peer::run(
             role,
             options.peer_timeout,
             plan,
@@ -304,6 +304,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
             tap.as_ref(),
             progress,
         );
+        peer::judge(&mut p, rdma);
         progress.done(p.outcome, &render::peer_summary(&p));
         p
     });

@@ -215,8 +215,6 @@ pub fn run(
         c.outcome = Outcome::Fail;
         c.reason = Some(f.reason);
         c.error = Some(f.message);
-    } else if c.finding.is_some() {
-        c.outcome = Outcome::Warn;
     }
     c
 }
@@ -327,12 +325,19 @@ fn exchange(
         };
         record(c, side, ok)?;
     }
-    let rdma = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
-    c.finding = c.sides.iter().find_map(|s| {
-        let t = as_check(s, mem_type, &name);
-        super::transfer::fallback(&t, rdma).map(|f| format!("{}: {f}", s.who))
-    });
     Ok(())
+}
+
+/// The first fall-back among the directions' transports, as the peer
+/// check's finding (a warning); `rdma_devices`: the host check's reading.
+pub fn judge(c: &mut PeerCheck, rdma_devices: bool) {
+    c.finding = c.sides.iter().find_map(|s| {
+        let t = as_check(s, c.mem_type);
+        super::transfer::fallback(&t, rdma_devices).map(|f| format!("{}: {f}", s.who))
+    });
+    if c.finding.is_some() && c.outcome == Outcome::Ok {
+        c.outcome = Outcome::Warn;
+    }
 }
 
 fn unexpected(what: &str) -> Failure {
@@ -390,9 +395,9 @@ fn own_round(
     }
 }
 
-fn as_check(s: &PeerSide, mem_type: MemType, name: &str) -> TransferCheck {
+fn as_check(s: &PeerSide, mem_type: MemType) -> TransferCheck {
     let side = Side { mem_type, device: 0 };
-    let mut t = TransferCheck::blank(name, side, side);
+    let mut t = TransferCheck::blank("", side, side);
     t.transports = s.transports.clone();
     t
 }

@@ -3,8 +3,7 @@
 
 use super::{BackendCheck, CudaCheck, GroupCheck, HostCheck, MemlockCheck, NixlCheck, Outcome, Report, UcxCheck};
 use super::{PeerCheck, TransferCheck, TransportSeen};
-use crate::datapath::{Measured, Side};
-use crate::model::MemType;
+use crate::datapath::Measured;
 use crate::units::format_size;
 use std::io::Write;
 
@@ -240,15 +239,6 @@ pub(super) fn host_summary(h: &HostCheck) -> String {
     } else {
         notable.join("; ")
     }
-}
-
-/// "DRAM → DRAM", "VRAM#0 → VRAM#1".
-pub(super) fn side(from: Side, to: Side) -> String {
-    let one = |s: Side| match s.mem_type {
-        MemType::Dram => "DRAM".to_string(),
-        MemType::Vram => format!("VRAM#{}", s.device),
-    };
-    format!("{} → {}", one(from), one(to))
 }
 
 /// "WRITE 4KiB 21 µs" (latency), "WRITE 16MiB 5.2 ms (3.10 GB/s)".

@@ -43,11 +43,13 @@ pub struct TransferCheck {
     pub worker: String,
 }
 
-fn side_name(s: Side) -> String {
-    match s.mem_type {
+/// "DRAM → DRAM", "VRAM#0 → VRAM#1".
+pub fn pairing_name(from: Side, to: Side) -> String {
+    let one = |s: Side| match s.mem_type {
         MemType::Vram => format!("VRAM#{}", s.device),
         MemType::Dram => "DRAM".to_string(),
-    }
+    };
+    format!("{} → {}", one(from), one(to))
 }
 
 /// The pairings to prove: DRAM → DRAM when the plan has DRAM groups; VRAM
@@ -72,7 +74,7 @@ impl TransferCheck {
     /// A check of `from → to` whose transfers `worker` initiates, not run yet.
     pub fn blank(worker: &str, from: Side, to: Side) -> TransferCheck {
         TransferCheck {
-            name: format!("{} → {}", side_name(from), side_name(to)),
+            name: pairing_name(from, to),
             backend: "UCX".to_string(),
             from,
             to,
