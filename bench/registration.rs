@@ -25,7 +25,8 @@ use crate::capi::BatchAgent;
 use crate::common::{exponent, median, ms, nixl_lib_dir, Arena};
 use crate::worker::{self, Worker};
 use nixl_agent::bench_support::{
-    Backing, BuildInfo, Control, Driver, MemoryProbe, NixlRegistrar, NixlStatus, Recorder, Registrar, RuntimeFacts,
+    Backing, BuildInfo, Control, Driver, Held, ListFailure, MemoryProbe, NixlRegistrar, NixlStatus, Recorder,
+    Registrar, RuntimeFacts, Unreleased,
 };
 use nixl_agent::config::{ProcessEnv, RetryConfig};
 use nixl_agent::MemType;
@@ -278,7 +279,7 @@ struct Timed<'a> {
 }
 
 impl Registrar for Timed<'_> {
-    type Handle = RegistrationHandle;
+    type Handle = Held;
     type Backing = Backing;
 
     fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
@@ -293,16 +294,16 @@ impl Registrar for Timed<'_> {
     fn probe(&self) -> &dyn MemoryProbe {
         self.inner.probe()
     }
-    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<RegistrationHandle, Failure> {
-        self.inner.register_region(spec, region)
+    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Held, ListFailure> {
+        self.inner.register(spec, regions)
     }
-    fn deregister_region(&mut self, handle: RegistrationHandle) -> Result<(), Failure> {
+    fn deregister(&mut self, handle: Held) -> Result<(), Unreleased<Held>> {
         let mut m = self.marks.get();
         if m.first_deregister.is_none() {
             m.first_deregister = Some(Instant::now());
             self.marks.set(m);
         }
-        self.inner.deregister_region(handle)
+        self.inner.deregister(handle)
     }
     fn capture(&self) -> &dyn Capture {
         self
@@ -350,7 +351,7 @@ impl AgentPath {
         let handles = nixl_agent::bench_support::register_all(&mut self.registrar, &spec, regions)
             .map_err(|f| format!("register_all: {}", f.message))?;
         let t1 = Instant::now();
-        let (failed, _) = nixl_agent::bench_support::release_all(&mut self.registrar, handles);
+        let failed = nixl_agent::bench_support::release_all(&mut self.registrar, handles).failed;
         let t2 = Instant::now();
         if failed > 0 {
             return Err(format!("release_all: {failed} failed"));

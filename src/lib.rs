@@ -95,9 +95,9 @@ pub mod bench_support {
     pub use crate::datapath::{Loopback, Round, Side};
     pub use crate::lifecycle::driver::{Control, Driver};
     pub use crate::lifecycle::group::{register_all, release_all};
-    pub use crate::lifecycle::{Registrar, RuntimeFacts};
+    pub use crate::lifecycle::{ListFailure, Registrar, RuntimeFacts, Unreleased};
     pub use crate::model::Failure;
-    pub use crate::nixl::{discover, load, Backing, NixlRegistrar, SystemProbe};
+    pub use crate::nixl::{discover, load, Backing, Held, NixlRegistrar, SystemProbe};
     pub use crate::record::Recorder;
     pub use crate::status::NixlStatus;
     pub use crate::telemetry::metrics::BuildInfo;

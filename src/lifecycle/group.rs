@@ -1,141 +1,161 @@
-//! Registering one group all or nothing.
+//! Registering one group all or nothing, in one NIXL call; releasing it in
+//! one call, newest first.
 //!
 //! Architecture invariant: when any region of a group fails, every region of
 //! that group registered before it is deregistered before the attempt is
 //! reported, so a failed group holds nothing.
+//!
+//! A success costs one registration call. Only when that call fails is the
+//! failing region searched for, by bisection over the list: each step
+//! registers the first half of what is left on top of what already held,
+//! so the search costs O(log N) calls and blames the region that fails
+//! after the ones before it are registered — the same answer a
+//! region-by-region loop gives, memlock-limit failures included. A failure
+//! that does not repeat during the search ends in the group registered.
 
-use super::{Failure, Registrar};
+use super::{At, Failure, ListFailure, Registrar, Unreleased};
 pub use crate::model::GroupFailure;
 use crate::plan::{GroupSpec, Region};
 
-/// Registers every region, or none.
+/// Registers every region, or none. Returns the handles of the calls that
+/// succeeded (one on the fast path), in registration order.
 pub fn register_all<R: Registrar>(
     r: &mut R,
     spec: &GroupSpec,
     regions: &[Region],
 ) -> Result<Vec<R::Handle>, GroupFailure> {
-    let mut handles = Vec::with_capacity(regions.len());
-    for (i, region) in regions.iter().enumerate() {
-        match r.register_region(spec, region) {
-            Ok(h) => handles.push(h),
-            Err(f) => {
-                let rolled_back = handles.len();
-                let (_, rollback_error) = release_all(r, handles);
-                let mut message = format!("region {i} [{:#x}, +{}): {}", region.addr, region.len, f.message);
-                if let Some(e) = rollback_error {
-                    message.push_str(&format!("; rollback also failed: {e}"));
+    if regions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let first = match r.register(spec, regions) {
+        Ok(h) => return Ok(vec![h]),
+        Err(f) => f,
+    };
+    if first.at == At::Whole {
+        return Err(GroupFailure::whole(first.failure));
+    }
+    let n = regions.len();
+    // Invariant: `held` registers regions[..lo]; `failed`, when set, is
+    // what registering regions[lo..hi] on top of it returned.
+    let mut held = Vec::new();
+    let (mut lo, mut hi) = (0, n);
+    let mut failed = Some(first);
+    let (culprit, failure) = loop {
+        match failed.take() {
+            Some(f) => match f.at {
+                At::Region(i) => break (Some(lo + i), f.failure),
+                At::Whole => break (None, f.failure),
+                At::List if hi - lo == 1 => break (Some(lo), f.failure),
+                At::List => {}
+            },
+            None if hi - lo == 1 => {
+                // The search assumed regions[lo] fails; ask it alone.
+                match r.register(spec, &regions[lo..hi]) {
+                    Err(f) => {
+                        failed = Some(f);
+                        continue;
+                    }
+                    Ok(h) => {
+                        // Did not repeat: register the rest in one call.
+                        held.push(h);
+                        lo = hi;
+                        if lo == n {
+                            return Ok(held);
+                        }
+                        match r.register(spec, &regions[lo..n]) {
+                            Ok(h) => {
+                                held.push(h);
+                                return Ok(held);
+                            }
+                            Err(f) => {
+                                hi = n;
+                                failed = Some(f);
+                                continue;
+                            }
+                        }
+                    }
                 }
-                return Err(GroupFailure {
-                    reason: f.reason,
-                    region: Some(i),
-                    message,
-                    rolled_back,
-                    diagnostics: vec![],
-                });
+            }
+            None => {}
+        }
+        let mid = lo + (hi - lo) / 2;
+        match r.register(spec, &regions[lo..mid]) {
+            Ok(h) => {
+                held.push(h);
+                lo = mid;
+            }
+            Err(f) => {
+                hi = mid;
+                failed = Some(f);
+            }
+        }
+    };
+    let released = release_all(r, held);
+    let mut out = match culprit {
+        // Every region before the culprit was registered, then rolled back.
+        Some(i) => GroupFailure {
+            reason: failure.reason,
+            region: Some(i),
+            message: format!(
+                "region {i} [{:#x}, +{}): {}",
+                regions[i].addr, regions[i].len, failure.message
+            ),
+            rolled_back: i,
+            diagnostics: vec![],
+        },
+        None => GroupFailure {
+            rolled_back: lo,
+            ..GroupFailure::whole(failure)
+        },
+    };
+    if let Some(e) = released.first {
+        out.message.push_str(&format!("; rollback also failed: {e}"));
+    }
+    Err(out)
+}
+
+/// What a release left: regions whose deregistration failed (NIXL may still
+/// hold them) and the first failure.
+#[derive(Debug, Default, PartialEq)]
+pub struct Released {
+    pub failed: usize,
+    pub first: Option<Failure>,
+}
+
+/// Deregisters handles newest first, each in one call. A call that fails
+/// falls back to one call per region, so that each failing region is
+/// counted and the first one named.
+pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> Released {
+    let mut out = Released::default();
+    for h in handles.into_iter().rev() {
+        let Err(Unreleased {
+            failure,
+            regions,
+            parts,
+        }) = r.deregister(h)
+        else {
+            continue;
+        };
+        if parts.is_empty() {
+            out.failed += regions;
+            out.first.get_or_insert(failure);
+            continue;
+        }
+        for part in parts.into_iter().rev() {
+            if let Err(u) = r.deregister(part) {
+                out.failed += u.regions;
+                out.first.get_or_insert(u.failure);
             }
         }
     }
-    Ok(handles)
+    out
 }
 
-/// Deregisters handles in reverse registration order (cheaper for UCX's
-/// registration cache than forward order). Returns how many failed and the
-/// first failure.
-pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> (usize, Option<Failure>) {
-    let mut failed = 0;
-    let mut first = None;
-    for h in handles.into_iter().rev() {
-        if let Err(e) = r.deregister_region(h) {
-            failed += 1;
-            first.get_or_insert(e);
-        }
-    }
-    (failed, first)
+/// A failure of a call made with one region, for a registrar that knows
+/// which of a list's regions failed because it registers them one by one.
+pub fn at_region(failure: Failure, index: usize) -> ListFailure {
+    ListFailure::new(failure, At::Region(index))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{MemType, Reason};
-    use crate::plan::Kind;
-    use crate::validate::{MemoryProbe, NullProbe};
-    use std::collections::BTreeSet;
-    use std::time::Duration;
-
-    /// Records what is registered; fails the region whose address is `fail_at`.
-    struct Ledger {
-        live: BTreeSet<usize>,
-        fail_at: Option<usize>,
-        order: Vec<usize>,
-    }
-
-    impl Registrar for Ledger {
-        type Handle = usize;
-        type Backing = ();
-        fn preflight(&mut self) -> Result<super::super::RuntimeFacts, Failure> {
-            Ok(Default::default())
-        }
-        fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
-            Ok(None)
-        }
-        fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
-            Ok((vec![], ()))
-        }
-        fn probe(&self) -> &dyn MemoryProbe {
-            &NullProbe
-        }
-        fn register_region(&mut self, _: &GroupSpec, r: &Region) -> Result<usize, Failure> {
-            if Some(r.addr) == self.fail_at {
-                return Err(Failure::new(Reason::NixlBackendError, "boom"));
-            }
-            self.live.insert(r.addr);
-            Ok(r.addr)
-        }
-        fn deregister_region(&mut self, h: usize) -> Result<(), Failure> {
-            self.order.push(h);
-            self.live.remove(&h);
-            Ok(())
-        }
-    }
-
-    fn regions(n: usize) -> Vec<Region> {
-        (1..=n).map(|i| Region::new(i * 0x1000, 0x1000, 0)).collect()
-    }
-
-    #[test]
-    fn failure_in_the_middle_leaves_nothing_registered() {
-        let spec = GroupSpec::provided("aux", Kind::Aux, MemType::Dram, regions(5));
-        for fail in 1..=5 {
-            let mut l = Ledger {
-                live: BTreeSet::new(),
-                fail_at: Some(fail * 0x1000),
-                order: vec![],
-            };
-            let e = register_all(&mut l, &spec, &regions(5)).unwrap_err();
-            assert!(l.live.is_empty(), "leaked {:?}", l.live);
-            assert_eq!(e.region, Some(fail - 1));
-            assert_eq!(e.rolled_back, fail - 1);
-            assert_eq!(e.reason, Reason::NixlBackendError);
-            assert!(e.message.contains("boom"));
-            // Rolled back newest first.
-            let mut expect: Vec<usize> = (1..fail).map(|i| i * 0x1000).collect();
-            expect.reverse();
-            assert_eq!(l.order, expect);
-        }
-    }
-
-    #[test]
-    fn success_registers_all_and_release_reverses() {
-        let spec = GroupSpec::provided("kv", Kind::Kv, MemType::Dram, regions(3));
-        let mut l = Ledger {
-            live: BTreeSet::new(),
-            fail_at: None,
-            order: vec![],
-        };
-        let h = register_all(&mut l, &spec, &regions(3)).unwrap();
-        assert_eq!(l.live.len(), 3);
-        assert_eq!(release_all(&mut l, h), (0, None));
-        assert!(l.live.is_empty());
-        assert_eq!(l.order, [0x3000, 0x2000, 0x1000]);
-    }
-}
+mod tests;

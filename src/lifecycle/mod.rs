@@ -11,7 +11,7 @@ pub mod machine;
 pub mod registration;
 pub mod watchdog;
 
-pub use crate::model::{Failure, GroupFailure, RuntimeFacts};
+pub use crate::model::{Failure, RuntimeFacts};
 use crate::plan::{GroupSpec, Region};
 use crate::record::{Capture, NoCapture};
 use crate::validate::MemoryProbe;
@@ -20,7 +20,9 @@ use std::time::Duration;
 /// The operations the lifecycle needs from NIXL (and the memory allocator).
 /// Implemented by `crate::nixl::NixlRegistrar`; nothing here knows about FFI.
 pub trait Registrar {
-    /// One registered region; dropping it must deregister it too.
+    /// What one registration call holds in NIXL: a list of regions (one
+    /// call for a whole group where the path can), or one region. Dropping
+    /// it must deregister what it still holds.
     type Handle;
     /// Keeps memory the registrar allocated for a group alive.
     type Backing;
@@ -39,21 +41,51 @@ pub trait Registrar {
     ) -> Result<(Vec<Region>, Self::Backing), Failure>;
     /// Facts for validation.
     fn probe(&self) -> &dyn MemoryProbe;
-    /// Registers one region with the group's backends.
-    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<Self::Handle, Failure>;
-    /// Registers a whole group, all or nothing. The default registers region
-    /// by region (so a failure names its region) and rolls back; a path that
-    /// can register a list in one call overrides it.
-    fn register_group(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Vec<Self::Handle>, GroupFailure>
-    where
-        Self: Sized,
-    {
-        group::register_all(self, spec, regions)
-    }
-    /// Deregisters one region.
-    fn deregister_region(&mut self, handle: Self::Handle) -> Result<(), Failure>;
+    /// Registers `regions` with the group's backends, in one NIXL call
+    /// where the path can. `Err` leaves none of `regions` registered, and
+    /// says which region failed when the registrar can tell ([`At`]);
+    /// [`group::register_all`] finds it otherwise.
+    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Self::Handle, ListFailure>;
+    /// Deregisters what `handle` holds, in one call where it can. `Err`
+    /// hands back what NIXL may still hold: one handle per region to try
+    /// on its own, when the registrar can split it.
+    fn deregister(&mut self, handle: Self::Handle) -> Result<(), Unreleased<Self::Handle>>;
     /// What NIXL/UCX print during an attempt is collected through this.
     fn capture(&self) -> &dyn Capture {
         &NoCapture
     }
+}
+
+/// Which part of a registration call a failure is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// One of the call's regions, not known which (a list NIXL refused).
+    List,
+    /// This index of the call's regions.
+    Region(usize),
+    /// None of them: the agent, a backend, the options.
+    Whole,
+}
+
+/// A registration call that failed, having left nothing of it registered.
+#[derive(Debug, Clone)]
+pub struct ListFailure {
+    pub failure: Failure,
+    pub at: At,
+}
+
+impl ListFailure {
+    pub fn new(failure: Failure, at: At) -> ListFailure {
+        ListFailure { failure, at }
+    }
+}
+
+/// A deregistration that failed: `regions` may still be registered; `parts`
+/// (one per region, in registration order) can be tried one by one, or is
+/// empty when the handle cannot be split (or already was one region).
+#[derive(Debug)]
+pub struct Unreleased<H> {
+    pub failure: Failure,
+    pub regions: usize,
+    pub parts: Vec<H>,
 }

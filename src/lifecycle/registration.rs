@@ -2,7 +2,7 @@
 //! attempt and per deregistration, and what `check` and the benchmark call
 //! directly — so none of them re-implements an attempt or its recording.
 
-use super::group::release_all;
+use super::group::{register_all, release_all, Released};
 use super::Registrar;
 use crate::event::{Event, GroupDecl, Holding, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Region};
@@ -37,7 +37,10 @@ pub struct Registration<R: Registrar> {
     labels: GroupLabels,
     regions: Option<Vec<Region>>,
     backing: Option<R::Backing>,
+    /// One handle per registration call that holds part of the group (one
+    /// when the group was registered in one call).
     handles: Vec<R::Handle>,
+    descriptors: usize,
     bytes: u64,
 }
 
@@ -48,6 +51,7 @@ impl<R: Registrar> Registration<R> {
             regions: None,
             backing: None,
             handles: Vec::new(),
+            descriptors: 0,
             bytes: 0,
         }
     }
@@ -59,8 +63,8 @@ impl<R: Registrar> Registration<R> {
     /// What NIXL holds for the group now.
     pub fn holding(&self) -> Holding {
         Holding {
-            descriptors: self.handles.len(),
-            bytes: if self.handles.is_empty() { 0 } else { self.bytes },
+            descriptors: self.descriptors,
+            bytes: if self.descriptors == 0 { 0 } else { self.bytes },
         }
     }
 
@@ -132,9 +136,9 @@ impl<R: Registrar> Registration<R> {
                 diagnostics: vec![],
             })?;
         }
-        let handles = r.register_group(spec, regions)?;
+        self.handles = register_all(r, spec, regions)?;
+        self.descriptors = regions.len();
         self.bytes = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
-        self.handles = handles;
         Ok(())
     }
 
@@ -142,10 +146,10 @@ impl<R: Registrar> Registration<R> {
     /// memory stay for the next attempt. Returns (deregistered, failed).
     pub fn deregister(&mut self, r: &mut R, rec: &Recorder) -> (usize, usize) {
         let handles = std::mem::take(&mut self.handles);
-        if handles.is_empty() {
+        let n = std::mem::take(&mut self.descriptors);
+        if n == 0 {
             return (0, 0);
         }
-        let n = handles.len();
         let labels = &self.labels;
         let span = tracing::info_span!(
             "nixl.group.deregister",
@@ -158,7 +162,7 @@ impl<R: Registrar> Registration<R> {
         );
         let _e = span.enter();
         let t0 = Instant::now();
-        let (failed, first) = release_all(r, handles);
+        let Released { failed, first } = release_all(r, handles);
         span.record("failed", failed);
         if failed > 0 {
             span.record("otel.status_code", "ERROR");

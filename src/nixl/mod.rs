@@ -12,6 +12,7 @@
 //! plain data.
 #![allow(unsafe_code)]
 
+mod capi;
 mod cuda;
 mod descriptor;
 pub mod discover;
@@ -35,7 +36,7 @@ pub use loopback::{Endpoint, RemoteBuffer};
 pub use memory::Backing;
 pub use observe::{ObservedAgent, ObservedXfer};
 pub use probe::SystemProbe;
-pub use registrar::NixlRegistrar;
+pub use registrar::{Held, NixlRegistrar};
 pub use stderr::StderrTap;
 
 /// Whether a CUDA driver library can be loaded in this process.

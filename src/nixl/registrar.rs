@@ -1,17 +1,20 @@
 //! [`NixlRegistrar`]: the real NIXL behind the lifecycle's `Registrar` trait.
 
+use super::capi::{self, CAgent};
 use super::descriptor::Descriptor;
 use super::loader::{LoadError, Loaded};
 use super::memory::{self, Backing};
 use super::probe::SystemProbe;
 use super::stderr::StderrTap;
-use crate::lifecycle::Registrar;
+use crate::lifecycle::group::at_region;
+use crate::lifecycle::{At, ListFailure, Registrar, Unreleased};
 use crate::model::{Failure, Reason, Region, RuntimeFacts};
 use crate::plan::GroupSpec;
 use crate::record::{Capture, NoCapture};
 use crate::validate::MemoryProbe;
-use nixl_sys::{Agent, AgentConfig, Backend, NixlError, OptArgs, RegistrationHandle};
+use nixl_sys::{Agent, Backend, NixlError, OptArgs, RegistrationHandle};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Maps a nixl-sys error to the closed reason vocabulary.
@@ -38,14 +41,49 @@ fn failure(e: NixlError, what: &str) -> Failure {
     )
 }
 
+/// The NIXL agent registrations go to.
+enum On {
+    /// One nixl-agent created through the C API: a group is one call.
+    Own(CAgent),
+    /// The caller's, through nixl-sys, whose `register_memory` takes one
+    /// descriptor (and whose agent handle is private): a group is one call
+    /// a region.
+    Given(Agent),
+}
+
+/// Registration options for one backend set, built once.
+enum Opts {
+    Own(Arc<capi::Backends>),
+    Given(OptArgs),
+}
+
 struct Live {
-    agent: Agent,
+    on: On,
     plugins: Vec<String>,
+    /// Backends of the caller's agent (nixl-sys handles).
     backends: HashMap<String, Backend>,
-    /// Registration options per backend set, built once.
-    /// Registration options per backend set, built once (a plan has one or
-    /// two sets; a linear scan beats hashing a joined name per region).
-    opts: Vec<(Vec<String>, OptArgs)>,
+    /// Registration options per backend set (a plan has one or two sets; a
+    /// linear scan beats hashing a joined name per call).
+    opts: Vec<(Vec<String>, Opts)>,
+}
+
+/// What one registration call holds.
+pub enum Held {
+    /// A list registered in one call on nixl-agent's own agent.
+    List(capi::Registered),
+    /// Regions registered one by one on the caller's agent.
+    Regions(Vec<RegistrationHandle>),
+}
+
+#[cfg(test)]
+impl Held {
+    /// See [`capi::Registered::claiming`].
+    pub fn claiming(self, regions: &[Region]) -> Held {
+        match self {
+            Held::List(l) => Held::List(l.claiming(regions).expect("a descriptor list")),
+            Held::Regions(_) => panic!("only a list can claim other regions"),
+        }
+    }
 }
 
 /// Registers on a NIXL agent: one nixl-agent creates (the binary, `check`)
@@ -89,11 +127,14 @@ impl NixlRegistrar {
         self
     }
 
-    /// The NIXL agent, for an embedding process that wants to use the
-    /// registrations for transfers (after preflight succeeded).
+    /// NIXL's own serialized description of the agent's local memory (what
+    /// a peer would load): tests count its descriptors.
     #[cfg(test)]
-    pub fn agent(&self) -> Option<&Agent> {
-        self.live.as_ref().map(|l| &l.agent)
+    pub fn local_md(&self) -> Option<Vec<u8>> {
+        match &self.live.as_ref()?.on {
+            On::Own(c) => c.local_md().ok(),
+            On::Given(a) => a.get_local_md().ok(),
+        }
     }
 
     fn live(&mut self) -> Result<&mut Live, Failure> {
@@ -103,8 +144,35 @@ impl NixlRegistrar {
     }
 }
 
+impl Live {
+    /// The options for `backends`, built on first use.
+    fn opts(&mut self, backends: &[String]) -> Result<&Opts, Failure> {
+        if let Some(i) = self.opts.iter().position(|(b, _)| b == backends) {
+            return Ok(&self.opts[i].1);
+        }
+        let opts = match &self.on {
+            On::Own(c) => Opts::Own(Arc::new(c.backends(backends).map_err(|e| {
+                Failure::new(e.reason(), format!("selecting backends {}: {e}", backends.join(",")))
+            })?)),
+            On::Given(_) => {
+                let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
+                for b in backends {
+                    let backend = self
+                        .backends
+                        .get(b)
+                        .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
+                    opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
+                }
+                Opts::Given(opts)
+            }
+        };
+        self.opts.push((backends.to_vec(), opts));
+        Ok(&self.opts[self.opts.len() - 1].1)
+    }
+}
+
 impl Registrar for NixlRegistrar {
-    type Handle = RegistrationHandle;
+    type Handle = Held;
     type Backing = Backing;
 
     fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
@@ -118,33 +186,34 @@ impl Registrar for NixlRegistrar {
             return Err(Failure::new(Reason::NixlUnavailable, msg));
         }
         let owned = self.given.is_none();
-        let agent = match self.given.clone() {
-            Some(agent) => agent,
+        let (on, plugins) = match self.given.clone() {
+            Some(agent) => {
+                let list = agent
+                    .get_available_plugins()
+                    .map_err(|e| failure(e, "listing NIXL plugins"))?;
+                let plugins: Vec<String> = (0..list.len().unwrap_or(0))
+                    .filter_map(|i| list.get(i).ok().map(str::to_string))
+                    .collect();
+                (On::Given(agent), plugins)
+            }
             None => {
                 // No progress or listen thread: this agent only registers
                 // memory, and NIXL's default progress thread busy-polls a
                 // whole core when idle.
-                let cfg = AgentConfig {
-                    enable_prog_thread: false,
-                    enable_listen_thread: false,
-                    ..AgentConfig::default()
-                };
-                Agent::new_configured(&self.name, &cfg).map_err(|e| {
+                let agent = CAgent::new(&self.name).map_err(|e| {
                     Failure::new(
                         Reason::NixlUnavailable,
                         format!("creating NIXL agent {:?}: {e}", self.name),
                     )
-                })?
+                })?;
+                let plugins = agent
+                    .plugins()
+                    .map_err(|e| Failure::new(e.reason(), format!("listing NIXL plugins: {e}")))?;
+                (On::Own(agent), plugins)
             }
         };
-        let list = agent
-            .get_available_plugins()
-            .map_err(|e| failure(e, "listing NIXL plugins"))?;
-        let plugins: Vec<String> = (0..list.len().unwrap_or(0))
-            .filter_map(|i| list.get(i).ok().map(str::to_string))
-            .collect();
         self.live = Some(Live {
-            agent,
+            on,
             plugins: plugins.clone(),
             backends: HashMap::new(),
             opts: Vec::new(),
@@ -161,13 +230,17 @@ impl Registrar for NixlRegistrar {
 
     fn ensure_backend(&mut self, name: &str) -> Result<Option<Duration>, Failure> {
         let live = self.live()?;
-        if live.backends.contains_key(name) {
-            return Ok(None);
-        }
-        // On the caller's agent, a backend it created is used as it is.
-        if let Some(backend) = live.agent.get_backend(name) {
-            live.backends.insert(name.to_string(), backend);
-            return Ok(None);
+        match &live.on {
+            On::Own(c) if c.has_backend(name) => return Ok(None),
+            On::Own(_) => {}
+            On::Given(_) if live.backends.contains_key(name) => return Ok(None),
+            On::Given(agent) => {
+                // On the caller's agent, a backend it created is used as it is.
+                if let Some(backend) = agent.get_backend(name) {
+                    live.backends.insert(name.to_string(), backend);
+                    return Ok(None);
+                }
+            }
         }
         if !live.plugins.iter().any(|p| p == name) {
             return Err(Failure::new(
@@ -176,15 +249,25 @@ impl Registrar for NixlRegistrar {
             ));
         }
         let t0 = Instant::now();
-        let (_mems, params) = live
-            .agent
-            .get_plugin_params(name)
-            .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("plugin {name} parameters: {e}")))?;
-        let backend = live
-            .agent
-            .create_backend(name, &params)
-            .map_err(|e| Failure::new(Reason::BackendInitFailed, format!("creating backend {name}: {e}")))?;
-        live.backends.insert(name.to_string(), backend);
+        match &live.on {
+            On::Own(c) => c.create_backend(name).map_err(|e| {
+                let reason = if e.what == "nixl_capi_get_plugin_params" {
+                    Reason::PluginUnavailable
+                } else {
+                    Reason::BackendInitFailed
+                };
+                Failure::new(reason, format!("creating backend {name}: {e}"))
+            })?,
+            On::Given(agent) => {
+                let (_mems, params) = agent
+                    .get_plugin_params(name)
+                    .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("plugin {name} parameters: {e}")))?;
+                let backend = agent
+                    .create_backend(name, &params)
+                    .map_err(|e| Failure::new(Reason::BackendInitFailed, format!("creating backend {name}: {e}")))?;
+                live.backends.insert(name.to_string(), backend);
+            }
+        }
         Ok(Some(t0.elapsed()))
     }
 
@@ -196,31 +279,89 @@ impl Registrar for NixlRegistrar {
         &self.probe
     }
 
-    fn register_region(&mut self, spec: &GroupSpec, region: &Region) -> Result<RegistrationHandle, Failure> {
-        let live = self.live()?;
-        let slot = match live.opts.iter().position(|(b, _)| *b == spec.backends) {
-            Some(i) => i,
-            None => {
-                let mut opts = OptArgs::new().map_err(|e| failure(e, "creating NIXL options"))?;
-                for b in &spec.backends {
-                    let backend = live
-                        .backends
-                        .get(b)
-                        .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
-                    opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
+    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Held, ListFailure> {
+        let whole = |f| ListFailure::new(f, At::Whole);
+        let live = self.live().map_err(whole)?;
+        // Built before borrowing the agent: `opts` may add to the table.
+        live.opts(&spec.backends).map_err(whole)?;
+        let opts = &live
+            .opts
+            .iter()
+            .find(|(b, _)| *b == spec.backends)
+            .expect("built above")
+            .1;
+        match (&live.on, opts) {
+            (On::Own(c), Opts::Own(on)) => c.register(spec.mem_type, regions, on).map(Held::List).map_err(|e| {
+                let f = Failure::new(
+                    e.reason(),
+                    format!(
+                        "NIXL registerMem of {} regions: {e} (NIXL/UCX print the cause on stderr)",
+                        regions.len()
+                    ),
+                );
+                ListFailure::new(f, At::List)
+            }),
+            (On::Given(agent), Opts::Given(opts)) => {
+                let mut held = Vec::with_capacity(regions.len());
+                for (i, region) in regions.iter().enumerate() {
+                    let desc = Descriptor::new(*region, spec.mem_type);
+                    match agent.register_memory(&desc, Some(opts)) {
+                        Ok(h) => held.push(h),
+                        Err(e) => {
+                            // Newest first, as a release would.
+                            while let Some(mut h) = held.pop() {
+                                let _ = h.deregister();
+                            }
+                            return Err(at_region(failure(e, "NIXL registerMem"), i));
+                        }
+                    }
                 }
-                live.opts.push((spec.backends.clone(), opts));
-                live.opts.len() - 1
+                Ok(Held::Regions(held))
             }
-        };
-        let desc = Descriptor::new(*region, spec.mem_type);
-        live.agent
-            .register_memory(&desc, Some(&live.opts[slot].1))
-            .map_err(|e| failure(e, "NIXL registerMem"))
+            _ => unreachable!("options are built for the agent they select on"),
+        }
     }
 
-    fn deregister_region(&mut self, mut handle: RegistrationHandle) -> Result<(), Failure> {
-        handle.deregister().map_err(|e| failure(e, "NIXL deregisterMem"))
+    fn deregister(&mut self, handle: Held) -> Result<(), Unreleased<Held>> {
+        match handle {
+            Held::List(mut list) => {
+                let Err(e) = list.deregister() else {
+                    return Ok(());
+                };
+                let regions = list.regions().len();
+                let failure = Failure::new(e.reason(), format!("NIXL deregisterMem of {regions} regions: {e}"));
+                let parts = if regions > 1 {
+                    list.split()
+                        .map(|p| p.into_iter().map(Held::List).collect())
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                Err(Unreleased {
+                    failure,
+                    regions,
+                    parts,
+                })
+            }
+            Held::Regions(handles) => {
+                let mut failed = 0;
+                let mut first = None;
+                for mut h in handles.into_iter().rev() {
+                    if let Err(e) = h.deregister() {
+                        failed += 1;
+                        first.get_or_insert_with(|| failure(e, "NIXL deregisterMem"));
+                    }
+                }
+                match first {
+                    None => Ok(()),
+                    Some(failure) => Err(Unreleased {
+                        failure,
+                        regions: failed,
+                        parts: Vec::new(),
+                    }),
+                }
+            }
+        }
     }
 
     fn capture(&self) -> &dyn Capture {

@@ -10,24 +10,26 @@ pub(super) struct Ledger {
     /// Live registrations: handle id → address.
     live: BTreeMap<u64, usize>,
     next: u64,
-    /// Register calls (0-based, across the ledger's life) that fail.
-    fail_register: HashSet<usize>,
-    /// Deregister calls that fail.
-    fail_deregister: HashSet<usize>,
+    /// Addresses NIXL refuses: a list holding one fails whole and
+    /// registers none of it (NIXL 1.5.1's addDescList rolls back).
+    refuse: HashSet<usize>,
+    /// Addresses whose deregistration fails: a list holding one removes
+    /// none of it (NIXL 1.5.1 checks the whole list first).
+    stuck: HashSet<usize>,
     register_calls: usize,
-    deregister_calls: usize,
-    /// Handle ids in the order they were registered / deregistered.
+    /// Ids in the order they were registered / deregistered.
     registered: Vec<u64>,
     deregistered: Vec<u64>,
-    /// Deregistrations of a handle that was not live: must never happen.
+    /// Deregistrations of an id that was not live: must never happen.
     double_frees: usize,
 }
 
-/// A handle that, like nixl-sys's, deregisters itself when dropped unless it
-/// was deregistered (the `Registrar::Handle` contract).
+/// A list's registrations that, like the real handles, deregister
+/// themselves when dropped unless they were deregistered (the
+/// `Registrar::Handle` contract).
 #[derive(Debug)]
 pub(super) struct LedgerHandle {
-    id: u64,
+    ids: Vec<(u64, usize)>,
     done: bool,
     ledger: Rc<RefCell<Ledger>>,
 }
@@ -35,7 +37,10 @@ pub(super) struct LedgerHandle {
 impl Drop for LedgerHandle {
     fn drop(&mut self) {
         if !self.done {
-            self.ledger.borrow_mut().live.remove(&self.id);
+            let mut l = self.ledger.borrow_mut();
+            for (id, _) in &self.ids {
+                l.live.remove(id);
+            }
         }
     }
 }
@@ -79,40 +84,60 @@ impl Registrar for Faulty {
     fn probe(&self) -> &dyn MemoryProbe {
         &self.probe
     }
-    fn register_region(&mut self, _: &GroupSpec, region: &Region) -> Result<LedgerHandle, Failure> {
+    fn register(&mut self, _: &GroupSpec, regions: &[Region]) -> Result<LedgerHandle, ListFailure> {
         let mut l = self.ledger.borrow_mut();
-        let call = l.register_calls;
         l.register_calls += 1;
-        if l.fail_register.contains(&call) {
-            return Err(Failure::new(Reason::NixlBackendError, format!("injected fault {call}")));
+        if let Some(r) = regions.iter().find(|r| l.refuse.contains(&r.addr)) {
+            let f = Failure::new(Reason::NixlBackendError, format!("refused {:#x}", r.addr));
+            return Err(ListFailure::new(f, At::List));
         }
-        let id = l.next;
-        l.next += 1;
-        l.live.insert(id, region.addr);
-        l.registered.push(id);
+        let mut ids = Vec::with_capacity(regions.len());
+        for r in regions {
+            let id = l.next;
+            l.next += 1;
+            l.live.insert(id, r.addr);
+            l.registered.push(id);
+            ids.push((id, r.addr));
+        }
         Ok(LedgerHandle {
-            id,
+            ids,
             done: false,
             ledger: self.ledger.clone(),
         })
     }
-    fn deregister_region(&mut self, mut h: LedgerHandle) -> Result<(), Failure> {
+    fn deregister(&mut self, mut h: LedgerHandle) -> Result<(), Unreleased<LedgerHandle>> {
         let mut l = self.ledger.borrow_mut();
-        let call = l.deregister_calls;
-        l.deregister_calls += 1;
-        l.deregistered.push(h.id);
-        if !l.live.contains_key(&h.id) {
-            l.double_frees += 1;
+        if let Some(&(_, addr)) = h.ids.iter().find(|(_, a)| l.stuck.contains(a)) {
+            let failure = Failure::new(Reason::NixlNotFound, format!("stuck {addr:#x}"));
+            let regions = h.ids.len();
+            let parts = if regions > 1 {
+                // The parts own the ids now; `h` must not release them.
+                h.done = true;
+                let ledger = self.ledger.clone();
+                h.ids
+                    .iter()
+                    .map(|&id| LedgerHandle {
+                        ids: vec![id],
+                        done: false,
+                        ledger: ledger.clone(),
+                    })
+                    .collect()
+            } else {
+                // Dropped on return, it deregisters itself then.
+                Vec::new()
+            };
+            return Err(Unreleased {
+                failure,
+                regions,
+                parts,
+            });
         }
-        if l.fail_deregister.contains(&call) {
-            // The handle is dropped on return and deregisters itself then.
-            drop(l);
-            return Err(Failure::new(
-                Reason::NixlBackendError,
-                format!("injected deregister fault {call}"),
-            ));
+        for (id, _) in h.ids.iter().rev() {
+            l.deregistered.push(*id);
+            if l.live.remove(id).is_none() {
+                l.double_frees += 1;
+            }
         }
-        l.live.remove(&h.id);
         h.done = true;
         Ok(())
     }
@@ -128,8 +153,8 @@ proptest! {
     #[test]
     fn a_failed_group_holds_nothing_and_a_released_group_nothing_either(
         n in 0usize..40,
-        fail_reg in prop::collection::hash_set(0usize..48, 0..3),
-        fail_dereg in prop::collection::hash_set(0usize..48, 0..4),
+        refuse in prop::collection::hash_set(0usize..48, 0..3),
+        stuck in prop::collection::hash_set(0usize..48, 0..4),
         other in 0usize..6,
     ) {
         let ledger = Rc::new(RefCell::new(Ledger::default()));
@@ -138,60 +163,52 @@ proptest! {
         let first = GroupSpec::provided("first", Kind::Kv, MemType::Dram, regions_at(0x100000, other));
         let kept = register_all(&mut r, &first, &regions_at(0x100000, other)).expect("no faults yet");
         let kept_ids: Vec<u64> = ledger.borrow().registered.clone();
+        let regions = regions_at(0x1000_0000, n);
         {
             let mut l = ledger.borrow_mut();
-            // Fault positions are relative to this group's calls.
-            l.fail_register = fail_reg.iter().map(|c| c + other).collect();
-            l.fail_deregister = fail_dereg.clone();
+            l.refuse = refuse.iter().filter(|&&i| i < n).map(|&i| regions[i].addr).collect();
+            l.stuck = stuck.iter().filter(|&&i| i < n).map(|&i| regions[i].addr).collect();
+            l.register_calls = 0;
         }
-        let regions = regions_at(0x1000_0000, n);
         let spec = GroupSpec::provided("g", Kind::Aux, MemType::Dram, regions.clone());
-        let first_fault = (0..n).find(|i| fail_reg.contains(i));
-        let before = ledger.borrow().registered.len();
-        match register_all(&mut r, &spec, &regions) {
+        let first_fault = (0..n).find(|i| refuse.contains(i));
+        let stuck_here: Vec<usize> = (0..n).filter(|i| stuck.contains(i)).collect();
+        let outcome = register_all(&mut r, &spec, &regions);
+        // One call on success; the search's O(log N) calls on failure.
+        let budget = 1 + 2 * (usize::BITS - n.leading_zeros()) as usize;
+        prop_assert!(ledger.borrow().register_calls <= budget, "{} calls for {n}", ledger.borrow().register_calls);
+        match outcome {
             Err(GroupFailure { reason, region, message, rolled_back, .. }) => {
                 let f = first_fault.expect("failed without an injected fault");
                 prop_assert_eq!(region, Some(f));
                 prop_assert_eq!(rolled_back, f);
                 prop_assert_eq!(reason, Reason::NixlBackendError);
-                prop_assert!(message.contains("injected fault"), "{}", message);
+                let refused = format!("refused {:#x}", regions[f].addr);
+                prop_assert!(message.contains(&refused), "{}", message);
                 let l = ledger.borrow();
-                let mine: Vec<u64> = l.registered[before..].to_vec();
-                prop_assert_eq!(mine.len(), f);
                 // Nothing of this group is left; the other group is intact.
                 prop_assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), kept_ids.clone(), "leaked");
-                // Rolled back newest first, each exactly once.
-                let mut rev = mine.clone();
-                rev.reverse();
-                prop_assert_eq!(&l.deregistered, &rev);
                 prop_assert_eq!(l.double_frees, 0);
-                let dereg_failed = (0..f).any(|c| fail_dereg.contains(&c));
+                let dereg_failed = stuck_here.iter().any(|&i| i < f);
                 prop_assert_eq!(message.contains("rollback also failed"), dereg_failed, "{}", message);
             }
             Ok(handles) => {
                 prop_assert!(first_fault.is_none());
-                prop_assert_eq!(handles.len(), n);
+                prop_assert_eq!(handles.len(), usize::from(n > 0), "one call for the group");
                 prop_assert_eq!(ledger.borrow().live.len(), n + other);
-                let (failed, first_err) = release_all(&mut r, handles);
+                let released = release_all(&mut r, handles);
                 let l = ledger.borrow();
-                let expect_failed = (0..n).filter(|c| fail_dereg.contains(c)).count();
-                prop_assert_eq!(failed, expect_failed);
-                prop_assert_eq!(first_err.is_some(), expect_failed > 0);
-                if let Some(e) = first_err {
-                    let c = (0..n).find(|c| fail_dereg.contains(c)).unwrap();
-                    prop_assert_eq!(e.message, format!("injected deregister fault {c}"));
-                }
+                prop_assert_eq!(released.failed, stuck_here.len());
+                // Newest first: the last stuck region is named.
+                let want = stuck_here.last().map(|&i| format!("stuck {:#x}", regions[i].addr));
+                prop_assert_eq!(released.first.map(|f| f.message), want);
                 prop_assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), kept_ids.clone(), "leaked");
-                let mut rev = l.registered[before..].to_vec();
-                rev.reverse();
-                prop_assert_eq!(&l.deregistered, &rev);
                 prop_assert_eq!(l.double_frees, 0);
             }
         }
         // Releasing the first group empties the ledger.
-        ledger.borrow_mut().fail_deregister.clear();
-        let (failed, _) = release_all(&mut r, kept);
-        prop_assert_eq!(failed, 0);
+        ledger.borrow_mut().stuck.clear();
+        prop_assert_eq!(release_all(&mut r, kept).failed, 0);
         prop_assert!(ledger.borrow().live.is_empty());
         prop_assert_eq!(ledger.borrow().double_frees, 0);
     }

@@ -15,8 +15,8 @@
 //! - the same against the real NIXL runtime (a bounded number of cases).
 
 use crate::config::{self, Config, ConfigError};
-use crate::lifecycle::group::{register_all, release_all, GroupFailure};
-use crate::lifecycle::{Failure, Registrar, RuntimeFacts};
+use crate::lifecycle::group::{register_all, release_all, GroupFailure, Released};
+use crate::lifecycle::{At, Failure, ListFailure, Registrar, RuntimeFacts, Unreleased};
 use crate::model::{MemType, Reason};
 use crate::plan::{GroupSpec, Kind, Plan, Region, RegionSource};
 use crate::telemetry::exposition::{self, escape, Format};
@@ -92,6 +92,7 @@ use all_or_nothing::*;
 mod real_nixl;
 #[allow(unused_imports)]
 use real_nixl::*;
+mod batched;
 mod regressions;
 #[allow(unused_imports)]
 use regressions::*;

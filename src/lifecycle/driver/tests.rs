@@ -2,6 +2,7 @@
 //! the control channel, the duration's scope, a call past its deadline.
 
 use super::*;
+use crate::lifecycle::{At, ListFailure, Unreleased};
 use crate::model::{Failure, GroupState, Kind, MemType, Region, RuntimeFacts};
 use crate::plan::GroupSpec;
 use crate::status::NixlStatus;
@@ -42,15 +43,16 @@ impl Registrar for Scripted {
     fn probe(&self) -> &dyn MemoryProbe {
         &NullProbe
     }
-    fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
+    fn register(&mut self, _: &GroupSpec, _: &[Region]) -> Result<(), ListFailure> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         if self.fail {
-            return Err(Failure::new(Reason::NixlBackendError, "scripted to fail"));
+            let f = Failure::new(Reason::NixlBackendError, "scripted to fail");
+            return Err(ListFailure::new(f, At::Region(0)));
         }
         Ok(())
     }
-    fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
+    fn deregister(&mut self, _: ()) -> Result<(), Unreleased<()>> {
         Ok(())
     }
 }
@@ -119,10 +121,10 @@ impl Registrar for SlowAlloc {
     fn probe(&self) -> &dyn MemoryProbe {
         &NullProbe
     }
-    fn register_region(&mut self, _: &GroupSpec, _: &Region) -> Result<(), Failure> {
+    fn register(&mut self, _: &GroupSpec, _: &[Region]) -> Result<(), ListFailure> {
         Ok(())
     }
-    fn deregister_region(&mut self, _: ()) -> Result<(), Failure> {
+    fn deregister(&mut self, _: ()) -> Result<(), Unreleased<()>> {
         Ok(())
     }
 }

@@ -1,0 +1,122 @@
+//! 5. Batched registration and deregistration on the real NIXL runtime:
+//! what NIXL 1.5.1 leaves after a list fails halfway, the search for the
+//! failing region, a refused batch deregistration, and lists with twins.
+
+use super::*;
+use crate::lifecycle::At;
+use crate::nixl::{discover, load, Held, NixlRegistrar};
+
+struct Nixl {
+    reg: Counting<NixlRegistrar>,
+    buf: Vec<u8>,
+}
+
+impl Nixl {
+    fn new(name: &str) -> Nixl {
+        let loaded = load(discover(Some(&nixl_lib_dir()), &config::ProcessEnv)).expect("NIXL loads");
+        let mut reg = Counting {
+            inner: NixlRegistrar::new(name, Ok(loaded)),
+            calls: 0,
+        };
+        reg.preflight().expect("NIXL agent");
+        reg.ensure_backend("UCX").expect("UCX backend");
+        Nixl {
+            reg,
+            buf: vec![0x5a; 1 << 20],
+        }
+    }
+
+    /// `n` regions of 4 KiB of the buffer, region `null` (if any) at 0.
+    fn regions(&self, n: usize, null: Option<usize>) -> Vec<Region> {
+        let base = self.buf.as_ptr() as usize;
+        (0..n)
+            .map(|i| {
+                if Some(i) == null {
+                    Region::new(0, 64, 0)
+                } else {
+                    Region::new(base + i * 8192, 4096, 0)
+                }
+            })
+            .collect()
+    }
+
+    /// Descriptors NIXL's own metadata describes.
+    fn described(&self) -> u64 {
+        nixl_descriptors(&self.reg.inner.local_md().expect("metadata")).expect("NIXL metadata layout")
+    }
+}
+
+fn spec(regions: &[Region]) -> GroupSpec {
+    GroupSpec::provided("batched", Kind::Kv, MemType::Dram, regions.to_vec()).with_validate(false)
+}
+
+#[test]
+fn a_list_nixl_refuses_halfway_leaves_nothing_registered() {
+    let mut n = Nixl::new("nixl-agent-batched-halfway");
+    // NIXL registers a list region by region; the null one fails UCX's
+    // ucp_mem_map after 40 regions were registered.
+    let regions = n.regions(64, Some(40));
+    let f = n
+        .reg
+        .register(&spec(&regions), &regions)
+        .err()
+        .expect("NIXL refuses a null region");
+    assert_eq!(f.at, At::List);
+    assert_eq!(f.failure.reason, Reason::NixlBackendError);
+    assert_eq!(
+        n.described(),
+        0,
+        "NIXL 1.5.1 rolled back the 40 regions before the null one"
+    );
+    // The group's attempt names the region, in O(log N) calls, and leaves
+    // nothing either.
+    n.reg.calls = 0;
+    let e = register_all(&mut n.reg, &spec(&regions), &regions)
+        .err()
+        .expect("NIXL refuses");
+    assert_eq!((e.region, e.rolled_back), (Some(40), 40), "{}", e.message);
+    assert!(e.message.starts_with("region 40 [0x0, +64): "), "{}", e.message);
+    assert!(n.reg.calls <= 1 + 2 * 7, "{} calls", n.reg.calls);
+    assert_eq!(n.described(), 0);
+    // And the same regions, the null one left out, register in one call.
+    let good: Vec<Region> = regions.iter().copied().filter(|r| r.addr != 0).collect();
+    n.reg.calls = 0;
+    let held = register_all(&mut n.reg, &spec(&good), &good).expect("registers");
+    assert_eq!((n.reg.calls, held.len(), n.described()), (1, 1, 63));
+    assert_eq!(release_all(&mut n.reg, held), Released::default());
+    assert_eq!(n.described(), 0);
+}
+
+#[test]
+fn a_refused_batch_deregistration_falls_back_to_one_call_a_region() {
+    let mut n = Nixl::new("nixl-agent-batched-refused");
+    let regions = n.regions(8, None);
+    let held = register_all(&mut n.reg, &spec(&regions[..7]), &regions[..7]).expect("registers");
+    assert_eq!(n.described(), 7);
+    // A handle claiming an eighth region NIXL never registered: NIXL 1.5.1
+    // checks the whole list first and removes none of it.
+    let claim: Vec<Held> = held.into_iter().map(|h| h.claiming(&regions)).collect();
+    let released = release_all(&mut n.reg, claim);
+    assert_eq!(released.failed, 1, "only the unregistered region fails");
+    let first = released.first.expect("the failure");
+    assert_eq!(first.reason, Reason::NixlNotFound, "{first}");
+    assert!(first.message.contains("deregisterMem of 1 regions"), "{first}");
+    assert_eq!(
+        n.described(),
+        0,
+        "the seven registered regions were released one by one"
+    );
+}
+
+#[test]
+fn a_list_with_twins_is_released_without_crashing_nixl() {
+    // Without validation a list may name one region twice; NIXL 1.5.1
+    // registers it, and a batched deregisterMem of it would SIGSEGV.
+    let mut n = Nixl::new("nixl-agent-batched-twins");
+    let mut regions = n.regions(4, None);
+    regions.push(regions[1]);
+    let held = register_all(&mut n.reg, &spec(&regions), &regions).expect("registers");
+    assert_eq!(n.described(), 5);
+    assert_eq!(release_all(&mut n.reg, held), Released::default());
+    assert_eq!(n.described(), 0);
+}
