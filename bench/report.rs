@@ -55,10 +55,32 @@ fn worst(
     max_n: usize,
     f: fn(&registration::Timing) -> f64,
 ) -> Option<(f64, usize)> {
+    worst_in(reg, num, den, 0..=max_n, f)
+}
+
+/// The same over the rows with `n ≥ min_n`.
+fn worst_from(
+    reg: &Registration,
+    num: &str,
+    den: &str,
+    min_n: usize,
+    f: fn(&registration::Timing) -> f64,
+) -> Option<(f64, usize)> {
+    worst_in(reg, num, den, min_n..=usize::MAX, f)
+}
+
+fn worst_in(
+    reg: &Registration,
+    num: &str,
+    den: &str,
+    range: std::ops::RangeInclusive<usize>,
+    f: fn(&registration::Timing) -> f64,
+) -> Option<(f64, usize)> {
     reg.rows
         .iter()
-        .filter(|r| r.n <= max_n)
+        .filter(|r| range.contains(&r.n))
         .filter_map(|r| Some((f(r.contenders.get(num)?) / f(r.contenders.get(den)?), r.n)))
+        .filter(|(x, _)| x.is_finite())
         .max_by(|a, b| a.0.total_cmp(&b.0))
 }
 
@@ -81,20 +103,37 @@ pub fn judge(r: &Results) -> Vec<Target> {
                 w.map(|(x, _)| x <= 1.0),
             ));
         }
-        // At 4096, or the largest N measured below it (smoke runs).
-        let n = reg.rows.iter().map(|r| r.n).filter(|&n| n <= 4096).max();
-        let ratio = n.and_then(|n| {
-            Some((
-                reg.get(n, "agent")?.deregister_ms / reg.get(n, "python")?.deregister_ms,
-                n,
-            ))
-        });
-        t.push(target(
-            "deregistration.agent_vs_python_4096",
-            "agent deregistration of 4096 regions ≤ 2× Python",
-            ratio.map_or("not measured".into(), |(x, n)| format!("{x:.1}× at N={n}")),
-            ratio.map(|(x, _)| x <= 2.0),
-        ));
+        // NIXL's own batched call, the peer users compare against: one
+        // registerMem / deregisterMem of the whole list, through the C API
+        // and through the Python API, in the same run.
+        for (peer, name) in [
+            ("batched_capi", "NIXL's batched C API call"),
+            ("python", "NIXL's Python API"),
+        ] {
+            let w = worst_from(reg, "agent", peer, 64, |t| t.register_ms);
+            t.push(target(
+                &format!("registration.agent_vs_{peer}_warm"),
+                &format!("agent (validation on) warm registration ≤ 1.05× {name} at N ≥ 64"),
+                w.map_or("not measured".into(), |(x, n)| format!("worst {x:.2}× at N={n}")),
+                w.map(|(x, _)| x <= 1.05),
+            ));
+            let w = worst_from(reg, "agent", peer, 64, |t| t.cold_register_ms.unwrap_or(f64::NAN));
+            t.push(target(
+                &format!("registration.agent_vs_{peer}_cold"),
+                &format!("agent (validation on) cold registration ≤ 1.10× {name} at N ≥ 64"),
+                w.map_or("not measured".into(), |(x, n)| format!("worst {x:.2}× at N={n}")),
+                w.map(|(x, _)| x <= 1.10),
+            ));
+            // At 4096, or the largest N measured below it (smoke runs).
+            let n = reg.rows.iter().map(|r| r.n).filter(|&n| n <= 4096).max();
+            let ratio = n.and_then(|n| Some((reg.get(n, "agent")?.deregister_ms / reg.get(n, peer)?.deregister_ms, n)));
+            t.push(target(
+                &format!("deregistration.agent_vs_{peer}_4096"),
+                &format!("agent drain of 4096 regions ≤ 1.5× {name}"),
+                ratio.map_or("not measured".into(), |(x, n)| format!("{x:.2}× at N={n}")),
+                ratio.map(|(x, _)| x <= 1.5),
+            ));
+        }
     }
     if let Some(s) = &r.scrape {
         let nixl = s.nixl_metrics.as_ref();
@@ -294,14 +333,14 @@ pub fn render(r: &Results) -> String {
             reg.reps,
             reg.region_size >> 10
         );
-        let _ = writeln!(o, "| N | raw nixl-sys | agent | agent, no validation | Python API | batched C API | agent / raw | agent, no val. / raw | agent / Python |");
-        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(o, "| N | raw nixl-sys | agent | agent, no validation | Python API | batched C API | agent / raw | agent, no val. / raw | agent / Python | agent / batched |");
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &reg.rows {
             let n = row.n;
             let c = |w| g(n, w, true);
             let _ = writeln!(
                 o,
-                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c("raw").map_or("–".into(), f),
                 c("agent").map_or("–".into(), f),
                 c("agent_novalidate").map_or("–".into(), f),
@@ -310,19 +349,20 @@ pub fn render(r: &Results) -> String {
                 ratio(c("agent"), c("raw")),
                 ratio(c("agent_novalidate"), c("raw")),
                 ratio(c("agent"), c("python")),
+                ratio(c("agent"), c("batched_capi")),
             );
         }
         let _ = writeln!(
             o,
             "\nCold first registration, ms (the first registration in a fresh process, median over fresh processes):\n"
         );
-        let _ = writeln!(o, "| N | raw nixl-sys | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python |");
-        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(o, "| N | raw nixl-sys | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python | agent / batched |");
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &reg.rows {
             let c = |w: &str| row.contenders.get(w).and_then(|t| t.cold_register_ms);
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 row.n,
                 c("raw").map_or("–".into(), f),
                 c("agent").map_or("–".into(), f),
@@ -331,17 +371,18 @@ pub fn render(r: &Results) -> String {
                 c("batched_capi").map_or("–".into(), f),
                 ratio(c("agent"), c("raw")),
                 ratio(c("agent"), c("python")),
+                ratio(c("agent"), c("batched_capi")),
             );
         }
         let _ = writeln!(o, "\nDeregistration, ms (same runs):\n");
-        let _ = writeln!(o, "| N | raw, registration order | raw, reverse order | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python |");
-        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(o, "| N | raw, registration order | raw, reverse order | agent | agent, no validation | Python API | batched C API | agent / raw | agent / Python | agent / batched |");
+        let _ = writeln!(o, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in &reg.rows {
             let n = row.n;
             let c = |w| g(n, w, false);
             let _ = writeln!(
                 o,
-                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 c("raw").map_or("–".into(), f),
                 c("raw_reverse").map_or("–".into(), f),
                 c("agent").map_or("–".into(), f),
@@ -350,6 +391,7 @@ pub fn render(r: &Results) -> String {
                 c("batched_capi").map_or("–".into(), f),
                 ratio(c("agent"), c("raw")),
                 ratio(c("agent"), c("python")),
+                ratio(c("agent"), c("batched_capi")),
             );
         }
         if let Some(e) = reg.exponents.values().next() {

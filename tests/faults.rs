@@ -177,8 +177,11 @@ fn a_required_group_failing_forever_keeps_the_agent_up_with_capped_backoff() {
 /// stalls and the probes cannot answer at all.)
 #[test]
 fn a_nixl_call_past_its_deadline_fails_livez_until_it_returns() {
-    let cfg = "nixl_call_timeout='1s'\nshutdown_grace='30s'\n\
-               [[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=65536\nsize='4KiB'\nvalidate=false\n";
+    // A group registers and deregisters in one NIXL call each: 262,144
+    // regions (1 GiB) keep that call busy for hundreds of milliseconds,
+    // far past the shortest deadline.
+    let cfg = "nixl_call_timeout='10ms'\nshutdown_grace='30s'\n\
+               [[group]]\nname='kv'\nkind='kv'\nmem_type='DRAM'\ncount=262144\nsize='4KiB'\nvalidate=false\n";
     let mut a = AgentProcess::spawn(Spawn {
         config: Some(cfg),
         ..Default::default()
