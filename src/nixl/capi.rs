@@ -39,18 +39,31 @@ struct AgentConfig {
     capture_telemetry: bool,
 }
 
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type Unary = unsafe extern "C" fn(Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type CreateAgent = unsafe extern "C" fn(*const c_char, *const AgentConfig, *mut Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type OutHandle = unsafe extern "C" fn(Handle, *mut Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type ListSize = unsafe extern "C" fn(Handle, *mut usize) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type ListGet = unsafe extern "C" fn(Handle, usize, *mut *const c_char) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type PluginParams = unsafe extern "C" fn(Handle, *const c_char, *mut Handle, *mut Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type CreateBackend = unsafe extern "C" fn(Handle, *const c_char, Handle, *mut Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type Create = unsafe extern "C" fn(*mut Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type Pair = unsafe extern "C" fn(Handle, Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type CreateDlist = unsafe extern "C" fn(c_int, *mut Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type AddDesc = unsafe extern "C" fn(Handle, usize, usize, u64, *const c_void, usize) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type Triple = unsafe extern "C" fn(Handle, Handle, Handle) -> Status;
+// Safety: a C function of wrapper.h; callers pass the handles it declares.
 type LocalMd = unsafe extern "C" fn(Handle, *mut *mut c_void, *mut usize) -> Status;
 
 /// The C functions, resolved once from the loaded library.

@@ -2,7 +2,9 @@
 //! backends, CUDA through cudarc, and the memory the binary allocates.
 //!
 //! `unsafe` is allowed here and nowhere else in the crate (the crate root
-//! denies it). It is needed for `dlopen`, for describing raw regions to
+//! denies it). It is needed for `dlopen`, for NIXL's C API where nixl-sys
+//! falls short (`capi.rs`: an agent of our own that registers a group in
+//! one call), for describing raw regions to
 //! nixl-sys (its `MemoryRegion::as_ptr` is an `unsafe fn`), for `mmap`,
 //! `getrlimit` and CUDA pointer queries, and for filling and reading the
 //! buffers `check` and the canary move bytes between (`loopback.rs`). Each
@@ -36,7 +38,9 @@ pub use loopback::{Endpoint, RemoteBuffer};
 pub use memory::Backing;
 pub use observe::{ObservedAgent, ObservedXfer};
 pub use probe::SystemProbe;
-pub use registrar::{Held, NixlRegistrar};
+#[cfg(any(test, feature = "bench"))]
+pub use registrar::Held;
+pub use registrar::NixlRegistrar;
 pub use stderr::StderrTap;
 
 /// Whether a CUDA driver library can be loaded in this process.

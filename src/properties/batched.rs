@@ -1,6 +1,6 @@
-//! 5. Batched registration and deregistration on the real NIXL runtime:
-//! what NIXL 1.5.1 leaves after a list fails halfway, the search for the
-//! failing region, a refused batch deregistration, and lists with twins.
+//! Batched registration and deregistration on the real NIXL runtime: what
+//! NIXL 1.5.1 leaves after a list fails halfway, the search for the failing
+//! region, a refused batch deregistration, and lists with twins.
 
 use super::*;
 use crate::lifecycle::At;
