@@ -42,6 +42,41 @@ pub struct Report {
     /// RSS after the cold registration, observe-first processes minus
     /// direct-first ones (KiB, medians).
     pub observer_rss_kib: f64,
+    /// The recording alone: one observed call of N regions, no NIXL call.
+    pub recording: Vec<Recording>,
+}
+
+/// What observe mode adds to one call of `n` regions, NIXL left out.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recording {
+    pub n: usize,
+    pub ns_per_call: f64,
+    pub ns_per_region: f64,
+}
+
+/// One observed call of N regions with no NIXL call in it, warm, median of
+/// `reps` batches: the recording's own cost (a call, not its regions, is
+/// recorded: one pass for bytes and extent, one ledger entry).
+fn recording(sizes: &[usize], reps: usize) -> Vec<Recording> {
+    let o = Observer::new(ObserveSettings::default());
+    let mut out = Vec::new();
+    for &n in sizes {
+        let regions: Vec<Region> = (0..n)
+            .map(|i| Region::new(0x9000_0000 + i * 0x1000, 0x1000, 0))
+            .collect();
+        let calls = (200_000 / n.max(1)).clamp(20, 2000);
+        crate::sections::call_ns(&o, &regions, calls);
+        let v: Vec<f64> = (0..reps.max(3))
+            .map(|_| crate::sections::call_ns(&o, &regions, calls))
+            .collect();
+        let ns = median(&v);
+        out.push(Recording {
+            n,
+            ns_per_call: ns,
+            ns_per_region: ns / n.max(1) as f64,
+        });
+    }
+    out
 }
 
 impl Report {
@@ -198,5 +233,6 @@ pub fn run(sizes: &[usize], reps: usize, processes: usize) -> Result<Report, Str
             let of = |c: &str| median(&rss.iter().filter(|r| r.0 == c).map(|r| r.1).collect::<Vec<_>>());
             of("observe") - of("direct")
         },
+        recording: recording(sizes, reps),
     })
 }

@@ -222,6 +222,22 @@ pub fn judge(r: &Results) -> Vec<Target> {
             added.map_or("not measured".into(), |us| format!("{us:+.2} µs")),
             added.map(|us| us <= 1.0),
         ));
+        let rec = e
+            .recording
+            .iter()
+            .filter(|r| r.n >= 64)
+            .max_by(|a, b| a.ns_per_region.total_cmp(&b.ns_per_region));
+        t.push(target(
+            "embedding.recording_per_region",
+            "observe mode records a call of N regions at ≤ 50 ns a region (warm, N ≥ 64, no NIXL call)",
+            rec.map_or("not measured".into(), |r| {
+                format!(
+                    "worst {:.1} ns a region at N={} ({:.0} ns a call)",
+                    r.ns_per_region, r.n, r.ns_per_call
+                )
+            }),
+            rec.map(|r| r.ns_per_region <= 50.0),
+        ));
         t.push(target(
             "embedding.observer_rss",
             "an embedding process grows by ≤ 8 MiB (nixl-agent's own memory, no second UCX context)",
@@ -573,6 +589,18 @@ pub fn render(r: &Results) -> String {
             "\nRSS after the cold registration, observe-first processes minus direct-first ones: {:+.0} KiB.\n",
             e.observer_rss_kib
         );
+        if !e.recording.is_empty() {
+            let _ = writeln!(
+                o,
+                "The recording alone (one observed call of N regions, no NIXL call, warm, median):\n"
+            );
+            let _ = writeln!(o, "| N | ns a call | ns a region |");
+            let _ = writeln!(o, "|---:|---:|---:|");
+            for r in &e.recording {
+                let _ = writeln!(o, "| {} | {:.0} | {:.1} |", r.n, r.ns_per_call, r.ns_per_region);
+            }
+            o.push('\n');
+        }
     }
     if let Some(x) = &r.transfers {
         let _ = writeln!(

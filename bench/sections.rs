@@ -318,7 +318,7 @@ fn call(o: &Observer, agent: AgentId, group: &str, kind: &Kind, regions: &[Regio
 }
 
 /// Median ns of one observed call on `o`, `calls` at a time.
-fn call_ns(o: &Observer, regions: &[Region], calls: usize) -> f64 {
+pub fn call_ns(o: &Observer, regions: &[Region], calls: usize) -> f64 {
     let agent = AgentId::fresh();
     let t0 = Instant::now();
     for _ in 0..calls {
