@@ -11,7 +11,7 @@
 //! process (nixl-agent's own memory; there is no second UCX context).
 
 use crate::common::{load_nixl, median, ms, proc_status_kib, Arena};
-use nixl_agent::{Descriptor, Kind, MemType, ObserveSettings, ObservedAgent, Observer, Region};
+use nixl_agent::{Descriptor, Kind, MemType, ObserveSettings, ObservedAgent, ObservedRegistration, Observer, Region};
 use nixl_sys::{Agent, AgentConfig, OptArgs, RegistrationHandle};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
@@ -85,6 +85,12 @@ impl Report {
     }
 }
 
+/// A registration of either contender.
+enum Held {
+    Direct(RegistrationHandle),
+    Observed(ObservedRegistration),
+}
+
 struct Bench {
     agent: Agent,
     opts: OptArgs,
@@ -92,28 +98,30 @@ struct Bench {
 }
 
 impl Bench {
-    fn register(&self, contender: &str, regions: &[Region]) -> Result<(f64, Vec<RegistrationHandle>), String> {
+    fn register(&self, contender: &str, regions: &[Region]) -> Result<(f64, Vec<Held>), String> {
         let descs: Vec<Descriptor> = regions.iter().map(|r| Descriptor::new(*r, MemType::Dram)).collect();
         let t0 = Instant::now();
         let mut handles = Vec::with_capacity(descs.len());
         for d in &descs {
             let h = match contender {
-                "direct" => self.agent.register_memory(d, Some(&self.opts)),
-                _ => self.observed.register("kv", Kind::Kv, d, Some(&self.opts)),
+                "direct" => self.agent.register_memory(d, Some(&self.opts)).map(Held::Direct),
+                _ => self
+                    .observed
+                    .register("kv", Kind::Kv, d, Some(&self.opts))
+                    .map(Held::Observed),
             };
             handles.push(h.map_err(|e| format!("{contender} register: {e}"))?);
         }
         Ok((ms(t0.elapsed()), handles))
     }
 
-    fn deregister(&self, contender: &str, regions: &[Region], handles: Vec<RegistrationHandle>) -> Result<f64, String> {
+    fn deregister(&self, contender: &str, handles: Vec<Held>) -> Result<f64, String> {
         let t0 = Instant::now();
         // Newest first, as every contender of the registration section does.
-        for (r, mut h) in regions.iter().zip(handles).rev() {
-            let d = Descriptor::new(*r, MemType::Dram);
-            match contender {
-                "direct" => h.deregister(),
-                _ => self.observed.deregister(&d, &mut h),
+        for h in handles.into_iter().rev() {
+            match h {
+                Held::Direct(mut h) => h.deregister(),
+                Held::Observed(mut h) => h.deregister(),
             }
             .map_err(|e| format!("{contender} deregister: {e}"))?;
         }
@@ -142,7 +150,7 @@ pub fn worker_main(first: &str, sizes: &[usize], reps: usize) -> Result<(), Stri
 
     let regions = arena.regions(max, REGION);
     let (cold, handles) = b.register(first, &regions)?;
-    b.deregister(first, &regions, handles)?;
+    b.deregister(first, handles)?;
     let rss_cold = proc_status_kib(std::process::id(), "VmRSS").unwrap_or(0);
 
     let mut warm: Vec<serde_json::Value> = Vec::new();
@@ -157,7 +165,7 @@ pub fn worker_main(first: &str, sizes: &[usize], reps: usize) -> Result<(), Stri
             };
             for c in order {
                 let (reg, handles) = b.register(c, &regions)?;
-                let dereg = b.deregister(c, &regions, handles)?;
+                let dereg = b.deregister(c, handles)?;
                 warm.push(serde_json::json!({ "n": n, "contender": c, "reg_ms": reg, "dereg_ms": dereg }));
             }
         }

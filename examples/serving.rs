@@ -18,8 +18,8 @@
 
 use axum::routing::get;
 use nixl_agent::{
-    Config, Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, ObservedAgent, Observer, Plan,
-    Region,
+    Config, Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, ObservedAgent,
+    ObservedRegistration, Observer, Plan, Region,
 };
 use nixl_sys::{Agent, OptArgs, XferDescList, XferOp, XferStatus};
 use std::time::{Duration, Instant};
@@ -124,10 +124,12 @@ async fn main() -> Result<(), Error> {
             let report = running.shutdown().await?;
             (report.deregistered, report.still_registered.len())
         }
-        Drain::Observed(observer, mut handles) => {
+        Drain::Observed(_on_agent, mut handles) => {
             let mut n = 0;
-            for (desc, handle) in &mut handles {
-                observer.deregister(desc, handle)?;
+            // Newest first; dropping a registration would deregister it,
+            // recorded, as well.
+            for handle in handles.iter_mut().rev() {
+                handle.deregister()?;
                 n += 1;
             }
             (n, 0)
@@ -157,7 +159,7 @@ async fn main() -> Result<(), Error> {
 /// What must be drained before the buffers go.
 enum Drain {
     Lifecycle(Box<nixl_agent::LifecycleHandle>),
-    Observed(ObservedAgent, Vec<(Descriptor, nixl_sys::RegistrationHandle)>),
+    Observed(ObservedAgent, Vec<ObservedRegistration>),
 }
 
 /// Lifecycle mode: nixl-agent registers the plan on the process's agent.
@@ -217,8 +219,7 @@ fn observed(agent: &Agent, kv: &[u8], aux: &[u8]) -> Result<(axum::Router, Drain
         .chain([("aux", Kind::Aux, aux)]);
     for (group, kind, buf) in buffers {
         let desc = Descriptor::host(buf);
-        let handle = on_agent.register(group, kind, &desc, Some(&opts))?;
-        handles.push((desc, handle));
+        handles.push(on_agent.register(group, kind, &desc, Some(&opts))?);
     }
     if !observer.status().ready {
         return Err(format!("not ready: {:?}", observer.status().groups).into());

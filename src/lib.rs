@@ -14,7 +14,7 @@
 //! type of axum, prometheus or tokio other than [`Router`].
 //!
 //! - lifecycle: [`Lifecycle`], [`Prepared`], [`LifecycleHandle`], [`StartError`], [`ShutdownError`], [`UnknownGroup`], [`DrainReport`]
-//! - observe mode: [`Observer`], [`ObservedAgent`], [`ObservedXfer`], [`ObserveSettings`], [`Expected`], [`Call`], [`CallMark`], [`Outcome`], [`Pending`], [`GroupConflict`], [`Transfer`], [`XferPoll`]
+//! - observe mode: [`Observer`], [`ObservedAgent`], [`ObservedRegistration`], [`ObservedXfer`], [`ObserveSettings`], [`Expected`], [`Call`], [`CallMark`], [`Outcome`], [`Pending`], [`GroupConflict`], [`Transfer`], [`XferPoll`]
 //! - domain words: [`AgentId`], [`Kind`], [`MemType`], [`Reason`], [`Region`], [`Hooked`], [`Failure`], [`Rejection`], [`Descriptor`], [`XferOp`], [`PeerOp`], [`NotifDirection`]
 //! - configuration: [`config`], [`Config`], [`Plan`], [`GroupSpec`], [`RegionSource`]
 //! - recorded state: [`status`], [`Metrics`], [`Format`], [`names`], [`endpoints`], [`Publisher`]
@@ -50,7 +50,10 @@ pub use axum::Router;
 pub use config::Config;
 pub use lifecycle::driver::DrainReport;
 pub use model::{AgentId, Failure, Hooked, Kind, MemType, NotifDirection, PeerOp, Reason, Region, XferOp};
-pub use nixl::{cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, ObservedXfer, StderrTap};
+pub use nixl::{
+    cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, ObservedRegistration, ObservedXfer,
+    StderrTap,
+};
 pub use observe::{Call, CallMark, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
 pub use observe::{Transfer, XferPoll};
 pub use plan::{GroupSpec, Plan, RegionSource};

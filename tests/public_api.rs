@@ -42,7 +42,8 @@ fn exported(lib: &str) -> BTreeSet<String> {
     let mut pending = String::new();
     for raw in lib.lines() {
         let line = raw.trim();
-        if depth == 0 {
+        // A `pub use` that rustfmt wrapped over several lines is read whole.
+        if depth == 0 || !pending.is_empty() {
             if !pending.is_empty() || line.starts_with("pub use ") {
                 pending.push_str(line);
                 pending.push(' ');
@@ -74,8 +75,10 @@ fn exported(lib: &str) -> BTreeSet<String> {
                 );
             }
         }
-        depth += line.matches('{').count();
-        depth = depth.saturating_sub(line.matches('}').count());
+        if pending.is_empty() && !line.starts_with("pub use ") {
+            depth += line.matches('{').count();
+            depth = depth.saturating_sub(line.matches('}').count());
+        }
     }
     out
 }

@@ -219,8 +219,8 @@ fn observe_mode_records_the_callers_own_calls_and_hands_back_what_nixl_returned(
     assert_eq!(aux, kv[..AUX]);
 
     // Deregistration through the observer: gauges drop, NIXL refuses.
-    on_a.deregister(&kv_desc, &mut kv_reg).unwrap();
-    on_a.deregister(&aux_desc, &mut aux_reg).unwrap();
+    kv_reg.deregister().unwrap();
+    aux_reg.deregister().unwrap();
     let s = scrape();
     for group in ["kv", "aux"] {
         assert_eq!(
@@ -282,4 +282,46 @@ fn scrape_groups(o: &Observer) -> Vec<String> {
     let mut g: Vec<String> = o.status().groups.iter().map(|g| g.name.clone()).collect();
     g.sort();
     g
+}
+
+/// Dropping an observed registration deregisters it in NIXL, as dropping a
+/// nixl-sys handle does — and the recording follows: the group is not ready
+/// any more, its gauges read 0, and NIXL itself refuses a transfer over it.
+#[test]
+fn dropping_an_observed_registration_is_recorded_as_its_deregistration() {
+    let (a, backend_a) = serving_agent("prefill-drop");
+    let (b, backend_b) = serving_agent("decode-drop");
+    let (opts_a, opts_b) = (opts(&backend_a), opts(&backend_b));
+    let (kv, aux, peer) = (pattern(LEN, 5), pattern(AUX, 6), pattern(LEN, 7));
+    let _peer_reg = b.register_memory(&Descriptor::host(&peer), Some(&opts_b)).unwrap();
+    let observer = Observer::new(ObserveSettings {
+        expect: vec![Expected::new("kv", Kind::Kv), Expected::new("aux", Kind::Aux)],
+        ..ObserveSettings::default()
+    });
+    let on_a = observer.agent(&a);
+    let _kv_reg = on_a
+        .register("kv", Kind::Kv, &Descriptor::host(&kv), Some(&opts_a))
+        .unwrap();
+    let aux_reg = on_a
+        .register("aux", Kind::Aux, &Descriptor::host(&aux), Some(&opts_a))
+        .unwrap();
+    assert!(observer.status().ready);
+    let (_, name_b) = exchange(&a, &b);
+    transfer(&a, XferOp::Write, &aux, &peer[..AUX], &name_b);
+
+    drop(aux_reg);
+    let status = observer.status();
+    assert!(!status.ready, "aux is gone from NIXL: {status:#?}");
+    assert_eq!(status.group("aux").unwrap().descriptors, 0);
+    let s = Scrape::parse(&observer.metrics().encode(Format::Text));
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "aux")
+            .value(),
+        0.0
+    );
+    assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
+    // NIXL's own view agrees: no transfer over the dropped region.
+    let refused = a.create_xfer_req(XferOp::Write, &dlist(&aux), &dlist(&peer[..AUX]), &name_b, None);
+    assert!(refused.is_err(), "NIXL still holds the dropped registration");
 }

@@ -36,7 +36,7 @@ pub use loader::{load, status_of, LoadError, Loaded};
 pub use loopback::{Endpoint, RemoteBuffer};
 #[cfg(feature = "bench")]
 pub use memory::Backing;
-pub use observe::{ObservedAgent, ObservedXfer};
+pub use observe::{ObservedAgent, ObservedRegistration, ObservedXfer};
 pub use probe::SystemProbe;
 #[cfg(any(test, feature = "bench"))]
 pub use registrar::Held;

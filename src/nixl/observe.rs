@@ -69,18 +69,26 @@ impl ObservedAgent {
     }
 
     /// `agent.register_memory(desc, opts)`, recorded under `group`. Returns
-    /// exactly what nixl-sys returned. Memory types other than DRAM and
-    /// VRAM (files, blocks, objects) pass through unrecorded.
+    /// what nixl-sys returned, its handle inside an [`ObservedRegistration`]
+    /// that records the deregistration however it happens. Memory types
+    /// other than DRAM and VRAM (files, blocks, objects) pass through
+    /// unrecorded.
     pub fn register(
         &self,
         group: &str,
         kind: Kind,
         desc: &impl NixlDescriptor,
         opts: Option<&OptArgs>,
-    ) -> Result<RegistrationHandle, NixlError> {
+    ) -> Result<ObservedRegistration, NixlError> {
         let (mem_type, region) = region_of(desc);
         let Some(mem_type) = mem_type else {
-            return self.agent.register_memory(desc, opts);
+            return self
+                .agent
+                .register_memory(desc, opts)
+                .map(|handle| ObservedRegistration {
+                    handle,
+                    recording: None,
+                });
         };
         let regions = [region];
         let call = Call {
@@ -92,25 +100,58 @@ impl ObservedAgent {
             backends: None,
             regions: &regions,
         };
-        self.observer
-            .record_register(&call, || self.agent.register_memory(desc, opts), failure)
+        let handle = self
+            .observer
+            .record_register(&call, || self.agent.register_memory(desc, opts), failure)?;
+        Ok(ObservedRegistration {
+            handle,
+            recording: Some((self.observer.clone(), self.id, region)),
+        })
     }
+}
 
-    /// `handle.deregister()` for a region registered through
-    /// [`ObservedAgent::register`] with the same `desc`.
-    pub fn deregister(&self, desc: &impl NixlDescriptor, handle: &mut RegistrationHandle) -> Result<(), NixlError> {
-        let (mem_type, region) = region_of(desc);
-        if mem_type.is_none() {
-            return handle.deregister();
-        }
-        let mark = self.observer.deregistration_started();
+/// A registration made through [`ObservedAgent::register`]: the nixl-sys
+/// handle (it derefs to it) and what the recording knows of it. Its
+/// deregistration — [`ObservedRegistration::deregister`], or dropping it,
+/// which deregisters as dropping a `RegistrationHandle` does — is recorded
+/// once, so the recording never says NIXL holds what it released.
+pub struct ObservedRegistration {
+    handle: RegistrationHandle,
+    /// The observer, agent and region the registration was recorded under;
+    /// `None` for memory that is not recorded, or once deregistered.
+    recording: Option<(Observer, AgentId, Region)>,
+}
+
+impl std::ops::Deref for ObservedRegistration {
+    type Target = RegistrationHandle;
+
+    fn deref(&self) -> &RegistrationHandle {
+        &self.handle
+    }
+}
+
+impl ObservedRegistration {
+    /// `handle.deregister()`, recorded (the first time only: nixl-sys makes
+    /// a second call a no-op too).
+    pub fn deregister(&mut self) -> Result<(), NixlError> {
+        let Some((observer, agent, region)) = self.recording.take() else {
+            return self.handle.deregister();
+        };
+        let mark = observer.deregistration_started();
         let t0 = std::time::Instant::now();
-        let result = handle.deregister();
+        let result = self.handle.deregister();
         let elapsed = t0.elapsed();
         drop(mark);
-        self.observer
-            .deregistered(self.id, region, 1, elapsed, result.as_ref().err().map(failure));
+        observer.deregistered(agent, region, 1, elapsed, result.as_ref().err().map(failure));
         result
+    }
+}
+
+impl Drop for ObservedRegistration {
+    fn drop(&mut self) {
+        // Dropping nixl-sys's handle would deregister unrecorded: do it
+        // here, recorded, first.
+        let _ = self.deregister();
     }
 }
 
