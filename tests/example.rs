@@ -74,6 +74,15 @@ fn run(mode: &str) {
             .value(),
         1.0
     );
+    // Ready, and no backend reads down: NixlBackendDown fires on 0 alone,
+    // and a backend is down only when an agent failed to create it.
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
+    let backends = s.metric("nixl_agent_backend_up");
+    let down: Vec<_> = backends.samples().into_iter().filter(|b| b.value == 0.0).collect();
+    assert!(
+        down.is_empty(),
+        "a backend reads down on a ready {mode} process: {down:?}"
+    );
 
     support::signal(child.id(), "TERM");
     let drained = next("drained");

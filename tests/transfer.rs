@@ -306,6 +306,10 @@ fn dropping_an_observed_registration_is_recorded_as_its_deregistration() {
         .register("aux", Kind::Aux, &Descriptor::host(&aux), Some(&opts_a))
         .unwrap();
     assert!(observer.status().ready);
+    // The agent's UCX backend, created before the observer saw the agent,
+    // is recorded as up (a setting naming it never made it a series).
+    let s = Scrape::parse(&observer.metrics().encode(Format::Text));
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
     let (_, name_b) = exchange(&a, &b);
     transfer(&a, XferOp::Write, &aux, &peer[..AUX], &name_b);
 
@@ -324,4 +328,57 @@ fn dropping_an_observed_registration_is_recorded_as_its_deregistration() {
     // NIXL's own view agrees: no transfer over the dropped region.
     let refused = a.create_xfer_req(XferOp::Write, &dlist(&aux), &dlist(&peer[..AUX]), &name_b, None);
     assert!(refused.is_err(), "NIXL still holds the dropped registration");
+}
+
+/// A backend created through the observed agent is recorded as created —
+/// or, when NIXL refuses it, as down with the reason — and a backend merely
+/// named by the observer's settings is no series at all.
+#[test]
+fn observed_backends_are_what_the_agent_created() {
+    nixl_agent::load_nixl(Some(&support::nixl_lib_dir())).expect("NIXL runtime from the wheel");
+    let a = Agent::new("prefill-backends").expect("NIXL agent");
+    let observer = Observer::new(ObserveSettings {
+        backends: vec!["UCX".into(), "POSIX".into()],
+        ..ObserveSettings::default()
+    });
+    let on_a = observer.agent(&a);
+    let scrape = || Scrape::parse(&observer.metrics().encode(Format::Text));
+    assert!(
+        scrape().metric("nixl_agent_backend_up").samples().is_empty(),
+        "no backend yet"
+    );
+    let (_, params) = a.get_plugin_params("UCX").expect("UCX plugin");
+    let backend = on_a.create_backend("UCX", &params).expect("UCX backend");
+    let opts = opts(&backend);
+    let buf = pattern(AUX, 9);
+    let _reg = on_a
+        .register("kv", Kind::Kv, &Descriptor::host(&buf), Some(&opts))
+        .unwrap();
+    let s = scrape();
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
+    assert!(
+        s.metric("nixl_agent_backend_up")
+            .label("backend", "POSIX")
+            .samples()
+            .is_empty(),
+        "POSIX was only named by the settings"
+    );
+    // The call is labelled with the backend the agent created.
+    assert_eq!(
+        s.metric("nixl_agent_registered_descriptors")
+            .label("group", "kv")
+            .label("backend", "UCX")
+            .value(),
+        1.0
+    );
+    let refused = on_a.create_backend("NO_SUCH_PLUGIN", &params);
+    assert!(refused.is_err());
+    let status = observer.status();
+    let down = status
+        .backends
+        .iter()
+        .find(|b| b.name == "NO_SUCH_PLUGIN")
+        .expect("recorded");
+    assert!(!down.up);
+    assert_eq!(down.reason, Some(nixl_agent::Reason::BackendInitFailed));
 }

@@ -565,18 +565,11 @@ impl State {
         out
     }
 
+    /// A group a plan or observed calls name. Its backends are not recorded
+    /// here: a backend is up because an agent created it and down because a
+    /// creation failed (`backend`), never because a setting named it.
     fn declare(&mut self, d: &GroupDecl) -> Applied {
         let mut out = Applied::default();
-        for b in &d.backends {
-            if !self.status.backends.iter().any(|s| &s.name == b) {
-                self.status.backends.push(BackendStatus {
-                    name: b.clone(),
-                    up: false,
-                    reason: None,
-                    error: None,
-                });
-            }
-        }
         if let Some(i) = self.group_index(&d.group) {
             out.group = Some(i);
             out.refused = self.status.groups[i].source != d.source;
@@ -726,11 +719,22 @@ impl State {
     }
 
     fn backend(&mut self, name: &str, up: bool, failure: Option<&Failure>) {
-        if let Some(b) = self.status.backends.iter_mut().find(|b| b.name == name) {
-            b.up = up;
-            b.reason = failure.map(|f| f.reason);
-            b.error = failure.map(|f| f.message.clone());
-        }
+        let i = match self.status.backends.iter().position(|b| b.name == name) {
+            Some(i) => i,
+            None => {
+                self.status.backends.push(BackendStatus {
+                    name: name.to_string(),
+                    up,
+                    reason: None,
+                    error: None,
+                });
+                self.status.backends.len() - 1
+            }
+        };
+        let b = &mut self.status.backends[i];
+        b.up = up;
+        b.reason = failure.map(|f| f.reason);
+        b.error = failure.map(|f| f.message.clone());
     }
 }
 

@@ -5,9 +5,9 @@
 
 use super::registrar::reason_of;
 use super::SystemProbe;
-use crate::model::{AgentId, Failure, Kind, MemType, Region};
+use crate::model::{AgentId, Failure, Kind, MemType, Reason, Region};
 use crate::observe::{Call, ObserveSettings, Observer};
-use nixl_sys::{Agent, NixlDescriptor, NixlError, OptArgs, RegistrationHandle};
+use nixl_sys::{Agent, Backend, NixlDescriptor, NixlError, OptArgs, Params, RegistrationHandle};
 
 fn region_of(desc: &impl NixlDescriptor) -> (Option<MemType>, Region) {
     let mem_type = match desc.mem_type() {
@@ -42,9 +42,18 @@ impl Observer {
     /// record its calls through the returned handle. Dropping the handle
     /// says the agent is gone (drop it with the agent): what the recording
     /// holds for it is released and readiness follows.
+    /// The backends the agent already has are recorded as created on it
+    /// (their names label its calls); create later ones through
+    /// [`ObservedAgent::create_backend`].
     pub fn agent(&self, agent: &Agent) -> ObservedAgent {
         let id = AgentId::fresh();
-        self.saw_agent(id, &agent.name(), || plugins(agent));
+        let plugins = plugins(agent);
+        self.saw_agent(id, &agent.name(), || plugins.clone());
+        for p in &plugins {
+            if agent.get_backend(p).is_some() {
+                self.backend(id, p, Ok(std::time::Duration::ZERO));
+            }
+        }
         ObservedAgent {
             observer: self.clone(),
             agent: agent.clone(),
@@ -66,6 +75,23 @@ impl ObservedAgent {
     /// The agent's identity in the recording (`/v1/status` `agents`).
     pub fn id(&self) -> AgentId {
         self.id
+    }
+
+    /// `agent.create_backend(name, params)`, recorded: the backend is up, or
+    /// down with the reason, and its name labels the agent's calls. Returns
+    /// exactly what nixl-sys returned.
+    pub fn create_backend(&self, name: &str, params: &Params) -> Result<Backend, NixlError> {
+        let t0 = std::time::Instant::now();
+        let result = self.agent.create_backend(name, params);
+        let recorded = match &result {
+            Ok(_) => Ok(t0.elapsed()),
+            Err(e) => Err(Failure::new(
+                Reason::BackendInitFailed,
+                format!("creating backend {name}: {e}"),
+            )),
+        };
+        self.observer.backend(self.id, name, recorded);
+        result
     }
 
     /// `agent.register_memory(desc, opts)`, recorded under `group`. Returns
