@@ -922,6 +922,18 @@ fn a_process_with_no_framework_is_ready_once_something_registered() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("[+]registered ok"), "{}", r.body);
     support::assert_projections_agree(h.addr);
+    // The process's first agent got its UCX backend inside
+    // `nixl_agent.__init__` (nixl_agent_config(backends=["UCX"])): it reads
+    // up, in /metrics and /v1/status alike, and nothing reads down.
+    let s = support::scrape(h.addr);
+    let backends = s.metric("nixl_agent_backend_up");
+    assert_eq!(backends.clone().label("backend", "UCX").value(), 1.0);
+    assert!(
+        backends.samples().iter().all(|b| b.value == 1.0),
+        "{:?}",
+        backends.samples()
+    );
+    assert_eq!(h.status()["backends"][0]["up"], true);
     h.finish();
 
     let h = Held::start(&["plain"], &[("NIXL_AGENT_EXPECT", "none")]);

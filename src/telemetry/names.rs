@@ -141,7 +141,7 @@ pub const FAMILIES: &[Family] = &[
         BACKEND_UP,
         Type::Gauge,
         &["backend"],
-        "1 when the NIXL backend was created, else 0.",
+        "1 when a NIXL agent created the backend, 0 when its creation failed; absent until either.",
     ),
     Family::new(
         LAST_FAILURE_TIMESTAMP_SECONDS,
