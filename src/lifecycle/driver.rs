@@ -316,7 +316,10 @@ impl<R: Registrar> Driver<R> {
         self.slots[group].deregister(&mut self.registrar, &self.rec)
     }
 
-    /// Deregisters every group, last registered first, then frees memory.
+    /// Deregisters every group, last registered first, then frees the
+    /// memory of every group NIXL released. A group whose deregistration
+    /// failed keeps its memory (NIXL, or a peer writing into it, may still
+    /// use it) until the process exits.
     fn drain(&mut self) -> DrainReport {
         let span = tracing::info_span!("nixl.drain", descriptor_count = Empty, failed = Empty);
         let _e = span.enter();
@@ -333,7 +336,16 @@ impl<R: Registrar> Driver<R> {
             }
         }
         for slot in &mut self.slots {
-            slot.free();
+            let held = report.still_registered.iter().any(|(g, _)| *g == slot.labels().group);
+            if held {
+                tracing::warn!(
+                    group = %slot.labels().group,
+                    "memory kept: NIXL may still hold regions of this group, so it is not freed before exit"
+                );
+                slot.keep();
+            } else {
+                slot.free();
+            }
         }
         report.elapsed = t0.elapsed();
         span.record("descriptor_count", report.deregistered);

@@ -115,10 +115,11 @@ pub fn register_all<R: Registrar>(
 }
 
 /// What a release left: regions whose deregistration failed (NIXL may still
-/// hold them) and the first failure.
+/// hold them), their bytes, and the first failure.
 #[derive(Debug, Default, PartialEq)]
 pub struct Released {
     pub failed: usize,
+    pub failed_bytes: u64,
     pub first: Option<Failure>,
 }
 
@@ -131,6 +132,7 @@ pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> Released
         let Err(Unreleased {
             failure,
             regions,
+            bytes,
             parts,
         }) = r.deregister(h)
         else {
@@ -138,12 +140,14 @@ pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> Released
         };
         if parts.is_empty() {
             out.failed += regions;
+            out.failed_bytes += bytes;
             out.first.get_or_insert(failure);
             continue;
         }
         for part in parts.into_iter().rev() {
             if let Err(u) = r.deregister(part) {
                 out.failed += u.regions;
+                out.failed_bytes += u.bytes;
                 out.first.get_or_insert(u.failure);
             }
         }

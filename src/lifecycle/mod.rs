@@ -87,5 +87,7 @@ impl ListFailure {
 pub struct Unreleased<H> {
     pub failure: Failure,
     pub regions: usize,
+    /// The bytes of those regions.
+    pub bytes: u64,
     pub parts: Vec<H>,
 }

@@ -73,6 +73,16 @@ impl<R: Registrar> Registration<R> {
         self.backing = None;
     }
 
+    /// Keeps the memory nixl-agent allocated for the life of the process,
+    /// whatever is dropped: NIXL may still hold regions of it after a
+    /// failed deregistration, and a peer may still write into them. The
+    /// kernel reclaims it at exit.
+    pub fn keep(&mut self) {
+        if let Some(b) = self.backing.take() {
+            std::mem::forget(b);
+        }
+    }
+
     /// One recorded attempt: backends and allocation first (inside the
     /// attempt's span, outside its duration), then validation and NIXL.
     /// `pinned` is what other groups already pin (for the memlock check).
@@ -162,7 +172,11 @@ impl<R: Registrar> Registration<R> {
         );
         let _e = span.enter();
         let t0 = Instant::now();
-        let Released { failed, first } = release_all(r, handles);
+        let Released {
+            failed,
+            failed_bytes,
+            first,
+        } = release_all(r, handles);
         span.record("failed", failed);
         if failed > 0 {
             span.record("otel.status_code", "ERROR");
@@ -177,7 +191,7 @@ impl<R: Registrar> Registration<R> {
             elapsed: t0.elapsed(),
             holding: Holding {
                 descriptors: failed,
-                bytes: 0,
+                bytes: failed_bytes,
             },
         });
         (n - failed, failed)

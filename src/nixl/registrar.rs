@@ -72,7 +72,7 @@ pub enum Held {
     /// A list registered in one call on nixl-agent's own agent.
     List(capi::Registered),
     /// Regions registered one by one on the caller's agent.
-    Regions(Vec<RegistrationHandle>),
+    Regions(Vec<(Region, RegistrationHandle)>),
 }
 
 #[cfg(test)]
@@ -306,10 +306,10 @@ impl Registrar for NixlRegistrar {
                 for (i, region) in regions.iter().enumerate() {
                     let desc = Descriptor::new(*region, spec.mem_type);
                     match agent.register_memory(&desc, Some(opts)) {
-                        Ok(h) => held.push(h),
+                        Ok(h) => held.push((*region, h)),
                         Err(e) => {
                             // Newest first, as a release would.
-                            while let Some(mut h) = held.pop() {
+                            while let Some((_, mut h)) = held.pop() {
                                 let _ = h.deregister();
                             }
                             return Err(at_region(failure(e, "NIXL registerMem"), i));
@@ -329,6 +329,7 @@ impl Registrar for NixlRegistrar {
                     return Ok(());
                 };
                 let regions = list.regions().len();
+                let bytes = list.regions().iter().map(|r| r.len as u64).sum();
                 let failure = Failure::new(e.reason(), format!("NIXL deregisterMem of {regions} regions: {e}"));
                 let parts = if regions > 1 {
                     list.split()
@@ -340,15 +341,17 @@ impl Registrar for NixlRegistrar {
                 Err(Unreleased {
                     failure,
                     regions,
+                    bytes,
                     parts,
                 })
             }
             Held::Regions(handles) => {
-                let mut failed = 0;
+                let (mut failed, mut bytes) = (0, 0);
                 let mut first = None;
-                for mut h in handles.into_iter().rev() {
+                for (region, mut h) in handles.into_iter().rev() {
                     if let Err(e) = h.deregister() {
                         failed += 1;
+                        bytes += region.len as u64;
                         first.get_or_insert_with(|| failure(e, "NIXL deregisterMem"));
                     }
                 }
@@ -357,6 +360,7 @@ impl Registrar for NixlRegistrar {
                     Some(failure) => Err(Unreleased {
                         failure,
                         regions: failed,
+                        bytes,
                         parts: Vec::new(),
                     }),
                 }

@@ -126,9 +126,11 @@ impl Registrar for Faulty {
                 // Dropped on return, it deregisters itself then.
                 Vec::new()
             };
+            let bytes = 0x1000 * regions as u64;
             return Err(Unreleased {
                 failure,
                 regions,
+                bytes,
                 parts,
             });
         }

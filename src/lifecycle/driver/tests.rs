@@ -9,6 +9,7 @@ use crate::status::NixlStatus;
 use crate::telemetry::metrics::BuildInfo;
 use crate::validate::{MemoryProbe, NullProbe};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// A registrar whose every registration takes `delay`, is counted, and
 /// fails when `fail` says so.
@@ -275,4 +276,98 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
         tx.send(Control::Shutdown).unwrap();
         thread.join().unwrap();
     }
+}
+
+/// Memory whose release flags when it is freed.
+struct Guard(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Allocates a guard per group; the deregistration of group `stuck` fails.
+struct Sticky {
+    freed: Arc<Mutex<Vec<(String, Arc<std::sync::atomic::AtomicBool>)>>>,
+}
+
+impl Registrar for Sticky {
+    type Handle = String;
+    type Backing = Guard;
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        Ok(RuntimeFacts::default())
+    }
+    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
+        Ok(None)
+    }
+    fn allocate(&mut self, spec: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Guard), Failure> {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut freed = self.freed.lock().unwrap();
+        freed.push((spec.name.clone(), flag.clone()));
+        let base = 0x100_0000 * freed.len();
+        Ok((
+            (0..count).map(|i| Region::new(base + i * size, size, 0)).collect(),
+            Guard(flag),
+        ))
+    }
+    fn probe(&self) -> &dyn MemoryProbe {
+        &NullProbe
+    }
+    fn register(&mut self, spec: &GroupSpec, _: &[Region]) -> Result<String, ListFailure> {
+        Ok(spec.name.clone())
+    }
+    fn deregister(&mut self, group: String) -> Result<(), Unreleased<String>> {
+        if group != "stuck" {
+            return Ok(());
+        }
+        Err(Unreleased {
+            failure: Failure::new(Reason::NixlNotFound, "stuck"),
+            regions: 4,
+            bytes: 4 * 4096,
+            parts: Vec::new(),
+        })
+    }
+}
+
+/// A drain frees the memory of the groups NIXL released and keeps the
+/// memory of a group whose deregistration failed; the failed group reports
+/// what it still holds, bytes included.
+#[test]
+fn a_failed_deregistration_keeps_its_memory_and_reports_its_bytes() {
+    let alloc = |name: &str| {
+        let mut g = GroupSpec::provided(name, Kind::Kv, MemType::Dram, vec![]).with_validate(false);
+        g.source = crate::plan::RegionSource::Allocate { count: 4, size: 4096 };
+        g
+    };
+    let plan = Plan {
+        groups: vec![alloc("kv"), alloc("stuck")],
+    };
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let freed = Arc::new(Mutex::new(Vec::new()));
+    let registrar = Sticky { freed: freed.clone() };
+    let driver = Driver::new(registrar, plan, RetryConfig::default(), rec.clone(), rx);
+    // The driver (and every slot) is dropped when `run` returns.
+    let thread = std::thread::spawn(move || driver.run());
+    let t0 = Instant::now();
+    while !rec.ledger().snapshot().ready {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:#?}", rec.ledger().snapshot());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tx.send(Control::Shutdown).unwrap();
+    let report = thread.join().unwrap();
+    assert_eq!(report.failed, 4);
+    assert_eq!(report.still_registered, [("stuck".to_string(), 4)]);
+    let flags = freed.lock().unwrap();
+    let freed_of = |g: &str| flags.iter().find(|(n, _)| n == g).unwrap().1.load(Ordering::SeqCst);
+    assert!(freed_of("kv"), "a released group's memory is freed");
+    assert!(!freed_of("stuck"), "memory NIXL may still hold was freed");
+    let snapshot = rec.ledger().snapshot();
+    let stuck = snapshot.groups.iter().find(|g| g.name == "stuck").unwrap();
+    assert_eq!(
+        (stuck.descriptors, stuck.bytes),
+        (4, 4 * 4096),
+        "what the failed group still holds"
+    );
 }

@@ -72,6 +72,7 @@ impl Registrar for Ledger {
             return Err(Unreleased {
                 failure,
                 regions: h.len(),
+                bytes: 0x1000 * h.len() as u64,
                 parts,
             });
         }
@@ -167,7 +168,7 @@ fn a_failed_batch_release_falls_back_to_one_call_a_region() {
     let h = register_all(&mut l, &spec(10), &regions(10)).unwrap();
     l.stuck = [3 * 0x1000, 7 * 0x1000].into();
     let out = release_all(&mut l, h);
-    assert_eq!(out.failed, 2);
+    assert_eq!((out.failed, out.failed_bytes), (2, 0x2000));
     // Newest first: region 7's address is named.
     assert_eq!(out.first.unwrap().message, "stuck 0x7000");
     assert_eq!(l.live, [0x3000, 0x7000].into(), "the others were released");
