@@ -287,9 +287,12 @@ impl Drop for Guard {
     }
 }
 
+/// Whether each group's memory was freed, by group name.
+type Freed = Arc<Mutex<Vec<(String, Arc<std::sync::atomic::AtomicBool>)>>>;
+
 /// Allocates a guard per group; the deregistration of group `stuck` fails.
 struct Sticky {
-    freed: Arc<Mutex<Vec<(String, Arc<std::sync::atomic::AtomicBool>)>>>,
+    freed: Freed,
 }
 
 impl Registrar for Sticky {
@@ -345,7 +348,7 @@ fn a_failed_deregistration_keeps_its_memory_and_reports_its_bytes() {
     };
     let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
     let (tx, rx) = std::sync::mpsc::channel();
-    let freed = Arc::new(Mutex::new(Vec::new()));
+    let freed = Freed::default();
     let registrar = Sticky { freed: freed.clone() };
     let driver = Driver::new(registrar, plan, RetryConfig::default(), rec.clone(), rx);
     // The driver (and every slot) is dropped when `run` returns.
