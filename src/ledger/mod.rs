@@ -51,6 +51,10 @@ pub struct GroupMeta {
     pub placeholder: Arc<GroupLabels>,
     last_ok: Option<bool>,
     live_calls: usize,
+    /// What `last_reason`/`last_error` said before a call past its deadline
+    /// overwrote them: an attempt that then succeeds puts them back, so a
+    /// `timeout` never outlives the call it was about.
+    before_stuck: Option<(Option<Reason>, Option<String>)>,
 }
 
 /// The state the ledger owns. Projections read it inside the write
@@ -393,8 +397,14 @@ impl State {
                     counts::count_reason(&mut c.failures, f.reason, counts::unix_now());
                 }
                 let g = &mut self.status.groups[i];
+                let before_stuck = self.meta[i].before_stuck.take();
                 match a.outcome {
-                    Ok(()) => g.failed_region = None,
+                    Ok(()) => {
+                        g.failed_region = None;
+                        if let Some((reason, error)) = before_stuck {
+                            (g.last_reason, g.last_error) = (reason, error);
+                        }
+                    }
                     Err(f) => {
                         g.last_reason = Some(f.reason);
                         g.last_error = Some(f.message.clone());
@@ -522,6 +532,8 @@ impl State {
                     // the attempt counts when it ends, with its own reason.
                     if *operation == crate::event::CallKind::Register {
                         let g = &mut self.status.groups[i];
+                        let saved = (g.last_reason, g.last_error.clone());
+                        self.meta[i].before_stuck.get_or_insert(saved);
                         g.last_reason = Some(Reason::Timeout);
                         g.last_error = Some(format!(
                             "NIXL {} call past its deadline after {elapsed:?}",
@@ -615,6 +627,7 @@ impl State {
             placeholder,
             last_ok: None,
             live_calls: 0,
+            before_stuck: None,
         });
         out.group = Some(self.meta.len() - 1);
         out

@@ -266,6 +266,14 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
             .sum();
         assert_eq!((attempts, failures), (1.0, if fail { 1.0 } else { 0.0 }), "{text}");
         assert!(text.contains("nixl_agent_lifecycle_stuck 0"), "{text}");
+        // The status says why the last attempt failed, or nothing when it
+        // succeeded: the deadline was about the call, not its outcome.
+        let g = rec.ledger().snapshot().groups[0].clone();
+        let want = if fail { Some(Reason::NixlBackendError) } else { None };
+        assert_eq!(g.last_reason, want, "{g:#?}");
+        if !fail {
+            assert_eq!(g.last_error, None);
+        }
         if fail {
             assert!(
                 text.contains(r#"reason="nixl_backend_error""#),
