@@ -488,12 +488,41 @@ impl Observer {
     /// taken: the publisher claims the lowest free slot and publishes the
     /// conflict there (`Publisher::conflict`), which the pod counts and
     /// names.
+    /// A directory that is not safe to write (see `docs/kubernetes.md`) is
+    /// refused: this recording says so (`/readyz?verbose`,
+    /// `nixl_agent_pod_dir_refused`) and is not ready.
     pub fn publish(&self, dir: &std::path::Path, rank: u32) -> std::io::Result<crate::pod::publish::Publisher> {
-        crate::pod::publish::Publisher::start(
-            dir,
-            crate::pod::claim::Wish::Explicit(rank),
-            self.metrics().clone(),
-            self.status_source(),
-        )
+        self.publish_as(dir, crate::pod::claim::Wish::Explicit(rank))
+    }
+
+    /// [`Observer::publish`] for the slot `wish` asks for; the directory
+    /// used, or refused, is recorded.
+    pub(crate) fn publish_as(
+        &self,
+        dir: &std::path::Path,
+        wish: crate::pod::claim::Wish,
+    ) -> std::io::Result<crate::pod::publish::Publisher> {
+        let started =
+            crate::pod::publish::Publisher::start(dir, wish, self.metrics().clone(), self.status_source());
+        let shown = dir.display().to_string();
+        match &started {
+            Ok(p) => {
+                self.recorder().emit(&crate::event::Event::PodDirectory {
+                    dir: &shown,
+                    rank: Some(p.rank()),
+                    refused: None,
+                });
+            }
+            Err(e) => {
+                if let Some(r) = crate::pod::claim::refusal(e) {
+                    self.recorder().emit(&crate::event::Event::PodDirectory {
+                        dir: &shown,
+                        rank: None,
+                        refused: Some((r.reason, &r.detail)),
+                    });
+                }
+            }
+        }
+        started
     }
 }

@@ -4,7 +4,7 @@
 //! HTTP or FFI types, and nothing of the crate but `model`.
 
 use crate::model::{
-    AgentId, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason, Region,
+    AgentId, DirRefusal, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason, Region,
     RuntimeFacts, Transfer, XferOp,
 };
 use std::time::{Duration, Instant};
@@ -221,6 +221,14 @@ pub enum Event<'a> {
     },
     /// The lifecycle thread panicked: nothing registers or drains any more.
     LifecycleDied,
+    /// The pod directory this process publishes to as `rank`, or one it was
+    /// given and will not write (`refused`, with what was seen): it runs
+    /// alone, and is not ready while that lasts.
+    PodDirectory {
+        dir: &'a str,
+        rank: Option<u32>,
+        refused: Option<(DirRefusal, &'a str)>,
+    },
     /// Readiness waits for a first successful registration (observe mode
     /// with no expected group: a process that registered nothing cannot
     /// serve a transfer).

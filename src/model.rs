@@ -8,7 +8,9 @@
 
 use std::fmt;
 
+mod pod;
 mod transfer;
+pub use pod::DirRefusal;
 pub use transfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 
 /// Why a registration step failed: the closed vocabulary of the `reason` label.

@@ -6,7 +6,7 @@
 //! ([`observed_state`]).
 
 use crate::event::Source;
-use crate::model::{AgentId, Failure, GroupState, Phase, Reason};
+use crate::model::{AgentId, DirRefusal, Failure, GroupState, Phase, Reason};
 use serde::Serialize;
 
 /// Names of the checks /readyz?verbose lists.
@@ -18,6 +18,8 @@ pub const CHECK_LIFECYCLE: &str = "lifecycle";
 pub const CHECK_REGISTERED: &str = "registered";
 /// Its failure word.
 pub const NOTHING_REGISTERED: &str = "nothing_registered";
+/// The pod directory this process was given: written, or refused.
+pub const CHECK_POD_DIR: &str = "pod_dir";
 
 /// An observed group is as good as its last registration call, and holds
 /// what its successful calls registered on agents still alive: the one rule
@@ -170,6 +172,21 @@ pub struct Status {
     /// The node canary's loopback rounds (`None` before the first, and
     /// outside a canary).
     pub probe: Option<ProbeStatus>,
+    /// The pod directory this process publishes to, or was given and
+    /// refused (`None` outside a pod).
+    pub pod: Option<PodStatus>,
+}
+
+/// The pod directory of this process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodStatus {
+    pub dir: String,
+    /// The rank slot it claimed there (`None` when refused).
+    pub rank: Option<u32>,
+    /// Why it will not write that directory: it runs alone.
+    pub refused: Option<DirRefusal>,
+    /// What was seen, when refused.
+    pub detail: Option<String>,
 }
 
 /// The node canary's loopback transfer rounds.
@@ -321,6 +338,7 @@ impl Status {
             agents: Vec::new(),
             transfers: TransferStatus::default(),
             probe: None,
+            pod: None,
         }
     }
 
@@ -342,6 +360,7 @@ impl Status {
                 .filter(|g| g.required)
                 .all(|g| g.state == GroupState::Registered)
             && (!self.awaits_registration || self.anything_registered())
+            && self.pod.as_ref().is_none_or(|p| p.refused.is_none())
     }
 
     fn anything_registered(&self) -> bool {
@@ -391,6 +410,15 @@ impl Status {
             out.push(Check {
                 name: CHECK_REGISTERED.to_string(),
                 failure: (!self.anything_registered()).then(|| NOTHING_REGISTERED.to_string()),
+            });
+        }
+        if let Some(p) = &self.pod {
+            out.push(Check {
+                name: CHECK_POD_DIR.to_string(),
+                failure: p.refused.map(|r| match &p.detail {
+                    Some(d) => format!("{} ({d}); running alone", r.as_str()),
+                    None => r.as_str().to_string(),
+                }),
             });
         }
         if self.stuck.is_some() || self.lifecycle_dead {

@@ -90,7 +90,8 @@ impl Instrumentation {
             if local.is_some() {
                 crate::pod::local::sweep(dir);
             }
-            Publisher::start(dir, wish, observer.metrics().clone(), observer.status_source())
+            observer
+                .publish_as(dir, wish)
                 .map_err(|e| {
                     tracing::warn!(target: LOG_TARGET, dir = %dir.display(), ?wish, error = %e, "cannot publish to the pod directory; recording without it");
                 })

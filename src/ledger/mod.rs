@@ -553,6 +553,14 @@ impl State {
                     .collect();
             }
             Event::LifecycleDied => s.lifecycle_dead = true,
+            Event::PodDirectory { dir, rank, refused } => {
+                s.pod = Some(crate::status::PodStatus {
+                    dir: dir.to_string(),
+                    rank: *rank,
+                    refused: refused.map(|(r, _)| r),
+                    detail: refused.map(|(_, d)| d.to_string()),
+                });
+            }
             Event::AwaitRegistration => s.awaits_registration = true,
             Event::AcceptedInvalid {
                 labels,

@@ -1,9 +1,11 @@
 //! Claiming a rank: a slot of the pod directory that no other live process
-//! can hold. The slot is an exclusive `flock` on `rank-N.lock`, taken
-//! without waiting; the kernel drops it when the process dies (even by
-//! SIGKILL), so a restarted rank reclaims a slot and a dead one never keeps
-//! it. Only the holder of slot N writes `rank-N.json`: the file name is the
-//! rank's identity.
+//! can hold. The slot is an exclusive open-file-description lock on byte 0
+//! of `rank-N.lock` ([`super::slot`]), taken without waiting; the kernel
+//! drops it when the process dies (even by SIGKILL), so a restarted rank
+//! reclaims a slot and a dead one never keeps it. Only the holder of slot N
+//! writes `rank-N.json`: the file name is the rank's identity. Nobody else
+//! ever takes that byte (a sweeper only tests it), so a claimer that finds a
+//! slot taken has met a live rank: a conflict is never false.
 //!
 //! Which slot: the one a process is told (an explicit rank), else the one
 //! it would like (what its framework knows: SGLang's engine rank, vLLM's
@@ -11,10 +13,13 @@
 //! process told a rank another live process holds does not take it: it
 //! takes the lowest free slot and publishes the conflict there, so nothing
 //! is overwritten and the pod's agent can count and name it.
+//!
+//! The directory is checked first ([`super::dir::check`]): a refused one
+//! is an error carrying [`super::dir::Refused`], and nothing is written.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use super::slot::{self, HELD};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Which slot a process asks for.
@@ -53,51 +58,31 @@ impl Claim {
     }
 }
 
-/// The lock file of slot `rank`.
-pub fn lock_name(rank: u32) -> String {
-    format!("rank-{rank}.lock")
-}
-
 /// Takes slot `rank` if no live process holds it. A lock that cannot be
-/// opened (a symlink planted there, a file of another user) is a slot not
-/// to be had, and says why in `last`.
+/// opened as a regular file (a symlink or FIFO planted there, a file of
+/// another user) is a slot not to be had, and says why in `last`. Once
+/// taken, the claimer passes through the slot's tidy lock, so a sweeper
+/// that judged the slot dead a moment before has finished removing its old
+/// file before this one writes.
 fn try_slot(dir: &Path, rank: u32, last: &mut Option<io::Error>) -> Option<File> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(lock_name(rank)));
-    let f = match f {
-        Ok(f) => f,
-        Err(e) => {
-            *last = Some(e);
-            return None;
+    let taken = slot::open(dir, rank, true).and_then(|f| Ok(slot::try_take(&f, HELD)?.then_some(f)));
+    match taken {
+        Ok(Some(f)) => {
+            slot::pass_tidy(&f);
+            Some(f)
         }
-    };
-    match f.try_lock() {
-        Ok(()) => Some(f),
-        Err(TryLockError::WouldBlock) => None,
-        Err(TryLockError::Error(e)) => {
+        Ok(None) => None,
+        Err(e) => {
             *last = Some(e);
             None
         }
     }
 }
 
-/// Whether no live process holds slot `rank` (a lock file that cannot be
-/// opened counts as held: nothing is done on its account).
-pub fn is_free(dir: &Path, rank: u32) -> bool {
-    let mut last = None;
-    // Taken and released at once.
-    try_slot(dir, rank, &mut last).is_some()
-}
-
-/// Claims a slot of `dir` (created if missing) as `wish` asks.
-pub fn claim(dir: &Path, wish: Wish) -> io::Result<Claim> {
-    std::fs::create_dir_all(dir)?;
+/// Claims a slot of `dir` as `wish` asks, after checking the directory for
+/// this process's user (`uid`).
+pub fn claim(dir: &Path, wish: Wish, uid: u32) -> io::Result<Claim> {
+    super::dir::check(dir, uid).map_err(|r| io::Error::new(io::ErrorKind::PermissionDenied, r))?;
     let (first, explicit) = match wish {
         Wish::Explicit(r) => (Some(r), true),
         Wish::Preferred(r) => (Some(r), false),
@@ -131,27 +116,37 @@ pub fn claim(dir: &Path, wish: Wish) -> io::Result<Claim> {
     )))
 }
 
+/// The refusal inside an error of [`claim`], when the directory was refused.
+pub fn refusal(e: &io::Error) -> Option<&super::dir::Refused> {
+    e.get_ref().and_then(|inner| inner.downcast_ref())
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::slot::lock_name;
     use super::*;
+
+    fn me() -> u32 {
+        super::super::dir::uid().unwrap()
+    }
 
     #[test]
     fn slots_are_exclusive_and_freed_with_their_holder() {
         let dir = tempfile::tempdir().unwrap();
-        let a = claim(dir.path(), Wish::Any).unwrap();
-        let b = claim(dir.path(), Wish::Any).unwrap();
+        let a = claim(dir.path(), Wish::Any, me()).unwrap();
+        let b = claim(dir.path(), Wish::Any, me()).unwrap();
         assert_eq!((a.rank, b.rank), (0, 1));
         // What the framework would like, if free; else the lowest free.
-        let c = claim(dir.path(), Wish::Preferred(5)).unwrap();
+        let c = claim(dir.path(), Wish::Preferred(5), me()).unwrap();
         assert_eq!((c.rank, c.conflict.clone()), (5, None));
-        let d = claim(dir.path(), Wish::Preferred(1)).unwrap();
+        let d = claim(dir.path(), Wish::Preferred(1), me()).unwrap();
         assert_eq!((d.rank, d.conflict.clone()), (2, None));
         // Told a held rank: never that slot, a conflict in another.
-        let e = claim(dir.path(), Wish::Explicit(0)).unwrap();
+        let e = claim(dir.path(), Wish::Explicit(0), me()).unwrap();
         assert_eq!((e.rank, e.conflict.clone()), (3, Some(Conflict { wanted: 0 })));
         // A dead holder's slot (here: dropped) is free again.
         drop(a);
-        let f = claim(dir.path(), Wish::Explicit(0)).unwrap();
+        let f = claim(dir.path(), Wish::Explicit(0), me()).unwrap();
         assert_eq!((f.rank, f.conflict), (0, None));
     }
 
@@ -161,7 +156,50 @@ mod tests {
         let elsewhere = tempfile::NamedTempFile::new().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), dir.path().join(lock_name(0))).unwrap();
         // O_NOFOLLOW: slot 0 is not to be had, the next one is.
-        let c = claim(dir.path(), Wish::Explicit(0)).unwrap();
+        let c = claim(dir.path(), Wish::Explicit(0), me()).unwrap();
         assert_eq!((c.rank, c.conflict), (1, Some(Conflict { wanted: 0 })));
+    }
+
+    #[test]
+    fn a_refused_directory_is_said_and_nothing_is_written() {
+        let base = tempfile::tempdir().unwrap();
+        let real = base.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = base.path().join("pod");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = claim(&link, Wish::Any, me()).unwrap_err();
+        assert_eq!(refusal(&e).map(|r| r.reason), Some(super::super::dir::DirRefusal::Link), "{e}");
+        assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+    }
+
+    /// A sweeper looking at every slot while ranks claim and release them:
+    /// a claim never meets a slot held by anything but a live rank, so no
+    /// explicit rank records a false conflict (the old sweep took each lock
+    /// for a moment), and a file written by a new holder is never removed.
+    #[test]
+    fn a_sweep_never_makes_a_false_conflict_or_removes_a_fresh_file() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let stop = AtomicBool::new(false);
+        let tries = 10_000u32;
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        super::super::local::sweep(dir.path());
+                    }
+                });
+            }
+            for i in 0..tries {
+                let c = claim(dir.path(), Wish::Explicit(0), me()).unwrap();
+                assert_eq!((c.rank, c.conflict.clone()), (0, None), "try {i}: a false conflict");
+                let file = dir.path().join(super::super::file_name(0));
+                std::fs::write(&file, "{}").unwrap();
+                assert!(file.exists(), "try {i}: a sweep removed the holder's fresh file");
+                // The next holder finds the file of a dead rank: sweepable.
+                drop(c);
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
     }
 }

@@ -9,25 +9,33 @@
 //! file (then they restart from 0, which Prometheus reads as a counter
 //! reset): an `increase()` over the death keeps the failures it saw.
 
+use super::lint::{self, Bad, Types};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 
-/// One rank, as the pod's agent last read it.
+/// One rank, as the pod's agent last read it. The texts are shared: a file
+/// read once is served from memory until it changes.
 #[derive(Debug, Clone)]
 pub struct Rank {
     pub rank: u32,
     pub pid: u32,
-    /// The file was touched recently: its process is alive.
+    /// A live process holds the rank's slot (its lock, tested without
+    /// taking it): a file nobody holds is a dead rank's, whatever it says.
+    pub held: bool,
+    /// Held, and the file was touched recently: its process is alive.
     pub alive: bool,
     pub ready: bool,
     /// The rank this process was told and could not have (another live
     /// process held it): it published here instead.
     pub conflict: Option<u32>,
-    pub status: Value,
-    pub metrics: String,
+    pub status: Arc<Value>,
+    pub metrics: Arc<str>,
     /// The same exposition in OpenMetrics, with exemplars (absent in files
     /// of older versions).
-    pub openmetrics: Option<String>,
+    pub openmetrics: Option<Arc<str>>,
+    /// The TYPE of each family it publishes (both expositions).
+    pub types: Arc<Types>,
 }
 
 /// Why a rank file's content is not taken.
@@ -35,10 +43,10 @@ pub struct Rank {
 pub enum Unfit {
     /// Not JSON, not this format's version, a field missing.
     NotARankFile,
-    /// Its `rank` is not the one its file name says.
+    /// Its `rank` is not the one its file name says (its slot).
     NameMismatch(u32),
-    /// A line of its exposition is not a sample, a comment or empty.
-    BadExposition(usize),
+    /// Its exposition would break the pod's scrape ([`lint`]).
+    Exposition(Bad),
 }
 
 impl Rank {
@@ -51,215 +59,207 @@ impl Rank {
         Some(Rank {
             rank: u32::try_from(v["rank"].as_u64()?).ok()?,
             pid: u32::try_from(v["pid"].as_u64().unwrap_or(0)).unwrap_or(0),
+            held: alive,
             alive,
             ready: v["ready"].as_bool().unwrap_or(false),
             conflict: v["conflict"]["wanted"].as_u64().and_then(|w| u32::try_from(w).ok()),
-            metrics: v["metrics"].as_str()?.to_string(),
-            openmetrics: v["openmetrics"].as_str().map(str::to_string),
-            status: v["status"].clone(),
+            metrics: v["metrics"].as_str()?.into(),
+            openmetrics: v["openmetrics"].as_str().map(Arc::from),
+            status: Arc::new(v["status"].clone()),
+            types: Arc::default(),
         })
     }
 
     /// The rank file `rank-<named>.json`'s text, checked: its content names
-    /// the same rank, and each exposition parses line by line (one bad line
-    /// would break the whole pod's scrape).
+    /// the same rank (its slot), and each exposition passes [`lint`] (one
+    /// bad rank would break the whole pod's scrape).
     pub fn checked(text: &str, named: u32, alive: bool) -> Result<Rank, Unfit> {
-        let r = Rank::parse(text, alive).ok_or(Unfit::NotARankFile)?;
+        let mut r = Rank::parse(text, alive).ok_or(Unfit::NotARankFile)?;
         if r.rank != named {
             return Err(Unfit::NameMismatch(r.rank));
         }
-        check_exposition(&r.metrics).map_err(Unfit::BadExposition)?;
+        let mut types = lint::lint(&r.metrics).map_err(Unfit::Exposition)?;
         if let Some(om) = &r.openmetrics {
-            check_exposition(om).map_err(Unfit::BadExposition)?;
+            types.extend(lint::lint(om).map_err(Unfit::Exposition)?);
         }
+        r.types = Arc::new(types);
         Ok(r)
     }
 }
 
-/// `Ok` when every line of a text or OpenMetrics exposition is empty, a
-/// comment, or a sample `name{label="value",...} value [timestamp]` (with an
-/// OpenMetrics exemplar after ` # `); else the first bad line (1-based).
-pub fn check_exposition(text: &str) -> Result<(), usize> {
-    for (i, line) in text.lines().enumerate() {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let sample = line.split(" # ").next().unwrap_or(line);
-        if !valid_sample(sample) {
-            return Err(i + 1);
-        }
-    }
-    Ok(())
-}
-
-fn valid_sample(line: &str) -> bool {
-    let b = line.as_bytes();
-    let mut i = 0;
-    let name_char =
-        |c: u8, first: bool| c.is_ascii_alphabetic() || c == b'_' || c == b':' || (!first && c.is_ascii_digit());
-    if b.is_empty() || !name_char(b[0], true) {
-        return false;
-    }
-    while i < b.len() && name_char(b[i], i == 0) {
-        i += 1;
-    }
-    if i < b.len() && b[i] == b'{' {
-        i += 1;
-        loop {
-            if i < b.len() && b[i] == b'}' {
-                i += 1;
-                break;
-            }
-            let start = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                i += 1;
-            }
-            if i == start || b[start].is_ascii_digit() || i + 1 >= b.len() || b[i] != b'=' || b[i + 1] != b'"' {
-                return false;
-            }
-            i += 2;
-            loop {
-                match b.get(i) {
-                    None | Some(b'\n') => return false,
-                    Some(b'\\') => i += 2,
-                    Some(b'"') => break,
-                    Some(_) => i += 1,
-                }
-            }
-            i += 1;
-            match b.get(i) {
-                Some(b',') => i += 1,
-                Some(b'}') => {}
-                _ => return false,
-            }
-        }
-    }
-    let rest = &line[i.min(line.len())..];
-    let mut parts = rest.strip_prefix(' ').unwrap_or("\u{0}").split(' ');
-    let value_ok = parts
-        .next()
-        .is_some_and(|v| matches!(v, "+Inf" | "-Inf" | "NaN") || (!v.is_empty() && v.parse::<f64>().is_ok()));
-    let ts_ok = match parts.next() {
-        None => true,
-        Some(t) => t.parse::<f64>().is_ok(),
-    };
-    value_ok && ts_ok && parts.next().is_none()
-}
-
-/// One family of a text exposition: its HELP and TYPE lines and samples.
-#[derive(Default)]
+/// One family of the merge: its HELP and TYPE lines and sample lines.
+#[derive(Default, Clone)]
 struct Family {
     help: Option<String>,
     kind: Option<String>,
-    samples: Vec<String>,
+    samples: String,
+}
+
+/// The ranks' families merged (each sample labelled with its rank), in
+/// first-seen order: made once per change of the ranks, then joined with
+/// the pod's own exposition at every pass ([`Merged::with_own`]).
+#[derive(Default, Clone)]
+pub struct Merged {
+    families: Vec<(String, Family)>,
+    index: HashMap<String, usize>,
 }
 
 /// Adds `label="value"` as the first label of a sample line.
-fn with_label(sample: &str, label: &str, value: &str) -> String {
+fn with_label(sample: &str, label: &str, value: &str, out: &mut String) {
     let name_end = sample.find(['{', ' ']).unwrap_or(sample.len());
     let (name, rest) = sample.split_at(name_end);
-    if let Some(inner) = rest.strip_prefix('{') {
-        if inner.starts_with('}') {
-            format!("{name}{{{label}=\"{value}\"{inner}")
-        } else {
-            format!("{name}{{{label}=\"{value}\",{inner}")
+    out.push_str(name);
+    out.push('{');
+    out.push_str(label);
+    out.push_str("=\"");
+    out.push_str(value);
+    out.push('"');
+    match rest.strip_prefix('{') {
+        Some(inner) if inner.starts_with('}') => out.push_str(inner),
+        Some(inner) => {
+            out.push(',');
+            out.push_str(inner);
         }
-    } else {
-        format!("{name}{{{label}=\"{value}\"}}{rest}")
+        None => {
+            out.push('}');
+            out.push_str(rest);
+        }
     }
+    out.push('\n');
 }
 
-/// Reads an exposition into `families` (in first-seen order), each sample
-/// labelled `rank` when given; gauges of a dead rank are left out.
-fn read_into(families: &mut Vec<(String, Family)>, text: &str, rank: Option<&Rank>) {
-    let mut index: HashMap<String, usize> = families.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)).collect();
-    let mut current: Option<usize> = None;
-    let mut slot = |families: &mut Vec<(String, Family)>, name: &str| -> usize {
-        *index.entry(name.to_string()).or_insert_with(|| {
-            families.push((name.to_string(), Family::default()));
-            families.len() - 1
-        })
-    };
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let name = rest.split(' ').next().unwrap_or_default();
-            let i = slot(families, name);
-            families[i].1.help.get_or_insert_with(|| line.to_string());
-            current = Some(i);
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut parts = rest.split(' ');
-            let name = parts.next().unwrap_or_default();
-            let i = slot(families, name);
-            families[i].1.kind.get_or_insert_with(|| line.to_string());
-            current = Some(i);
-        } else if line.starts_with('#') || line.trim().is_empty() {
-            // `# EOF` (once, at the end of the merge) and other comments.
-            continue;
-        } else {
-            let name = line.split(['{', ' ']).next().unwrap_or_default();
-            let i = match current {
-                Some(i) if name.starts_with(families[i].0.as_str()) => i,
-                _ => slot(families, name),
-            };
-            if let Some(r) = rank {
-                let gauge = families[i].1.kind.as_deref().is_some_and(|k| k.ends_with(" gauge"));
-                if !r.alive && gauge {
-                    continue;
-                }
-                families[i]
-                    .1
-                    .samples
-                    .push(with_label(line, "rank", &r.rank.to_string()));
+impl Merged {
+    fn slot(&mut self, name: &str) -> usize {
+        if let Some(i) = self.index.get(name) {
+            return *i;
+        }
+        self.families.push((name.to_string(), Family::default()));
+        self.index.insert(name.to_string(), self.families.len() - 1);
+        self.families.len() - 1
+    }
+
+    /// Reads an exposition in, each sample labelled `rank` when given;
+    /// gauges of a dead rank are left out.
+    fn read(&mut self, text: &str, rank: Option<&Rank>) {
+        let mut current: Option<usize> = None;
+        let label = rank.map(|r| r.rank.to_string());
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let i = self.slot(rest.split(' ').next().unwrap_or_default());
+                self.families[i].1.help.get_or_insert_with(|| line.to_string());
+                current = Some(i);
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let i = self.slot(rest.split(' ').next().unwrap_or_default());
+                self.families[i].1.kind.get_or_insert_with(|| line.to_string());
+                current = Some(i);
+            } else if line.starts_with('#') || line.trim().is_empty() {
+                // `# EOF` (once, at the end of the merge) and other comments.
+                continue;
             } else {
-                families[i].1.samples.push(line.to_string());
+                let name = line.split(['{', ' ']).next().unwrap_or_default();
+                let i = match current {
+                    Some(i) if name.starts_with(self.families[i].0.as_str()) => i,
+                    _ => self.slot(name),
+                };
+                let f = &mut self.families[i].1;
+                match (rank, &label) {
+                    (Some(r), Some(l)) => {
+                        let gauge = f.kind.as_deref().is_some_and(|k| k.ends_with(" gauge"));
+                        if !(gauge && !r.alive) {
+                            with_label(line, "rank", l, &mut f.samples);
+                        }
+                    }
+                    _ => {
+                        f.samples.push_str(line);
+                        f.samples.push('\n');
+                    }
+                }
             }
         }
     }
+
+    /// The ranks' expositions merged; in OpenMetrics when `openmetrics`,
+    /// `None` then when some rank has none (serve text instead).
+    pub fn of_ranks(ranks: &[Rank], openmetrics: bool) -> Option<Merged> {
+        let mut m = Merged::default();
+        for r in ranks {
+            let body = if openmetrics { r.openmetrics.as_deref()? } else { &*r.metrics };
+            m.read(body, Some(r));
+        }
+        Some(m)
+    }
+
+    /// The pod's /metrics: its own families (`own`, unlabelled) and every
+    /// rank's, one HELP/TYPE per family (the pod's own first), one `# EOF`
+    /// at the end when `openmetrics`.
+    pub fn with_own(&self, own: &str, openmetrics: bool) -> String {
+        let mut mine = Merged::default();
+        mine.read(own, None);
+        let total: usize = self.families.iter().map(|(_, f)| f.samples.len() + 200).sum();
+        let mut out = String::with_capacity(total + own.len() + 16);
+        let mut emit = |head: &Family, own_samples: &str, rank_samples: &str| {
+            if own_samples.is_empty() && rank_samples.is_empty() {
+                return;
+            }
+            for l in head.help.iter().chain(head.kind.iter()) {
+                out.push_str(l);
+                out.push('\n');
+            }
+            out.push_str(own_samples);
+            out.push_str(rank_samples);
+        };
+        for (name, f) in &mine.families {
+            let theirs = self.index.get(name).map(|i| &self.families[*i].1);
+            let head = Family {
+                help: f.help.clone().or_else(|| theirs.and_then(|t| t.help.clone())),
+                kind: f.kind.clone().or_else(|| theirs.and_then(|t| t.kind.clone())),
+                samples: String::new(),
+            };
+            emit(&head, &f.samples, theirs.map_or("", |t| t.samples.as_str()));
+        }
+        for (name, f) in &self.families {
+            if !mine.index.contains_key(name) {
+                emit(f, "", &f.samples);
+            }
+        }
+        if openmetrics {
+            out.push_str("# EOF\n");
+        }
+        out
+    }
 }
 
-/// The pod's /metrics: its own families (unlabelled) and every rank's,
-/// each sample labelled with its rank, one HELP/TYPE per family. In
-/// OpenMetrics (`own` and every rank's OpenMetrics exposition, with their
-/// exemplars, one `# EOF`) when `openmetrics` and every rank has one;
-/// `None` then means some rank has none (serve text instead).
+#[cfg(test)]
+/// The pod's /metrics in one go ([`Merged::of_ranks`] then
+/// [`Merged::with_own`]); `None` when OpenMetrics was asked for and some
+/// rank has none.
 pub fn merge_format(own: &str, ranks: &[Rank], openmetrics: bool) -> Option<String> {
-    if !openmetrics {
-        return Some(merge(own, ranks));
-    }
-    let bodies: Option<Vec<&str>> = ranks.iter().map(|r| r.openmetrics.as_deref()).collect();
-    let bodies = bodies?;
-    let mut families: Vec<(String, Family)> = Vec::new();
-    read_into(&mut families, own, None);
-    for (r, body) in ranks.iter().zip(bodies) {
-        read_into(&mut families, body, Some(r));
-    }
-    let mut out = render(families);
-    out.push_str("# EOF\n");
-    Some(out)
+    Some(Merged::of_ranks(ranks, openmetrics)?.with_own(own, openmetrics))
 }
 
+#[cfg(test)]
+/// The pod's /metrics in text.
 pub fn merge(own: &str, ranks: &[Rank]) -> String {
-    let mut families: Vec<(String, Family)> = Vec::new();
-    read_into(&mut families, own, None);
-    for r in ranks {
-        read_into(&mut families, &r.metrics, Some(r));
-    }
-    render(families)
+    merge_format(own, ranks, false).unwrap_or_default()
 }
 
-fn render(families: Vec<(String, Family)>) -> String {
-    let mut out = String::new();
-    for (_, f) in families {
-        if f.samples.is_empty() {
+/// The ranks whose TYPE for a family disagrees with an earlier rank's (in
+/// rank order): merged under one TYPE line, their samples would be read as
+/// the other kind. The first rank that says a TYPE keeps it.
+pub fn type_conflicts(ranks: &[Rank]) -> Vec<u32> {
+    let mut seen: HashMap<&str, &str> = HashMap::new();
+    let mut out = Vec::new();
+    for r in ranks {
+        let clash = r
+            .types
+            .iter()
+            .any(|(name, kind)| seen.get(name.as_str()).is_some_and(|k| *k != kind.as_str()));
+        if clash {
+            out.push(r.rank);
             continue;
         }
-        for l in f.help.iter().chain(f.kind.iter()) {
-            out.push_str(l);
-            out.push('\n');
-        }
-        for s in f.samples {
-            out.push_str(&s);
-            out.push('\n');
+        for (name, kind) in r.types.iter() {
+            seen.entry(name).or_insert(kind);
         }
     }
     out
@@ -300,6 +300,7 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
                     Some((_, why)) => format!("its file was rejected: {why}"),
                     None => "no process has published this rank".to_string(),
                 }),
+                Some(r) if !r.held => Some("no live process holds its slot (dead)".to_string()),
                 Some(r) if !r.alive => Some("its process stopped publishing (dead)".to_string()),
                 Some(Rank {
                     conflict: Some(wanted),
@@ -325,11 +326,13 @@ mod tests {
         Rank {
             rank: n,
             pid: 1,
+            held: alive,
             alive,
             ready,
             conflict: None,
-            status: Value::Null,
+            status: Arc::new(Value::Null),
             openmetrics: None,
+            types: Arc::default(),
             metrics: "# HELP nixl_agent_ready r\n# TYPE nixl_agent_ready gauge\nnixl_agent_ready 1\n\
                       # HELP nixl_agent_registration_attempts_total a\n# TYPE nixl_agent_registration_attempts_total counter\n\
                       nixl_agent_registration_attempts_total{group=\"kv\"} 2\n\
@@ -360,6 +363,14 @@ mod tests {
         assert!(m.contains("nixl_agent_registration_attempts_total{rank=\"1\",group=\"kv\"} 2"));
         let (ready, checks) = readiness(Some(2), &[rank(0, true, true), rank(1, false, true)], &[]);
         assert!(!ready);
+        assert_eq!(
+            checks[1].failure.as_deref(),
+            Some("no live process holds its slot (dead)")
+        );
+        // Its slot held, its file no longer touched: a hung process.
+        let mut hung = rank(1, false, true);
+        hung.held = true;
+        let (_, checks) = readiness(Some(2), &[rank(0, true, true), hung], &[]);
         assert_eq!(
             checks[1].failure.as_deref(),
             Some("its process stopped publishing (dead)")
@@ -404,32 +415,42 @@ mod tests {
         );
     }
 
+    /// A rank file whose exposition carries a `rank` label of its own
+    /// (merged, `rank="1",rank="x"`: Prometheus refuses the whole scrape)
+    /// is not taken; nor one that names another slot.
     #[test]
-    fn expositions_are_checked_line_by_line() {
-        let good =
-            "# HELP a b\n# TYPE a counter\na_total{x=\"1\",y=\"a \\\"q\\\" b\"} 3\nb 1.5e3 1700000000\nc{} +Inf\n\
-                    d_bucket{le=\"0.1\"} 2 # {trace_id=\"ab\"} 0.05 1.7e9\n# EOF\n";
-        assert_eq!(check_exposition(good), Ok(()));
-        for (bad, line) in [
-            ("a 1\nnot a sample\n", 2),
-            ("a{x=1} 2\n", 1),
-            ("a{x=\"1\" 2\n", 1),
-            ("a 1 2 3\n", 1),
-            ("1a 2\n", 1),
-            ("a\n", 1),
-            ("a{x=\"unterminated} 1\n", 1),
-        ] {
-            assert_eq!(check_exposition(bad), Err(line), "{bad:?}");
+    fn a_rank_file_is_checked_against_its_slot_and_the_pods_scrape() {
+        let file = |rank: u32, metrics: &str| {
+            serde_json::json!({"version": 1, "rank": rank, "pid": 1, "ready": true, "status": {}, "metrics": metrics})
+                .to_string()
+        };
+        let good = "# HELP nixl_agent_ready r\n# TYPE nixl_agent_ready gauge\nnixl_agent_ready 1\n";
+        let r = Rank::checked(&file(1, good), 1, true).unwrap();
+        assert_eq!(r.types["nixl_agent_ready"], "gauge");
+        assert_eq!(Rank::checked(&file(2, good), 1, true).unwrap_err(), Unfit::NameMismatch(2));
+        let injected = "nixl_agent_ready{rank=\"x\"} 1\n";
+        match Rank::checked(&file(1, injected), 1, true) {
+            Err(Unfit::Exposition(b)) => assert_eq!(b.problem, lint::Problem::RankLabel),
+            other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_rank_whose_type_disagrees_with_an_earlier_ranks_is_named() {
+        let mut a = rank(0, true, true);
+        a.types = Arc::new([("nixl_agent_x".to_string(), "gauge".to_string())].into());
+        let mut b = rank(1, true, true);
+        b.types = Arc::new([("nixl_agent_x".to_string(), "counter".to_string())].into());
+        let c = rank(2, true, true);
+        assert_eq!(type_conflicts(&[a, b, c]), [1]);
     }
 
     #[test]
     fn openmetrics_merges_with_exemplars_and_one_eof() {
         let mut a = rank(0, true, true);
-        a.openmetrics = Some(
-            "# HELP c x\n# TYPE c counter\nc_total 1\n# HELP h d\n# TYPE h histogram\nh_bucket{le=\"1\"} 1 # {trace_id=\"t\"} 0.5\n# EOF\n"
-                .into(),
-        );
+        a.openmetrics = Some(Arc::from(
+            "# HELP c x\n# TYPE c counter\nc_total 1\n# HELP h d\n# TYPE h histogram\nh_bucket{le=\"1\"} 1 # {trace_id=\"t\"} 0.5\n# EOF\n",
+        ));
         let mut b = a.clone();
         b.rank = 1;
         let own = "# HELP nixl_agent_ready r\n# TYPE nixl_agent_ready gauge\nnixl_agent_ready 1\n# EOF\n";

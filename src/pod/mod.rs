@@ -12,10 +12,14 @@
 //! used by vLLM and SGLang) and NIXL's own `NIXL_TELEMETRY_MULTIPROC_DIR`.
 
 pub mod claim;
+pub mod dir;
+pub mod lint;
 pub mod local;
 pub mod merge;
 pub mod publish;
+pub mod read;
 pub mod serve;
+pub mod slot;
 
 use crate::config::{ConfigError, Env};
 use std::time::Duration;

@@ -5,16 +5,26 @@
 //! rank's file (write a temporary file, rename: a reader never sees half a
 //! file, and a process killed mid-write leaves the last whole one). It
 //! touches the file every [`super::HEARTBEAT`] otherwise, so the pod's
-//! agent tells a live rank from a dead one by the file's age. The
+//! agent tells a hung rank from a live one by the file's age. The
 //! registration path pays nothing for it.
+//!
+//! The writer trusts nothing in the directory (anyone who may write it
+//! could have planted a link or a FIFO): a temporary file has a random name
+//! and is created `O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK` (never
+//! another file, never a wait), then renamed into place; the heartbeat is a
+//! `futimens` on the descriptor of the file it wrote, never an open by
+//! path; a rank file that is no longer the one it wrote is written again at
+//! the next look; retiring removes the file only while it is its own.
 
 use super::claim::{Claim, Conflict, Wish};
 use crate::status::Status;
 use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
-use std::path::Path;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -26,7 +36,7 @@ pub const VERSION: u32 = 1;
 /// again.
 pub struct Publisher {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Written>>,
     path: std::path::PathBuf,
     rank: u32,
     conflict: Option<Conflict>,
@@ -43,7 +53,8 @@ impl Publisher {
         metrics: Metrics,
         status: impl Fn() -> Arc<Status> + Send + 'static,
     ) -> std::io::Result<Publisher> {
-        let claim = Arc::new(super::claim::claim(dir, wish)?);
+        let uid = super::dir::uid().ok_or_else(|| std::io::Error::other("no Uid in /proc/self/status"))?;
+        let claim = Arc::new(super::claim::claim(dir, wish, uid)?);
         let rank = claim.rank;
         let conflict = claim.conflict.clone();
         if let Some(c) = &conflict {
@@ -56,13 +67,14 @@ impl Publisher {
             );
         }
         let path = dir.join(super::file_name(rank));
-        // Each writer its own temporary file: two processes publishing the
-        // same rank never write into one half-written file.
-        let tmp = dir.join(format!(".{}.{}.tmp", super::file_name(rank), std::process::id()));
+        // Temporary files of this slot are a dead holder's (a write cut
+        // short): removed under the slot this process now holds.
+        remove_temporaries(dir, rank);
         let stop = Arc::new(AtomicBool::new(false));
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.
-        let mut last = write(&path, &tmp, rank, conflict.as_ref(), &metrics, &status)?;
+        let mut last = write(dir, &path, rank, conflict.as_ref(), &metrics, &status)?;
+        let dir = dir.to_path_buf();
         let stop2 = stop.clone();
         let held = claim.clone();
         let conflict2 = conflict.clone();
@@ -83,20 +95,22 @@ impl Publisher {
                         break;
                     }
                     let changed = metrics.generation() != last.generation;
-                    if changed || rewritten.elapsed() >= super::HEARTBEAT * 4 {
-                        if let Ok(w) = write(&path, &tmp, rank, conflict2.as_ref(), &metrics, &status) {
+                    // Replaced or removed by someone else: written again.
+                    let replaced = !last.is_at(&path);
+                    if changed || replaced || rewritten.elapsed() >= super::HEARTBEAT * 4 {
+                        if let Ok(w) = write(&dir, &path, rank, conflict2.as_ref(), &metrics, &status) {
                             last = w;
                         }
                         touched = Instant::now();
                         rewritten = touched;
                     } else if touched.elapsed() >= super::HEARTBEAT {
-                        let _ = File::options()
-                            .write(true)
-                            .open(&path)
-                            .and_then(|f| f.set_modified(SystemTime::now()));
+                        // futimens on the file written: no open, no link
+                        // followed, nothing to block on.
+                        let _ = last.file.set_modified(SystemTime::now());
                         touched = Instant::now();
                     }
                 }
+                last
             })?;
         Ok(Publisher {
             stop,
@@ -134,14 +148,84 @@ impl Drop for Publisher {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
-            let _ = t.join();
+            // Only this writer's own file: not one planted in its place.
+            if let Ok(last) = t.join() {
+                if last.is_at(&self.path) {
+                    let _ = fs::remove_file(&self.path);
+                }
+            }
         }
-        let _ = fs::remove_file(&self.path);
     }
 }
 
+/// The file last written, held open for the heartbeat.
 struct Written {
     generation: u64,
+    file: File,
+}
+
+impl Written {
+    /// Whether `path` still names the file written (not one renamed over
+    /// it, not removed). An `lstat`: no link followed, nothing opened.
+    fn is_at(&self, path: &Path) -> bool {
+        match (fs::symlink_metadata(path), self.file.metadata()) {
+            (Ok(there), Ok(mine)) => there.dev() == mine.dev() && there.ino() == mine.ino(),
+            _ => false,
+        }
+    }
+}
+
+/// How many random names a write tries before it gives up (each one taken
+/// means someone planted a file at a name nobody could guess).
+const TEMP_TRIES: u32 = 8;
+
+/// A temporary file's name for slot `rank`: `.rank-N.json.<random>.tmp`.
+fn temp_name(rank: u32) -> String {
+    // The standard library's hasher keys come from the OS's random source.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    format!(".{}.{:016x}.tmp", super::file_name(rank), h.finish())
+}
+
+/// The slot a temporary file's name belongs to.
+pub fn temp_rank(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (file, random) = rest.rsplit_once('.')?;
+    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    super::rank_of_file(file).ok().flatten()
+}
+
+fn remove_temporaries(dir: &Path, rank: u32) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.filter_map(Result::ok) {
+        if temp_rank(&e.file_name().to_string_lossy()) == Some(rank) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// A new temporary file of slot `rank` in `dir`: exclusive, never through
+/// a link, never a FIFO.
+fn create_temp(dir: &Path, rank: u32) -> std::io::Result<(PathBuf, File)> {
+    let mut last = None;
+    for _ in 0..TEMP_TRIES {
+        let tmp = dir.join(temp_name(rank));
+        let created = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(super::slot::OPEN_FLAGS)
+            .open(&tmp);
+        match created {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no temporary file")))
 }
 
 /// The status and the exposition read at one ledger generation (read again
@@ -162,8 +246,8 @@ fn consistent(metrics: &Metrics, status: &impl Fn() -> Arc<Status>) -> (Arc<Stat
 }
 
 fn write(
+    dir: &Path,
     path: &Path,
-    tmp: &Path,
     rank: u32,
     conflict: Option<&Conflict>,
     metrics: &Metrics,
@@ -185,9 +269,13 @@ fn write(
         // With exemplars, for a pod scrape that asks for OpenMetrics.
         "openmetrics": openmetrics,
     });
-    let mut f = File::create(tmp)?;
-    f.write_all(doc.to_string().as_bytes())?;
-    drop(f);
-    fs::rename(tmp, path)?;
-    Ok(Written { generation })
+    let (tmp, mut file) = create_temp(dir, rank)?;
+    let placed = file
+        .write_all(doc.to_string().as_bytes())
+        .and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(Written { generation, file })
 }

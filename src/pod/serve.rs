@@ -5,7 +5,8 @@
 //! (`nixl_agent_ready` for the pod, `nixl_agent_rank_up{rank}`), /readyz is
 //! 200 when every expected rank is alive and ready, /v1/status lists them.
 
-use super::merge::{self, Check, Rank, Unfit};
+use super::merge::{self, Check, Merged, Rank};
+use super::read::{DirRead, Reader, Version};
 #[cfg(feature = "cli")]
 use crate::config::HttpConfig;
 use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
@@ -18,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use prometheus::{IntGauge, IntGaugeVec, Opts, Registry};
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::sync::watch;
@@ -27,9 +28,14 @@ use tokio::sync::watch;
 /// What the pod's agent last read from the directory.
 #[derive(Debug, Clone)]
 pub struct PodView {
+    /// The directory served.
+    pub dir: String,
     pub ranks: Vec<Rank>,
-    /// Files of the directory not taken as a rank, and why.
+    /// Files of the directory not taken as a rank, and why (at most
+    /// [`super::read::MAX_REJECTED`]).
     pub rejected: Vec<Rejected>,
+    /// Rejected files not listed.
+    pub rejected_left_out: usize,
     pub ready: bool,
     pub checks: Vec<Check>,
     pub metrics: String,
@@ -43,8 +49,10 @@ pub struct PodView {
 impl Default for PodView {
     fn default() -> Self {
         PodView {
+            dir: String::new(),
             ranks: Vec::new(),
             rejected: Vec::new(),
+            rejected_left_out: 0,
             ready: false,
             checks: Vec::new(),
             metrics: String::new(),
@@ -53,39 +61,12 @@ impl Default for PodView {
         }
     }
 }
+pub use super::read::Rejected;
 
-/// A file of the pod directory not taken as a rank.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Rejected {
-    pub file: String,
-    /// The closed word (the `reason` label of
-    /// `nixl_agent_pod_files_rejected_total`).
-    pub reason: &'static str,
-    pub detail: String,
-    /// The rank its name says, when it has a rank's name.
-    #[serde(skip)]
-    pub rank: Option<u32>,
-    #[serde(skip)]
-    version: (Option<SystemTime>, u64),
-}
-
-/// The reasons a file is not taken as a rank.
-pub const REJECT_REASONS: [&str; 7] = [
-    "name",
-    "not_regular",
-    "too_large",
-    "unreadable",
-    "not_a_rank_file",
-    "name_mismatch",
-    "bad_exposition",
-];
-
-/// Most bytes a rank file may hold (a rank's recording is tens of KB).
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
-
-/// What a pod agent counted already: rejected files (name and version),
-/// conflicts (rank and pid).
-type Counted = (HashSet<(String, (Option<SystemTime>, u64))>, HashSet<(u32, u32)>);
+/// What a pod agent counted already, kept only for what is still there
+/// (so bounded by the directory's bound): rejected files with the version
+/// counted, conflicts as (rank, pid).
+type Counted = (HashMap<String, Version>, HashSet<(u32, u32)>);
 
 /// The pod's own series.
 struct Own {
@@ -124,7 +105,7 @@ impl Own {
             Family::get(names::POD_FILES_REJECTED_TOTAL).labels,
         )
         .expect("valid");
-        for r in REJECT_REASONS {
+        for r in names::POD_REJECT_REASONS {
             rejected.with_label_values(&[r]);
         }
         let watch_age = prometheus::Gauge::with_opts(opts(names::POD_WATCH_SECONDS)).expect("valid");
@@ -156,207 +137,99 @@ impl Own {
     }
 }
 
-/// What one pass over the directory found.
-#[derive(Debug, Default)]
-pub struct DirRead {
-    pub ranks: Vec<Rank>,
-    pub rejected: Vec<Rejected>,
+/// The watcher's state between passes: the pod's own series, the files as
+/// last read, the ranks' merge as last made (text, OpenMetrics).
+pub struct Watcher {
+    own: Own,
+    reader: Reader,
+    merged: Option<(Merged, Option<Merged>)>,
+    dir: PathBuf,
+    expected: Option<u32>,
 }
 
-/// Reads every rank file of `dir`, distrusting it: regular files only
-/// (never a symlink, FIFO or device; opened without following links and
-/// without blocking), at most [`MAX_FILE_BYTES`], the rank from the file's
-/// name and checked against its content, each exposition parsed before it
-/// is merged. Blocking I/O: run it off the async workers.
-pub fn read_dir(dir: &Path, now: SystemTime) -> DirRead {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut out = DirRead::default();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.filter_map(Result::ok) {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let named = match super::rank_of_file(&file) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(()) => {
-                out.rejected.push(rejected(
-                    &file,
-                    None,
-                    "name",
-                    "not rank-<N>.json with N from 0 to 255".into(),
-                    None,
-                ));
-                continue;
-            }
-        };
-        let meta = match std::fs::symlink_metadata(e.path()) {
-            Ok(m) => m,
-            Err(err) => {
-                out.rejected
-                    .push(rejected(&file, Some(named), "unreadable", err.to_string(), None));
-                continue;
-            }
-        };
-        let version = Some((meta.modified().ok(), meta.len()));
-        if !meta.file_type().is_file() {
-            out.rejected.push(rejected(
-                &file,
-                Some(named),
-                "not_regular",
-                format!("{:?}", meta.file_type()),
-                version,
-            ));
-            continue;
-        }
-        if meta.len() > MAX_FILE_BYTES {
-            out.rejected.push(rejected(
-                &file,
-                Some(named),
-                "too_large",
-                format!("{} bytes", meta.len()),
-                version,
-            ));
-            continue;
-        }
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(e.path());
-        let mut text = String::new();
-        let read = opened.and_then(|f| {
-            // Swapped for something else since the look above: not read.
-            if !f.metadata()?.file_type().is_file() {
-                return Err(std::io::Error::other("not a regular file when opened"));
-            }
-            f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)
-        });
-        match read {
-            Err(err) => {
-                out.rejected
-                    .push(rejected(&file, Some(named), "unreadable", err.to_string(), version));
-                continue;
-            }
-            Ok(n) if n as u64 > MAX_FILE_BYTES => {
-                out.rejected.push(rejected(
-                    &file,
-                    Some(named),
-                    "too_large",
-                    format!("over {MAX_FILE_BYTES} bytes"),
-                    version,
-                ));
-                continue;
-            }
-            Ok(_) => {}
-        }
-        let alive = match meta.modified().map(|m| now.duration_since(m)) {
-            Ok(Ok(age)) => age < super::STALE_AFTER,
-            // A modification time in the future (a clock step, a file
-            // planted by hand): within a second it is a write that raced
-            // this read; beyond it, it never counts as alive.
-            Ok(Err(ahead)) => ahead.duration() <= std::time::Duration::from_secs(1),
-            Err(_) => false,
-        };
-        match Rank::checked(&text, named, alive) {
-            Ok(r) => out.ranks.push(r),
-            Err(Unfit::NotARankFile) => out.rejected.push(rejected(
-                &file,
-                Some(named),
-                "not_a_rank_file",
-                format!("not a version {} rank file", super::publish::VERSION),
-                version,
-            )),
-            Err(Unfit::NameMismatch(said)) => out.rejected.push(rejected(
-                &file,
-                Some(named),
-                "name_mismatch",
-                format!("its content says rank {said}"),
-                version,
-            )),
-            Err(Unfit::BadExposition(line)) => out.rejected.push(rejected(
-                &file,
-                Some(named),
-                "bad_exposition",
-                format!("line {line} of its exposition does not parse"),
-                version,
-            )),
+impl Watcher {
+    pub fn new(dir: PathBuf, expected: Option<u32>) -> Watcher {
+        Watcher {
+            own: Own::new(expected),
+            reader: Reader::default(),
+            merged: None,
+            dir,
+            expected,
         }
     }
-    out.ranks.sort_by_key(|r| r.rank);
-    out.rejected.sort_by(|a, b| a.file.cmp(&b.file));
-    out
-}
 
-fn rejected(
-    file: &str,
-    rank: Option<u32>,
-    reason: &'static str,
-    detail: String,
-    version: Option<(Option<SystemTime>, u64)>,
-) -> Rejected {
-    Rejected {
-        file: file.to_string(),
-        reason,
-        detail,
-        rank,
-        version: version.unwrap_or((None, 0)),
-    }
-}
-
-fn view(dir: &Path, expected: Option<u32>, own: &Own, openmetrics_wanted: bool) -> PodView {
-    let t0 = std::time::Instant::now();
-    let DirRead { ranks, rejected } = read_dir(dir, SystemTime::now());
-    let named_rejects: Vec<(u32, String)> = rejected
-        .iter()
-        .filter_map(|r| r.rank.map(|n| (n, format!("{} ({})", r.reason, r.detail))))
-        .collect();
-    let (ready, checks) = merge::readiness(expected, &ranks, &named_rejects);
-    own.ready.set(i64::from(ready));
-    if expected.is_none() {
-        own.ranks_expected.set(checks.len() as i64);
-    }
-    own.rank_up.reset();
-    for r in &ranks {
-        own.rank_up
-            .with_label_values(&[r.rank.to_string()])
-            .set(i64::from(r.alive));
-    }
-    {
-        let mut counted = own.counted.lock().unwrap_or_else(|e| e.into_inner());
-        for r in &rejected {
-            if counted.0.insert((r.file.clone(), r.version)) {
-                own.rejected.with_label_values(&[r.reason]).inc();
-            }
+    /// One pass: the directory read (files re-read only when changed), the
+    /// pod's series updated, the ranks merged again only when a rank
+    /// changed, joined with the pod's own exposition.
+    pub fn pass(&mut self, openmetrics_wanted: bool) -> PodView {
+        let t0 = std::time::Instant::now();
+        let DirRead {
+            ranks,
+            rejected,
+            left_out,
+            changed,
+        } = self.reader.pass(&self.dir, SystemTime::now());
+        let own = &self.own;
+        let named_rejects: Vec<(u32, String)> = rejected
+            .iter()
+            .filter_map(|r| r.rank.map(|n| (n, format!("{} ({})", r.reason, r.detail))))
+            .collect();
+        let (ready, checks) = merge::readiness(self.expected, &ranks, &named_rejects);
+        own.ready.set(i64::from(ready));
+        if self.expected.is_none() {
+            own.ranks_expected.set(checks.len() as i64);
         }
-        for r in ranks.iter().filter(|r| r.conflict.is_some()) {
-            if counted.1.insert((r.rank, r.pid)) {
+        own.rank_up.reset();
+        for r in &ranks {
+            own.rank_up
+                .with_label_values(&[r.rank.to_string()])
+                .set(i64::from(r.alive));
+        }
+        {
+            let mut counted = own.counted.lock().unwrap_or_else(|e| e.into_inner());
+            let mut files = HashMap::with_capacity(rejected.len());
+            for r in &rejected {
+                if counted.0.get(&r.file) != Some(&r.version) {
+                    own.rejected.with_label_values(&[r.reason]).inc();
+                }
+                files.insert(r.file.clone(), r.version);
+            }
+            counted.0 = files;
+            let live: HashSet<(u32, u32)> = ranks
+                .iter()
+                .filter(|r| r.conflict.is_some())
+                .map(|r| (r.rank, r.pid))
+                .collect();
+            for c in live.difference(&counted.1) {
+                let _ = c;
                 own.conflicts.inc();
             }
+            counted.1 = live;
         }
-        // Bounded: a directory that churns forgets what it counted long ago.
-        if counted.0.len() > 4096 {
-            counted.0.clear();
+        own.watch_age.set(t0.elapsed().as_secs_f64());
+        if changed || self.merged.is_none() {
+            self.merged = Some((
+                Merged::of_ranks(&ranks, false).unwrap_or_default(),
+                Merged::of_ranks(&ranks, true),
+            ));
         }
-        if counted.1.len() > 4096 {
-            counted.1.clear();
+        let (text, om) = self.merged.as_ref().expect("merged above");
+        let metrics = text.with_own(&exposition::encode(&own.registry, Format::Text), false);
+        let openmetrics = match om.as_ref().filter(|_| openmetrics_wanted) {
+            Some(m) => Some(m.with_own(&exposition::encode(&own.registry, Format::OpenMetrics), true)),
+            None => None,
+        };
+        PodView {
+            dir: self.dir.display().to_string(),
+            ranks,
+            rejected,
+            rejected_left_out: left_out,
+            ready,
+            checks,
+            metrics,
+            openmetrics,
+            at: std::time::Instant::now(),
         }
-    }
-    own.watch_age.set(t0.elapsed().as_secs_f64());
-    let metrics = merge::merge(&exposition::encode(&own.registry, Format::Text), &ranks);
-    let openmetrics = if openmetrics_wanted {
-        merge::merge_format(&exposition::encode(&own.registry, Format::OpenMetrics), &ranks, true)
-    } else {
-        None
-    };
-    PodView {
-        ranks,
-        rejected,
-        ready,
-        checks,
-        metrics,
-        openmetrics,
-        at: std::time::Instant::now(),
     }
 }
 
@@ -364,14 +237,22 @@ fn view(dir: &Path, expected: Option<u32>, own: &Own, openmetrics_wanted: bool) 
 /// Each pass reads the directory on a blocking thread, never on the
 /// server's async worker.
 pub async fn watch_dir(dir: PathBuf, expected: Option<u32>, tx: watch::Sender<Arc<PodView>>) {
-    let own = Arc::new(Own::new(expected));
+    let mut watcher = Some(Watcher::new(dir.clone(), expected));
     let mut tick = tokio::time::interval(super::PUBLISH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (d, o) = (dir.clone(), own.clone());
-        let Ok(v) = tokio::task::spawn_blocking(move || view(&d, expected, &o, true)).await else {
+        let mut w = watcher.take().unwrap_or_else(|| Watcher::new(dir.clone(), expected));
+        let Ok((w, v)) = tokio::task::spawn_blocking(move || {
+            let v = w.pass(true);
+            (w, v)
+        })
+        .await
+        else {
+            // The pass panicked: its state is gone; the next starts afresh.
             continue;
         };
+        watcher = Some(w);
         if tx.send(Arc::new(v)).is_err() {
             return;
         }
@@ -474,9 +355,9 @@ async fn status(State(v): State<PodState>) -> Response {
     let ranks: Vec<serde_json::Value> = view
         .ranks
         .iter()
-        .map(|r| serde_json::json!({"rank": r.rank, "pid": r.pid, "alive": r.alive, "ready": r.ready, "conflict": r.conflict.map(|w| serde_json::json!({"wanted": w})), "status": r.status}))
+        .map(|r| serde_json::json!({"rank": r.rank, "pid": r.pid, "alive": r.alive, "ready": r.ready, "held": r.held, "conflict": r.conflict.map(|w| serde_json::json!({"wanted": w})), "status": &*r.status}))
         .collect();
-    let body = serde_json::json!({"ranks_expected": view.checks.len(), "ready": view.ready, "ranks": ranks, "rejected": view.rejected});
+    let body = serde_json::json!({"dir": view.dir, "ranks_expected": view.checks.len(), "ready": view.ready, "ranks": ranks, "rejected": view.rejected, "rejected_left_out": view.rejected_left_out});
     ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
@@ -498,6 +379,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::time::Duration;
 
     /// Plants what a hostile or messy directory holds beside two real
@@ -546,9 +428,9 @@ mod tests {
         let p0 = o.publish(dir.path(), 0).unwrap();
         let p1 = o.publish(dir.path(), 1).unwrap();
         plant_hostile_files(dir.path());
-        let own = Own::new(Some(2));
+        let mut w = Watcher::new(dir.path().to_path_buf(), Some(2));
         let t0 = std::time::Instant::now();
-        let v = view(dir.path(), Some(2), &own, true);
+        let v = w.pass(true);
         assert!(
             t0.elapsed() < Duration::from_secs(2),
             "no FIFO or 1 GiB read: {:?}",
@@ -579,15 +461,10 @@ mod tests {
                 (1, Some("not ready: see /v1/status"))
             ]
         );
-        assert_eq!(super::merge::check_exposition(&v.metrics), Ok(()));
-        assert_eq!(
-            super::merge::check_exposition(v.openmetrics.as_deref().unwrap()),
-            Ok(())
-        );
         assert!(!v.metrics.contains("rank=\"7\"") && !v.metrics.contains("rank=\"8\""));
         // Counted once per version of a file, not once per pass.
-        let _ = view(dir.path(), Some(2), &own, false);
-        let text = crate::telemetry::exposition::encode(&own.registry, Format::Text);
+        let _ = w.pass(false);
+        let text = crate::telemetry::exposition::encode(&w.own.registry, Format::Text);
         assert!(
             text.contains("nixl_agent_pod_files_rejected_total{reason=\"not_regular\"} 2"),
             "{text}"
@@ -611,8 +488,8 @@ mod tests {
         let second = b.publish(dir.path(), 0).unwrap();
         assert_eq!((first.rank(), first.conflict()), (0, None));
         assert_eq!((second.rank(), second.conflict()), (1, Some(0)));
-        let own = Own::new(Some(1));
-        let v = view(dir.path(), Some(1), &own, false);
+        let mut w = Watcher::new(dir.path().to_path_buf(), Some(1));
+        let v = w.pass(false);
         assert!(!v.ready);
         let failure = v.checks.iter().find(|c| c.rank == 1).and_then(|c| c.failure.clone());
         assert!(
@@ -620,7 +497,8 @@ mod tests {
             "{:?}",
             v.checks
         );
-        let text = crate::telemetry::exposition::encode(&own.registry, Format::Text);
+        let _ = w.pass(false);
+        let text = crate::telemetry::exposition::encode(&w.own.registry, Format::Text);
         assert!(text.contains("nixl_agent_rank_conflicts_total 1"), "{text}");
         drop(second);
     }
@@ -652,16 +530,25 @@ mod tests {
             .unwrap()
             .set_modified(now)
             .unwrap();
-        let ranks = read_dir(dir.path(), now).ranks;
+        let mut reader = Reader::default();
+        let ranks = reader.pass(dir.path(), now).ranks;
         assert_eq!(ranks.len(), 1);
-        assert!(ranks[0].alive, "just written");
+        assert!(
+            !ranks[0].alive && !ranks[0].held,
+            "written by hand, no process holding slot 3: a dead rank, however fresh"
+        );
+        let uid = super::super::dir::uid().unwrap();
+        let slot3 = super::super::claim::claim(dir.path(), super::super::claim::Wish::Explicit(3), uid).unwrap();
+        let ranks = reader.pass(dir.path(), now).ranks;
+        assert!(ranks[0].alive, "just written, its slot held");
         std::fs::File::options()
             .write(true)
             .open(&path)
             .unwrap()
             .set_modified(now + Duration::from_secs(3600))
             .unwrap();
-        let ranks = read_dir(dir.path(), now).ranks;
+        let ranks = reader.pass(dir.path(), now).ranks;
         assert!(!ranks[0].alive, "an hour in the future is stale");
+        drop(slot3);
     }
 }

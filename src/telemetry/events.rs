@@ -198,6 +198,22 @@ fn line(e: &Event<'_>, applied: &Applied) {
             "the NIXL call past its deadline returned"
         ),
         Event::AwaitRegistration => {}
+        Event::PodDirectory {
+            dir,
+            rank,
+            refused: None,
+        } => tracing::info!(dir = *dir, rank = *rank, "publishing to the pod directory"),
+        Event::PodDirectory {
+            dir,
+            refused: Some((reason, detail)),
+            ..
+        } => tracing::error!(
+            target: super::names::INSTRUMENT_LOG_TARGET,
+            dir = *dir,
+            reason = reason.as_str(),
+            detail = *detail,
+            "the pod directory is not safe to write: running alone, not ready (/readyz?verbose: pod_dir)"
+        ),
         Event::LifecycleDied => {
             tracing::error!("the lifecycle thread died: nothing registers or drains; /livez failing")
         }

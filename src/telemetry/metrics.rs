@@ -332,6 +332,11 @@ fn render(st: &State) -> Vec<MetricFamily> {
     for c in &s.in_flight {
         oldest.gauge(vec![pair("operation", c.operation)], c.seconds);
     }
+    // Only in a process told a pod directory it will not write.
+    let mut pod_refused = Out::new(names::POD_DIR_REFUSED, GAUGE);
+    if let Some(r) = s.pod.as_ref().and_then(|p| p.refused) {
+        pod_refused.gauge(vec![pair("reason", r.as_str())], 1.0);
+    }
     // Appear on first use: most processes never wrap a foreign call.
     let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL, COUNTER);
     for (op, n) in &st.process.instrumentation_errors {
@@ -359,6 +364,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
         backend_up,
         instrumentation,
         oldest,
+        pod_refused,
     ]
     .into_iter()
     .map(|o| o.mf)

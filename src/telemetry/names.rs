@@ -5,7 +5,7 @@
 //! tables and the tests all check against this file.
 
 pub use crate::model::{
-    Hooked, MemType, NotifDirection, PeerOp, Reason, XferOp, XferOutcome, KIND_AUX, KIND_KV, KIND_STATE, OUTCOME_ERROR,
+    DirRefusal, Hooked, MemType, NotifDirection, PeerOp, Reason, XferOp, XferOutcome, KIND_AUX, KIND_KV, KIND_STATE, OUTCOME_ERROR,
     OUTCOME_OK,
 };
 
@@ -40,6 +40,7 @@ pub const RANKS_EXPECTED: &str = "nixl_agent_ranks_expected";
 pub const RANK_CONFLICTS_TOTAL: &str = "nixl_agent_rank_conflicts_total";
 pub const POD_FILES_REJECTED_TOTAL: &str = "nixl_agent_pod_files_rejected_total";
 pub const POD_WATCH_SECONDS: &str = "nixl_agent_pod_watch_pass_seconds";
+pub const POD_DIR_REFUSED: &str = "nixl_agent_pod_dir_refused";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 pub const TRANSFERS_TOTAL: &str = "nixl_agent_transfers_total";
 pub const TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_transfer_failures_total";
@@ -219,7 +220,13 @@ pub const FAMILIES: &[Family] = &[
         POD_FILES_REJECTED_TOTAL,
         Type::Counter,
         &["reason"],
-        "Pod agent: files of the pod directory not taken as a rank, by reason (name, not_regular, too_large, unreadable, not_a_rank_file, name_mismatch, bad_exposition); counted once per version of a file.",
+        "Pod agent: files of the pod directory not taken as a rank, by reason (name, not_regular, too_large, unreadable, not_a_rank_file, name_mismatch, bad_exposition, rank_label, duplicate_series, conflicting_metadata, foreign_family); counted once per version of a file.",
+    ),
+    Family::new(
+        POD_DIR_REFUSED,
+        Type::Gauge,
+        &["reason"],
+        "1 when this process was told a pod directory it will not write (reason: link, not_a_directory, not_owner, writable_by_others, unusable) and runs alone; absent otherwise.",
     ),
     Family::new(
         POD_WATCH_SECONDS,
@@ -383,6 +390,34 @@ pub const PROBE: &[&str] = &[
     PROBE_TRANSFER_BYTES_PER_SECOND,
 ];
 
+/// The `reason` of `nixl_agent_pod_files_rejected_total`: why a file of a
+/// pod directory is not taken as a rank.
+pub const POD_REJECT_NAME: &str = "name";
+pub const POD_REJECT_NOT_REGULAR: &str = "not_regular";
+pub const POD_REJECT_TOO_LARGE: &str = "too_large";
+pub const POD_REJECT_UNREADABLE: &str = "unreadable";
+pub const POD_REJECT_NOT_A_RANK_FILE: &str = "not_a_rank_file";
+pub const POD_REJECT_NAME_MISMATCH: &str = "name_mismatch";
+pub const POD_REJECT_BAD_EXPOSITION: &str = "bad_exposition";
+pub const POD_REJECT_RANK_LABEL: &str = "rank_label";
+pub const POD_REJECT_DUPLICATE_SERIES: &str = "duplicate_series";
+pub const POD_REJECT_CONFLICTING_METADATA: &str = "conflicting_metadata";
+pub const POD_REJECT_FOREIGN_FAMILY: &str = "foreign_family";
+/// Every one of them, exported as 0 before the first.
+pub const POD_REJECT_REASONS: [&str; 11] = [
+    POD_REJECT_NAME,
+    POD_REJECT_NOT_REGULAR,
+    POD_REJECT_TOO_LARGE,
+    POD_REJECT_UNREADABLE,
+    POD_REJECT_NOT_A_RANK_FILE,
+    POD_REJECT_NAME_MISMATCH,
+    POD_REJECT_BAD_EXPOSITION,
+    POD_REJECT_RANK_LABEL,
+    POD_REJECT_DUPLICATE_SERIES,
+    POD_REJECT_CONFLICTING_METADATA,
+    POD_REJECT_FOREIGN_FAMILY,
+];
+
 /// Families only `nixl-agent pod` exports (the pod's own series).
 pub const POD_ONLY: &[&str] = &[
     RANK_UP,
@@ -500,6 +535,7 @@ mod tests {
             RANK_CONFLICTS_TOTAL,
             POD_FILES_REJECTED_TOTAL,
             POD_WATCH_SECONDS,
+            POD_DIR_REFUSED,
         ]
         .iter()
         .chain(DATA_PATH)
