@@ -25,6 +25,7 @@ mod check;
 mod common;
 mod embedding;
 mod load;
+mod pod_dir;
 mod procs;
 mod registration;
 mod report;
@@ -290,7 +291,14 @@ fn run(args: &Args) -> Result<bool, String> {
     }
     if on("pod") {
         section("pod", &mut |r| {
-            r.pod = Some(sections::pod(&args.agent_bin, 8, 64, warm, load, args.reps)?);
+            // A directory of 256 × 4 MiB rank files watched for 20 s (8 for 2 s
+            // in a smoke run).
+            let big_dir = if args.smoke {
+                (8, Duration::from_secs(2))
+            } else {
+                (256, Duration::from_secs(20))
+            };
+            r.pod = Some(sections::pod(&args.agent_bin, 8, 64, warm, load, args.reps, big_dir)?);
             Ok(())
         });
     }

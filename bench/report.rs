@@ -271,7 +271,20 @@ pub fn judge(r: &Results) -> Vec<Target> {
             ),
             Some(ratio <= 1.05),
         ));
-    }
+        let d = &p.big_dir;
+        t.push(target(
+            "pod.big_directory_cpu",
+            "a directory of 256 × 4 MiB rank files costs `nixl-agent pod` ≤ 5 % of a core",
+            format!(
+                "{:.2} % of a core ({} × {} MiB, watched {:.0} s; first view after {:.1} s)",
+                d.cpu_percent,
+                d.files,
+                d.file_bytes >> 20,
+                d.seconds,
+                d.first_view_s
+            ),
+            Some(d.cpu_percent <= 5.0),
+        ));
     if let Some(c) = &r.check {
         t.push(target(
             "check.loopback_2s",
@@ -505,6 +518,16 @@ pub fn render(r: &Results) -> String {
             p.register_ns_publishing,
             p.register_ns_plain,
             p.register_ns_publishing / p.register_ns_plain
+        );
+        let d = &p.big_dir;
+        let _ = writeln!(
+            o,
+            "A directory of {} rank files of {} MiB that do not change (dead ranks, each read once): `nixl-agent pod` takes {:.2} % of a core watching it ({:.0} s; its first view after {:.1} s).\n",
+            d.files,
+            d.file_bytes >> 20,
+            d.cpu_percent,
+            d.seconds,
+            d.first_view_s
         );
     }
     if let Some(rows) = &r.memory {

@@ -286,6 +286,9 @@ pub struct PodReport {
     /// one that does not, interleaved.
     pub register_ns_publishing: f64,
     pub register_ns_plain: f64,
+    /// `nixl-agent pod` watching a directory of large rank files that do
+    /// not change (`crate::pod_dir`).
+    pub big_dir: crate::pod_dir::DirCost,
 }
 
 /// One rank in the SGLang shape: kv (4 regions), aux (1), state (1),
@@ -334,6 +337,7 @@ pub fn pod(
     warmup: Duration,
     duration: Duration,
     reps: usize,
+    (big_files, big_watch): (u32, Duration),
 ) -> Result<PodReport, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut held = Vec::new();
@@ -402,6 +406,7 @@ pub fn pod(
         }
     }
     drop(held);
+    let big_dir = crate::pod_dir::cost(agent_bin, big_files, big_watch)?;
     Ok(PodReport {
         ranks,
         connections,
@@ -410,5 +415,6 @@ pub fn pod(
         single_metrics,
         register_ns_publishing: median(&with),
         register_ns_plain: median(&without),
+        big_dir,
     })
 }

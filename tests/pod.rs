@@ -21,7 +21,26 @@ fn repo() -> PathBuf {
 /// `nixl-agent-instrument python <script> <args>` with a clean
 /// NIXL_AGENT_* / rank environment plus `env`; stdin and stdout piped.
 fn instrumented(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
-    let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
+    instrumented_via(&[], script, args, env)
+}
+
+/// [`instrumented`], run by `via` (a command and its arguments, which
+/// `exec`s the rest).
+fn instrumented_via(
+    via: &[&str],
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, BufReader<std::process::ChildStdout>) {
+    let instrument = support::venv_bin("nixl-agent-instrument");
+    let mut c = match via.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(&instrument);
+            c
+        }
+        None => Command::new(&instrument),
+    };
     c.arg(support::python()).arg(repo().join(script)).args(args);
     for (k, _) in std::env::vars() {
         if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" || k.ends_with("RANK") {
@@ -231,10 +250,14 @@ struct Tp {
 
 impl Tp {
     fn start(n: u32, args: &[&str], env: &[(&str, &str)]) -> Tp {
+        Tp::start_via(&[], n, args, env)
+    }
+
+    fn start_via(via: &[&str], n: u32, args: &[&str], env: &[(&str, &str)]) -> Tp {
         let n = n.to_string();
         let mut all = vec![n.as_str()];
         all.extend_from_slice(args);
-        let (child, mut out) = instrumented("tests/python/tp.py", &all, env);
+        let (child, mut out) = instrumented_via(via, "tests/python/tp.py", &all, env);
         let mut workers = Vec::new();
         loop {
             let mut line = String::new();
@@ -363,8 +386,9 @@ fn tp_ranks_of_one_launcher_are_one_pod_with_no_configuration() {
         "served again, not ready, after {took:?}"
     );
     let verbose = support::get(addr, "/readyz?verbose").unwrap().body;
+    // SIGKILL freed its slot's lock: dead at the next look, not 1.5 s on.
     assert!(
-        verbose.contains("failed: its process stopped publishing (dead)"),
+        verbose.contains("failed: no live process holds its slot (dead)"),
         "{verbose}"
     );
     assert_ne!(
@@ -492,6 +516,128 @@ fn tp_ranks_publish_distinct_ranks_to_a_pod_directory() {
     assert_eq!(
         support::scrape(pod.addr)
             .metric("nixl_agent_rank_conflicts_total")
+            .value(),
+        1.0
+    );
+}
+
+/// The port holder of a zero-configuration pod, and a rank killed.
+fn holder_of(tp: &Tp, addr: SocketAddr) -> u32 {
+    let inode = support::listening_inode(addr.port()).expect("the address is served");
+    tp.workers
+        .iter()
+        .map(|w| w.1)
+        .find(|pid| support::socket_inodes(*pid).contains(&inode))
+        .expect("a worker holds the port")
+}
+
+/// Another user created `/dev/shm/nixl-agent-<uid>` first (here: in a
+/// mount namespace of the test's own with a fresh /dev/shm, owned by uid
+/// 4321). The ranks still meet, in a fallback of their user's own that the
+/// pod names; every rank is served; when the port holder dies another rank
+/// takes the port over. (Before: each rank ran alone, only the port
+/// holder's recording was served, and nobody took the port over.)
+#[test]
+fn tp_ranks_meet_elsewhere_when_another_user_took_their_directory() {
+    let isolated = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !isolated {
+        eprintln!("SKIPPED tp_ranks_meet_elsewhere_when_another_user_took_their_directory: no mount namespace here (unshare -m needs root)");
+        return;
+    }
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let setup = "mount -t tmpfs tmpfs /dev/shm && d=/dev/shm/nixl-agent-$(id -u) && mkdir -m 0755 $d && chown 4321 $d && exec \"$@\"";
+    let tp = Tp::start_via(
+        &["unshare", "-m", "--propagation", "private", "sh", "-c", setup, "sh"],
+        3,
+        &[],
+        &[("NIXL_AGENT_LISTEN", &listen), ("XDG_RUNTIME_DIR", "")],
+    );
+    assert!(tp.workers.iter().all(|w| w.2 == "registered"), "{:?}", tp.workers);
+    // Ready, and each rank says the directory it publishes to in its own
+    // status, as the pod does in its.
+    let st = support::wait_for(Duration::from_secs(10), "the three ranks, ready", || {
+        let st: serde_json::Value = serde_json::from_str(&support::get(addr, "/v1/status").ok()?.body).ok()?;
+        let ranks = st["ranks"].as_array()?;
+        let said = ranks.iter().all(|r| r["status"]["pod"]["dir"] == st["dir"]);
+        (ranks.len() == 3 && said && support::get(addr, "/readyz").ok()?.status == 200).then_some(st)
+    });
+    let dir = st["dir"].as_str().unwrap().to_string();
+    assert!(
+        dir.starts_with("/dev/shm/nixl-agent-") && !dir.starts_with(&format!("/dev/shm/nixl-agent-{}/", own_uid())),
+        "the pod says which directory it uses: {dir}"
+    );
+    assert_three_ranks_registered(&support::scrape(addr));
+    support::signal(holder_of(&tp, addr), "KILL");
+    support::wait_for(Duration::from_secs(3), "another rank serving, not ready", || {
+        let r = support::get(addr, "/readyz?verbose").ok()?;
+        (r.status == 503 && r.body.contains("(dead)")).then_some(())
+    });
+}
+
+fn own_uid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Rank files written by hand beside a real rank: one whose exposition
+/// carries its own `rank` label (merged, `rank="1",rank="x"`: Prometheus
+/// would refuse the whole pod scrape), and a fresh copy of a real one, as
+/// rank 2, with an unrelated process's pid and no lock held. The pod's
+/// /metrics stays promtool-clean, the first is rejected and counted by its
+/// reason, the second is a dead rank, never a healthy one.
+#[test]
+fn rank_files_written_by_hand_cannot_break_the_pods_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = PodAgent::start(dir.path(), 3);
+    let _rank0 = RankProcess::start(dir.path(), 0);
+    support::wait_for(Duration::from_secs(10), "rank 0 published", || {
+        dir.path().join("rank-0.json").exists().then_some(())
+    });
+    let real: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("rank-0.json")).unwrap()).unwrap();
+    let mut injected = real.clone();
+    injected["rank"] = 1.into();
+    for key in ["metrics", "openmetrics"] {
+        let body = injected[key].as_str().unwrap().replace("\nnixl_agent_ready ", "\nnixl_agent_ready{rank=\"x\"} ");
+        injected[key] = body.into();
+    }
+    assert!(injected["metrics"].as_str().unwrap().contains("rank=\"x\""));
+    std::fs::write(dir.path().join("rank-1.json"), injected.to_string()).unwrap();
+    let mut unheld = real.clone();
+    unheld["rank"] = 2.into();
+    unheld["pid"] = 1.into();
+    std::fs::write(dir.path().join("rank-2.json"), unheld.to_string()).unwrap();
+    let s = support::wait_for(Duration::from_secs(5), "the injected rank label counted", || {
+        let s = support::scrape(pod.addr);
+        (s.metric("nixl_agent_pod_files_rejected_total")
+            .label("reason", "rank_label")
+            .get()
+            == Some(1.0))
+        .then_some(s)
+    });
+    support::assert_promtool_clean(&support::get(pod.addr, "/metrics").unwrap().body);
+    assert_eq!(s.metric("nixl_agent_rank_up").label("rank", "2").value(), 0.0);
+    assert!(s.metric("nixl_agent_rank_up").label("rank", "1").get().is_none());
+    let verbose = support::get(pod.addr, "/readyz?verbose").unwrap().body;
+    assert!(
+        verbose.contains("[-]rank:1 failed: its file was rejected: rank_label"),
+        "{verbose}"
+    );
+    assert!(
+        verbose.contains("[-]rank:2 failed: no live process holds its slot (dead)"),
+        "{verbose}"
+    );
+    // Counted once, however many passes see it.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        support::scrape(pod.addr)
+            .metric("nixl_agent_pod_files_rejected_total")
+            .label("reason", "rank_label")
             .value(),
         1.0
     );

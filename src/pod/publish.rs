@@ -279,3 +279,102 @@ fn write(
     }
     Ok(Written { generation, file })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+    use std::time::Duration;
+
+    fn observer() -> crate::observe::Observer {
+        crate::observe::Observer::new(crate::observe::ObserveSettings::default())
+    }
+
+    fn mkfifo(path: &Path) {
+        assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success());
+    }
+
+    /// Runs `f` on a thread and fails (instead of hanging the run) when it
+    /// does not return within `within`.
+    fn within<T: Send + 'static>(within: Duration, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(within)
+            .unwrap_or_else(|_| panic!("{what}: still blocked after {within:?}"))
+    }
+
+    /// A link and a FIFO planted at the temporary names the old writer used
+    /// (`.rank-N.json.<pid>.tmp`) and at the rank file's path before the
+    /// first write: nothing is written through the link, nothing waits on
+    /// the FIFO, and each rank file is a regular file of the writer's own.
+    #[test]
+    fn links_and_fifos_at_the_temporary_and_rank_paths_are_never_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let pid = std::process::id();
+        std::os::unix::fs::symlink(&victim, dir.path().join(format!(".rank-0.json.{pid}.tmp"))).unwrap();
+        mkfifo(&dir.path().join(format!(".rank-1.json.{pid}.tmp")));
+        std::os::unix::fs::symlink(&victim, dir.path().join("rank-2.json")).unwrap();
+        mkfifo(&dir.path().join("rank-3.json"));
+        let d = dir.path().to_path_buf();
+        let publishers = within(Duration::from_secs(5), "publishing", move || {
+            let o = observer();
+            (0..4).map(|r| o.publish(&d, r).unwrap()).collect::<Vec<_>>()
+        });
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        for r in 0..4 {
+            let m = std::fs::symlink_metadata(dir.path().join(super::super::file_name(r))).unwrap();
+            assert!(m.file_type().is_file(), "rank {r}: {:?}", m.file_type());
+        }
+        within(Duration::from_secs(5), "retiring", move || drop(publishers));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
+
+    /// A FIFO, then a link, renamed over a live rank's file: the heartbeat
+    /// never opens the path (the old one blocked on the FIFO, and retiring
+    /// hung the interpreter at exit), the file is written again, and
+    /// retiring removes only the writer's own file.
+    #[test]
+    fn a_fifo_or_link_renamed_over_the_rank_file_blocks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = observer();
+        let p = o.publish(dir.path(), 0).unwrap();
+        let path = dir.path().join(super::super::file_name(0));
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        for plant in ["fifo", "link"] {
+            let planted = dir.path().join(format!("planted-{plant}"));
+            if plant == "fifo" {
+                mkfifo(&planted);
+            } else {
+                std::os::unix::fs::symlink(&victim, &planted).unwrap();
+            }
+            std::fs::rename(&planted, &path).unwrap();
+            // Past a heartbeat: the writer noticed and wrote its own again.
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
+                assert!(Instant::now() < deadline, "{plant}: the rank file was not written again");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        }
+        // A FIFO in place when the rank retires: it returns, and leaves
+        // what is not its own.
+        mkfifo(&dir.path().join("last"));
+        std::fs::rename(dir.path().join("last"), &path).unwrap();
+        within(Duration::from_secs(5), "retiring", move || drop(p));
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_fifo());
+    }
+
+    #[test]
+    fn temporary_names_are_random_and_known_by_their_slot() {
+        let (a, b) = (temp_name(7), temp_name(7));
+        assert_ne!(a, b);
+        assert_eq!(temp_rank(&a), Some(7));
+        assert_eq!(temp_rank(&format!(".rank-7.json.{}.tmp", std::process::id())), None);
+        assert_eq!(temp_rank("rank-7.json"), None);
+    }
+}

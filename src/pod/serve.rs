@@ -200,10 +200,7 @@ impl Watcher {
                 .filter(|r| r.conflict.is_some())
                 .map(|r| (r.rank, r.pid))
                 .collect();
-            for c in live.difference(&counted.1) {
-                let _ = c;
-                own.conflicts.inc();
-            }
+            own.conflicts.inc_by(live.difference(&counted.1).count() as u64);
             counted.1 = live;
         }
         own.watch_age.set(t0.elapsed().as_secs_f64());

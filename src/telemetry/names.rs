@@ -202,7 +202,7 @@ pub const FAMILIES: &[Family] = &[
         RANK_UP,
         Type::Gauge,
         &["rank"],
-        "Pod agent (nixl-agent pod): 1 while the rank's process publishes (its file is fresh), 0 once it stopped.",
+        "Pod agent (nixl-agent pod): 1 while a live process holds the rank's slot (its lock, tested without taking it) and touches its file, 0 once it does not.",
     ),
     Family::new(
         RANKS_EXPECTED,
