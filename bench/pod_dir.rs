@@ -59,7 +59,14 @@ pub fn cost(agent_bin: &Path, files: u32, watch: Duration) -> Result<DirCost, St
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
     let t0 = Instant::now();
     let mut pod = std::process::Command::new(agent_bin)
-        .args(["pod", "--ranks", &files.to_string(), "--listen", &addr.to_string(), "--dir"])
+        .args([
+            "pod",
+            "--ranks",
+            &files.to_string(),
+            "--listen",
+            &addr.to_string(),
+            "--dir",
+        ])
         .arg(dir.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

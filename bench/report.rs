@@ -285,6 +285,7 @@ pub fn judge(r: &Results) -> Vec<Target> {
             ),
             Some(d.cpu_percent <= 5.0),
         ));
+    }
     if let Some(c) = &r.check {
         t.push(target(
             "check.loopback_2s",

@@ -502,8 +502,7 @@ impl Observer {
         dir: &std::path::Path,
         wish: crate::pod::claim::Wish,
     ) -> std::io::Result<crate::pod::publish::Publisher> {
-        let started =
-            crate::pod::publish::Publisher::start(dir, wish, self.metrics().clone(), self.status_source());
+        let started = crate::pod::publish::Publisher::start(dir, wish, self.metrics().clone(), self.status_source());
         let shown = dir.display().to_string();
         match &started {
             Ok(p) => {

@@ -4,8 +4,8 @@
 //! HTTP or FFI types, and nothing of the crate but `model`.
 
 use crate::model::{
-    AgentId, DirRefusal, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason, Region,
-    RuntimeFacts, Transfer, XferOp,
+    AgentId, DirRefusal, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason,
+    Region, RuntimeFacts, Transfer, XferOp,
 };
 use std::time::{Duration, Instant};
 

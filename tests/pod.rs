@@ -603,7 +603,10 @@ fn rank_files_written_by_hand_cannot_break_the_pods_scrape() {
     let mut injected = real.clone();
     injected["rank"] = 1.into();
     for key in ["metrics", "openmetrics"] {
-        let body = injected[key].as_str().unwrap().replace("\nnixl_agent_ready ", "\nnixl_agent_ready{rank=\"x\"} ");
+        let body = injected[key]
+            .as_str()
+            .unwrap()
+            .replace("\nnixl_agent_ready ", "\nnixl_agent_ready{rank=\"x\"} ");
         injected[key] = body.into();
     }
     assert!(injected["metrics"].as_str().unwrap().contains("rank=\"x\""));

@@ -168,7 +168,11 @@ mod tests {
         let link = base.path().join("pod");
         std::os::unix::fs::symlink(&real, &link).unwrap();
         let e = claim(&link, Wish::Any, me()).unwrap_err();
-        assert_eq!(refusal(&e).map(|r| r.reason), Some(super::super::dir::DirRefusal::Link), "{e}");
+        assert_eq!(
+            refusal(&e).map(|r| r.reason),
+            Some(super::super::dir::DirRefusal::Link),
+            "{e}"
+        );
         assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
     }
 

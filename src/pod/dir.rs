@@ -50,7 +50,10 @@ pub fn check(dir: &Path, uid: u32) -> Result<(), Refused> {
         return Err(refused(DirRefusal::Link, format!("{shown} is a symbolic link")));
     }
     if !meta.file_type().is_dir() {
-        return Err(refused(DirRefusal::NotADirectory, format!("{shown} is not a directory")));
+        return Err(refused(
+            DirRefusal::NotADirectory,
+            format!("{shown} is not a directory"),
+        ));
     }
     if meta.uid() != uid && meta.uid() != 0 {
         return Err(refused(

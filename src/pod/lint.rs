@@ -125,7 +125,11 @@ pub fn lint(text: &str) -> Result<Types, Bad> {
                 return Err(bad(Problem::ForeignFamily));
             }
             let known = declared(name).is_some_and(|k| k != kind);
-            if known || types.insert(name.to_string(), kind.to_string()).is_some_and(|k| k != kind) {
+            if known
+                || types
+                    .insert(name.to_string(), kind.to_string())
+                    .is_some_and(|k| k != kind)
+            {
                 return Err(bad(Problem::ConflictingMetadata));
             }
             continue;
@@ -273,10 +277,26 @@ mod tests {
     fn what_would_break_the_pods_scrape_is_named() {
         for (bad, p, line) in [
             ("nixl_agent_ready{rank=\"x\"} 1\n", Problem::RankLabel, 1),
-            ("nixl_agent_a{g=\"1\"} 1\nnixl_agent_a{g=\"2\"} 1\nnixl_agent_a{g=\"1\"} 2\n", Problem::DuplicateSeries, 3),
-            ("nixl_agent_a{x=\"1\",y=\"2\"} 1\nnixl_agent_a{y=\"2\",x=\"1\"} 1\n", Problem::DuplicateSeries, 2),
-            ("# TYPE nixl_agent_x gauge\n# TYPE nixl_agent_x counter\n", Problem::ConflictingMetadata, 2),
-            ("# HELP nixl_agent_x a\n# HELP nixl_agent_x b\n", Problem::ConflictingMetadata, 2),
+            (
+                "nixl_agent_a{g=\"1\"} 1\nnixl_agent_a{g=\"2\"} 1\nnixl_agent_a{g=\"1\"} 2\n",
+                Problem::DuplicateSeries,
+                3,
+            ),
+            (
+                "nixl_agent_a{x=\"1\",y=\"2\"} 1\nnixl_agent_a{y=\"2\",x=\"1\"} 1\n",
+                Problem::DuplicateSeries,
+                2,
+            ),
+            (
+                "# TYPE nixl_agent_x gauge\n# TYPE nixl_agent_x counter\n",
+                Problem::ConflictingMetadata,
+                2,
+            ),
+            (
+                "# HELP nixl_agent_x a\n# HELP nixl_agent_x b\n",
+                Problem::ConflictingMetadata,
+                2,
+            ),
             ("# TYPE nixl_agent_ready counter\n", Problem::ConflictingMetadata, 1),
             ("up 1\n", Problem::ForeignFamily, 1),
             ("# TYPE node_load1 gauge\n", Problem::ForeignFamily, 1),

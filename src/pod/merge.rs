@@ -165,7 +165,7 @@ impl Merged {
                 match (rank, &label) {
                     (Some(r), Some(l)) => {
                         let gauge = f.kind.as_deref().is_some_and(|k| k.ends_with(" gauge"));
-                        if !(gauge && !r.alive) {
+                        if !gauge || r.alive {
                             with_label(line, "rank", l, &mut f.samples);
                         }
                     }
@@ -183,7 +183,11 @@ impl Merged {
     pub fn of_ranks(ranks: &[Rank], openmetrics: bool) -> Option<Merged> {
         let mut m = Merged::default();
         for r in ranks {
-            let body = if openmetrics { r.openmetrics.as_deref()? } else { &*r.metrics };
+            let body = if openmetrics {
+                r.openmetrics.as_deref()?
+            } else {
+                &*r.metrics
+            };
             m.read(body, Some(r));
         }
         Some(m)
@@ -427,7 +431,10 @@ mod tests {
         let good = "# HELP nixl_agent_ready r\n# TYPE nixl_agent_ready gauge\nnixl_agent_ready 1\n";
         let r = Rank::checked(&file(1, good), 1, true).unwrap();
         assert_eq!(r.types["nixl_agent_ready"], "gauge");
-        assert_eq!(Rank::checked(&file(2, good), 1, true).unwrap_err(), Unfit::NameMismatch(2));
+        assert_eq!(
+            Rank::checked(&file(2, good), 1, true).unwrap_err(),
+            Unfit::NameMismatch(2)
+        );
         let injected = "nixl_agent_ready{rank=\"x\"} 1\n";
         match Rank::checked(&file(1, injected), 1, true) {
             Err(Unfit::Exposition(b)) => assert_eq!(b.problem, lint::Problem::RankLabel),

@@ -291,7 +291,11 @@ mod tests {
     }
 
     fn mkfifo(path: &Path) {
-        assert!(std::process::Command::new("mkfifo").arg(path).status().unwrap().success());
+        assert!(std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap()
+            .success());
     }
 
     /// Runs `f` on a thread and fails (instead of hanging the run) when it
@@ -356,7 +360,10 @@ mod tests {
             // Past a heartbeat: the writer noticed and wrote its own again.
             let deadline = Instant::now() + Duration::from_secs(3);
             while !std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
-                assert!(Instant::now() < deadline, "{plant}: the rank file was not written again");
+                assert!(
+                    Instant::now() < deadline,
+                    "{plant}: the rank file was not written again"
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
             assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");

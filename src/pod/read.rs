@@ -61,10 +61,13 @@ pub struct DirRead {
     pub changed: bool,
 }
 
+/// What a file said: a rank, or why it is not one (reason, detail).
+type Outcome = Result<Rank, (&'static str, String)>;
+
 /// The directory's files as last read: each re-read only when it changed.
 #[derive(Default)]
 pub struct Reader {
-    files: HashMap<String, (Version, Result<Rank, (&'static str, String)>)>,
+    files: HashMap<String, (Version, Outcome)>,
     /// (rank, version, alive) of the last pass's ranks.
     last: Vec<(u32, Version, bool)>,
 }
@@ -84,7 +87,9 @@ fn read_file(path: &Path) -> Result<String, (&'static str, String)> {
     let mut text = String::new();
     match opened.and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)) {
         Err(e) => Err((names::POD_REJECT_UNREADABLE, e.to_string())),
-        Ok(n) if n as u64 > MAX_FILE_BYTES => Err((names::POD_REJECT_TOO_LARGE, format!("over {MAX_FILE_BYTES} bytes"))),
+        Ok(n) if n as u64 > MAX_FILE_BYTES => {
+            Err((names::POD_REJECT_TOO_LARGE, format!("over {MAX_FILE_BYTES} bytes")))
+        }
         Ok(_) => Ok(text),
     }
 }
@@ -148,7 +153,11 @@ impl Reader {
             };
             let v = version(&meta);
             if !meta.file_type().is_file() {
-                rejected.push(reject(names::POD_REJECT_NOT_REGULAR, format!("{:?}", meta.file_type()), v));
+                rejected.push(reject(
+                    names::POD_REJECT_NOT_REGULAR,
+                    format!("{:?}", meta.file_type()),
+                    v,
+                ));
                 continue;
             }
             if meta.len() > MAX_FILE_BYTES {

@@ -212,10 +212,10 @@ impl Watcher {
         }
         let (text, om) = self.merged.as_ref().expect("merged above");
         let metrics = text.with_own(&exposition::encode(&own.registry, Format::Text), false);
-        let openmetrics = match om.as_ref().filter(|_| openmetrics_wanted) {
-            Some(m) => Some(m.with_own(&exposition::encode(&own.registry, Format::OpenMetrics), true)),
-            None => None,
-        };
+        let openmetrics = om
+            .as_ref()
+            .filter(|_| openmetrics_wanted)
+            .map(|m| m.with_own(&exposition::encode(&own.registry, Format::OpenMetrics), true));
         PodView {
             dir: self.dir.display().to_string(),
             ranks,

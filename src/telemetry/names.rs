@@ -5,8 +5,8 @@
 //! tables and the tests all check against this file.
 
 pub use crate::model::{
-    DirRefusal, Hooked, MemType, NotifDirection, PeerOp, Reason, XferOp, XferOutcome, KIND_AUX, KIND_KV, KIND_STATE, OUTCOME_ERROR,
-    OUTCOME_OK,
+    DirRefusal, Hooked, MemType, NotifDirection, PeerOp, Reason, XferOp, XferOutcome, KIND_AUX, KIND_KV, KIND_STATE,
+    OUTCOME_ERROR, OUTCOME_OK,
 };
 
 /// Prefix shared by every metric the agent owns.
