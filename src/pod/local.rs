@@ -130,7 +130,12 @@ pub fn dir_for(listen: SocketAddr) -> std::io::Result<Option<PathBuf>> {
     }
     let (dir, passed) = Places::here()?.choose(listen)?;
     if !passed.is_empty() {
-        tracing::warn!(dir = %dir.display(), passed = %passed.join("; "), "the usual directory of this address's ranks is not this user's own: using another of its own");
+        tracing::warn!(
+            target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+            dir = %dir.display(),
+            passed = %passed.join("; "),
+            "the usual directory of this address's ranks is not this user's own: using another of its own"
+        );
     }
     Ok(Some(dir))
 }
