@@ -376,6 +376,44 @@ mod tests {
         assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_fifo());
     }
 
+    /// A pod directory that is a link: nothing is written, the recording
+    /// runs alone and says so on /readyz?verbose (a failing `pod_dir`
+    /// check: not ready), on a metric and in /v1/status; it never blocks.
+    #[test]
+    fn a_refused_directory_is_said_on_readyz_a_metric_and_the_status() {
+        let base = tempfile::tempdir().unwrap();
+        let real = base.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = base.path().join("pod");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let o = observer();
+        assert!(o.publish(&link, 0).is_err());
+        assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "nothing written");
+        let st = o.status();
+        let pod = st.pod.as_ref().unwrap();
+        assert_eq!(pod.refused, Some(crate::model::DirRefusal::Link));
+        assert_eq!(pod.dir, link.display().to_string());
+        assert!(!st.ready);
+        let check = st
+            .checks()
+            .into_iter()
+            .find(|c| c.name == crate::status::CHECK_POD_DIR)
+            .unwrap();
+        assert!(check.failure.as_deref().is_some_and(|f| f.starts_with("link (")), "{check:?}");
+        let text = o.metrics().encode(Format::Text);
+        assert!(text.contains("nixl_agent_pod_dir_refused{reason=\"link\"} 1"), "{text}");
+        // A directory that can be used: said too, and the check passes.
+        let fine = observer();
+        let p = fine.publish(&real, 0).unwrap();
+        let st = fine.status();
+        assert_eq!(st.pod.as_ref().and_then(|p| p.rank), Some(0));
+        assert!(st
+            .checks()
+            .iter()
+            .any(|c| c.name == crate::status::CHECK_POD_DIR && c.failure.is_none()));
+        drop(p);
+    }
+
     #[test]
     fn temporary_names_are_random_and_known_by_their_slot() {
         let (a, b) = (temp_name(7), temp_name(7));
