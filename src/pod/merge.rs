@@ -95,9 +95,11 @@ struct Family {
     samples: String,
 }
 
-/// The ranks' families merged (each sample labelled with its rank), in
-/// first-seen order: made once per change of the ranks, then joined with
-/// the pod's own exposition at every pass ([`Merged::with_own`]).
+/// Families merged (each sample labelled with its rank), in first-seen
+/// order: one rank's made once per version of its file
+/// ([`Merged::of_rank`]), the ranks' joined when one changed
+/// ([`Merged::of_ranks`]), and that joined with the pod's own exposition at
+/// every pass ([`Merged::with_own`]).
 #[derive(Default, Clone)]
 pub struct Merged {
     families: Vec<(String, Family)>,
@@ -178,19 +180,44 @@ impl Merged {
         }
     }
 
+    /// One rank's exposition, its samples labelled with its rank (its
+    /// gauges left out when it is dead); in OpenMetrics when `openmetrics`,
+    /// `None` then when it has none.
+    pub fn of_rank(r: &Rank, openmetrics: bool) -> Option<Merged> {
+        let body = if openmetrics {
+            r.openmetrics.as_deref()?
+        } else {
+            &*r.metrics
+        };
+        let mut m = Merged::default();
+        m.read(body, Some(r));
+        Some(m)
+    }
+
+    /// Adds `other`'s families after this one's (the first HELP and TYPE
+    /// seen for a family stay).
+    pub fn absorb(&mut self, other: &Merged) {
+        for (name, f) in &other.families {
+            let i = self.slot(name);
+            let mine = &mut self.families[i].1;
+            if mine.help.is_none() {
+                mine.help.clone_from(&f.help);
+            }
+            if mine.kind.is_none() {
+                mine.kind.clone_from(&f.kind);
+            }
+            mine.samples.push_str(&f.samples);
+        }
+    }
+
     /// The ranks' expositions merged; in OpenMetrics when `openmetrics`,
     /// `None` then when some rank has none (serve text instead).
-    pub fn of_ranks(ranks: &[Rank], openmetrics: bool) -> Option<Merged> {
+    pub fn of_ranks<'a>(ranks: impl IntoIterator<Item = &'a Merged>) -> Merged {
         let mut m = Merged::default();
         for r in ranks {
-            let body = if openmetrics {
-                r.openmetrics.as_deref()?
-            } else {
-                &*r.metrics
-            };
-            m.read(body, Some(r));
+            m.absorb(r);
         }
-        Some(m)
+        m
     }
 
     /// The pod's /metrics: its own families (`own`, unlabelled) and every
@@ -238,7 +265,8 @@ impl Merged {
 /// [`Merged::with_own`]); `None` when OpenMetrics was asked for and some
 /// rank has none.
 pub fn merge_format(own: &str, ranks: &[Rank], openmetrics: bool) -> Option<String> {
-    Some(Merged::of_ranks(ranks, openmetrics)?.with_own(own, openmetrics))
+    let each: Option<Vec<Merged>> = ranks.iter().map(|r| Merged::of_rank(r, openmetrics)).collect();
+    Some(Merged::of_ranks(&each?).with_own(own, openmetrics))
 }
 
 #[cfg(test)]

@@ -399,7 +399,10 @@ mod tests {
             .into_iter()
             .find(|c| c.name == crate::status::CHECK_POD_DIR)
             .unwrap();
-        assert!(check.failure.as_deref().is_some_and(|f| f.starts_with("link (")), "{check:?}");
+        assert!(
+            check.failure.as_deref().is_some_and(|f| f.starts_with("link (")),
+            "{check:?}"
+        );
         let text = o.metrics().encode(Format::Text);
         assert!(text.contains("nixl_agent_pod_dir_refused{reason=\"link\"} 1"), "{text}");
         // A directory that can be used: said too, and the check passes.

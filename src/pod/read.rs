@@ -54,6 +54,8 @@ pub type Version = (u64, u64, Option<SystemTime>);
 #[derive(Debug, Default)]
 pub struct DirRead {
     pub ranks: Vec<Rank>,
+    /// Each rank's file version, beside `ranks`.
+    pub versions: Vec<Version>,
     pub rejected: Vec<Rejected>,
     /// Rejected files beyond [`MAX_REJECTED`], not listed.
     pub left_out: usize,
@@ -207,6 +209,7 @@ impl Reader {
             } else {
                 kept.push((r.rank, v, r.alive));
                 out.ranks.push(r);
+                out.versions.push(v);
             }
         }
         out.changed = kept != self.last;

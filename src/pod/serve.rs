@@ -137,11 +137,22 @@ impl Own {
     }
 }
 
+/// One rank's exposition made ready to merge, and for which version of its
+/// file and liveness.
+struct Prepared {
+    key: (Version, bool),
+    text: Merged,
+    openmetrics: Option<Merged>,
+}
+
 /// The watcher's state between passes: the pod's own series, the files as
 /// last read, the ranks' merge as last made (text, OpenMetrics).
 pub struct Watcher {
     own: Own,
     reader: Reader,
+    /// Each rank's exposition made ready to merge, per (version, alive):
+    /// text and OpenMetrics.
+    each: HashMap<u32, Prepared>,
     merged: Option<(Merged, Option<Merged>)>,
     dir: PathBuf,
     expected: Option<u32>,
@@ -152,6 +163,7 @@ impl Watcher {
         Watcher {
             own: Own::new(expected),
             reader: Reader::default(),
+            each: HashMap::new(),
             merged: None,
             dir,
             expected,
@@ -165,6 +177,7 @@ impl Watcher {
         let t0 = std::time::Instant::now();
         let DirRead {
             ranks,
+            versions,
             rejected,
             left_out,
             changed,
@@ -205,10 +218,22 @@ impl Watcher {
         }
         own.watch_age.set(t0.elapsed().as_secs_f64());
         if changed || self.merged.is_none() {
-            self.merged = Some((
-                Merged::of_ranks(&ranks, false).unwrap_or_default(),
-                Merged::of_ranks(&ranks, true),
-            ));
+            // Only a rank whose file or liveness changed is read again.
+            self.each.retain(|n, _| ranks.iter().any(|r| r.rank == *n));
+            for (r, v) in ranks.iter().zip(&versions) {
+                let key = (*v, r.alive);
+                if self.each.get(&r.rank).is_none_or(|p| p.key != key) {
+                    let prepared = Prepared {
+                        key,
+                        text: Merged::of_rank(r, false).unwrap_or_default(),
+                        openmetrics: Merged::of_rank(r, true),
+                    };
+                    self.each.insert(r.rank, prepared);
+                }
+            }
+            let each: Vec<&Prepared> = ranks.iter().filter_map(|r| self.each.get(&r.rank)).collect();
+            let om: Option<Vec<&Merged>> = each.iter().map(|p| p.openmetrics.as_ref()).collect();
+            self.merged = Some((Merged::of_ranks(each.iter().map(|p| &p.text)), om.map(Merged::of_ranks)));
         }
         let (text, om) = self.merged.as_ref().expect("merged above");
         let metrics = text.with_own(&exposition::encode(&own.registry, Format::Text), false);
