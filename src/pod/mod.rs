@@ -6,7 +6,14 @@
 //! changed and touched twice a second as a heartbeat. `nixl-agent pod`
 //! ([`serve`]) serves the directory as the pod's agent: /metrics merged with
 //! a `rank` label, /readyz ready when every expected rank is alive and
-//! ready, /v1/status per rank. [`merge`] holds the pure part.
+//! ready, /v1/status per rank. [`merge`] and [`lint`] hold the pure part.
+//!
+//! Nothing in the directory is trusted, by the writer or the reader: anyone
+//! who may write it (a shared `emptyDir`) could plant links, FIFOs and rank
+//! files of their own. [`dir`] checks the directory before a claim, [`slot`]
+//! keeps every open from following a link or blocking and tests slot locks
+//! without taking them, [`read`] takes a rank only while its slot is held
+//! and its exposition cannot break the pod's scrape.
 //!
 //! The conventions are those of `PROMETHEUS_MULTIPROC_DIR` (prometheus_client,
 //! used by vLLM and SGLang) and NIXL's own `NIXL_TELEMETRY_MULTIPROC_DIR`.

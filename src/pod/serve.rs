@@ -1,6 +1,7 @@
-//! `nixl-agent pod`: the pod's agent. A task reads the pod directory every
-//! [`super::PUBLISH_EVERY`] and records what it found (a [`PodView`] in a
-//! `watch` channel); the handlers only read that view. /metrics merges the
+//! `nixl-agent pod`: the pod's agent. A task makes a pass over the pod
+//! directory every [`super::PUBLISH_EVERY`] ([`Watcher`]: files re-read and
+//! ranks merged again only when they changed) and records what it found (a
+//! [`PodView`] in a `watch` channel); the handlers only read that view. /metrics merges the
 //! ranks' expositions with a `rank` label beside the pod's own
 //! (`nixl_agent_ready` for the pod, `nixl_agent_rank_up{rank}`), /readyz is
 //! 200 when every expected rank is alive and ready, /v1/status lists them.
