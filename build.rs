@@ -3,7 +3,8 @@
 //! GPU-only tests, which the test runner then reports as skipped (ignored)
 //! on CPU-only machines instead of passing without running; and whether it
 //! may make network namespaces (root and iproute2): `cfg(nixl_agent_netns)`
-//! gates the two-node peer test the same way.
+//! gates the two-node peer test and the pod test that needs a mount
+//! namespace of its own the same way.
 
 /// Where distributions and the NVIDIA container toolkit put the driver's
 /// libcuda (never the toolkit's stubs, which are no driver).
