@@ -57,6 +57,9 @@ pub struct NixlStatus {
     pub searched: Vec<String>,
     pub reason: Option<Reason>,
     pub error: Option<String>,
+    /// What the operator does about an unavailable runtime (the variable or
+    /// flag, where the wheel puts the library), when loading failed.
+    pub fix: Option<String>,
 }
 
 /// One backend.
@@ -316,6 +319,8 @@ pub struct Check {
     pub name: String,
     /// `None` when the check passes, else the reason word shown.
     pub failure: Option<String>,
+    /// What to do about the failure, when the agent knows.
+    pub fix: Option<String>,
 }
 
 impl Status {
@@ -387,6 +392,7 @@ impl Status {
                 (false, Some(r)) => Some(r.as_str().to_string()),
                 (false, None) => Some("starting".to_string()),
             },
+            fix: self.nixl.fix.clone().filter(|_| !self.nixl.available),
         }];
         for g in self.groups.iter().filter(|g| g.required) {
             let failure = match g.state {
@@ -404,12 +410,14 @@ impl Status {
             out.push(Check {
                 name: format!("{}{}", CHECK_GROUP_PREFIX, g.name),
                 failure,
+                fix: None,
             });
         }
         if self.awaits_registration {
             out.push(Check {
                 name: CHECK_REGISTERED.to_string(),
                 failure: (!self.anything_registered()).then(|| NOTHING_REGISTERED.to_string()),
+                fix: None,
             });
         }
         if let Some(p) = &self.pod {
@@ -419,6 +427,7 @@ impl Status {
                     Some(d) => format!("{} ({d}); running alone", r.as_str()),
                     None => r.as_str().to_string(),
                 }),
+                fix: None,
             });
         }
         if self.stuck.is_some() || self.lifecycle_dead {
@@ -432,12 +441,14 @@ impl Status {
                     }
                     .to_string(),
                 ),
+                fix: None,
             });
         }
         if matches!(self.phase, Phase::Draining | Phase::Stopped) {
             out.push(Check {
                 name: CHECK_DRAINING.to_string(),
                 failure: Some("draining".to_string()),
+                fix: None,
             });
         }
         out

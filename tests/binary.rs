@@ -204,7 +204,15 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
     assert_eq!(agent.get("/livez").status, 200);
     let r = agent.get("/readyz?verbose");
     assert_eq!(r.status, 503);
-    assert!(r.body.starts_with("[-]nixl failed: nixl_unavailable\n"), "{}", r.body);
+    // The check names its fix: the configured folder is the wrong one.
+    assert!(
+        r.body
+            .starts_with("[-]nixl failed: nixl_unavailable; fix: point NIXL_LIB_DIR (or --nixl-lib-dir"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains(".nixl_cu12.mesonpy.libs"), "{}", r.body);
+    assert!(st["nixl"]["fix"].as_str().unwrap().contains("NIXL_LIB_DIR"), "{st}");
     let s = agent.scrape();
     assert_eq!(s.metric("nixl_agent_nixl_available").value(), 0.0);
     assert_eq!(s.metric("nixl_agent_ready").value(), 0.0);
@@ -220,6 +228,51 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
     assert!(agent.is_running(), "no nixl-sys abort");
     agent.signal("TERM");
     assert_eq!(agent.wait_exit(Duration::from_secs(10)).code(), Some(0));
+}
+
+/// `target/release/nixl-agent run` with no NIXL_LIB_DIR, no virtualenv and
+/// no NIXL on the system: the log line and /readyz?verbose name the fix
+/// (the variable, the flag, the virtualenv and where the wheel puts it).
+#[test]
+fn nixl_not_found_names_its_fix_in_the_log_line_and_readyz() {
+    let home = tempfile::tempdir().unwrap();
+    let home = home.path().to_str().unwrap();
+    let agent = AgentProcess::spawn(Spawn {
+        no_nixl: true,
+        env: &[
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", home),
+            ("VIRTUAL_ENV", ""),
+            ("PYTHONPATH", ""),
+        ],
+        ..Default::default()
+    });
+    let st = support::wait_for(READY, "nixl reason in status", || {
+        let st = agent.status();
+        (!st["nixl"]["reason"].is_null()).then_some(st)
+    });
+    assert_eq!(st["nixl"]["reason"], "nixl_unavailable", "{st}");
+    let r = agent.get("/readyz?verbose");
+    assert_eq!(r.status, 503);
+    let first = r.body.lines().next().unwrap();
+    for fix in [
+        "fix: set NIXL_LIB_DIR (or --nixl-lib-dir)",
+        "activate the virtualenv that has NIXL installed",
+        "pip install nixl-cu12",
+        "site-packages/.nixl_cu12.mesonpy.libs",
+    ] {
+        assert!(first.contains(fix), "no {fix:?} in {first}");
+    }
+    let line = agent
+        .events("NIXL runtime unavailable; serving probes, never ready")
+        .pop()
+        .unwrap_or_else(|| panic!("no unavailable line: {:?}", agent.log()));
+    let error = line["error"].as_str().unwrap_or_else(|| panic!("{line}"));
+    assert!(error.contains("fix: set NIXL_LIB_DIR (or --nixl-lib-dir)"), "{error}");
+    assert!(
+        error.find("fix:") < error.find("searched:"),
+        "the fix comes before the searched paths: {error}"
+    );
 }
 
 #[test]

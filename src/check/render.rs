@@ -98,8 +98,9 @@ pub(super) fn nixl_summary(check: &NixlCheck) -> String {
             n.plugins.join(" ")
         ),
         None => format!(
-            "{}; searched: {}",
+            "{}{}; searched: {}",
             n.error.as_deref().unwrap_or("not found"),
+            n.fix.as_deref().map(|f| format!("; fix: {f}")).unwrap_or_default(),
             if n.searched.is_empty() {
                 "-".to_string()
             } else {

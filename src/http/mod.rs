@@ -112,7 +112,10 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
             for c in st.checks() {
                 match c.failure {
                     None => body.push_str(&format!("[+]{} ok\n", c.name)),
-                    Some(why) => body.push_str(&format!("[-]{} failed: {why}\n", c.name)),
+                    Some(why) => match c.fix {
+                        None => body.push_str(&format!("[-]{} failed: {why}\n", c.name)),
+                        Some(fix) => body.push_str(&format!("[-]{} failed: {why}; fix: {fix}\n", c.name)),
+                    },
                 }
             }
         }

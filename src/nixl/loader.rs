@@ -29,11 +29,43 @@ pub struct Loaded {
 /// The CUDA runtime that the wheel's UCX CUDA modules (libucm_cuda) need.
 pub const CUDART_LIB: &str = "libcudart.so.12";
 
-/// Why the runtime could not be loaded, with every place that was tried.
+/// Why the runtime could not be loaded, with every place that was tried
+/// and what the operator does about it.
 #[derive(Debug, Clone)]
 pub struct LoadError {
     pub message: String,
     pub searched: Vec<String>,
+    /// The fix, in words: which variable or flag names the library's folder,
+    /// and where the NIXL wheel puts it.
+    pub fix: String,
+}
+
+/// What to do when `libnixl_capi.so` was not found: `configured` when a
+/// directory was given (`--nixl-lib-dir`, `NIXL_LIB_DIR`, `nixl_lib_dir`)
+/// and did not hold it.
+pub fn not_found_fix(configured: bool) -> String {
+    let wheel = "the nixl-cu12 wheel (pip install nixl-cu12) puts it in \
+                 <venv>/lib/python3.X/site-packages/.nixl_cu12.mesonpy.libs";
+    if configured {
+        format!(
+            "point NIXL_LIB_DIR (or --nixl-lib-dir, or nixl_lib_dir in the config) at the folder that holds \
+             {CAPI_LIB}; {wheel}"
+        )
+    } else {
+        format!(
+            "set NIXL_LIB_DIR (or --nixl-lib-dir) to the folder that holds {CAPI_LIB}, or activate the \
+             virtualenv that has NIXL installed (VIRTUAL_ENV); {wheel}"
+        )
+    }
+}
+
+/// What to do when the library was found but does not load.
+fn load_fix(library: &std::path::Path) -> String {
+    format!(
+        "{} is not a usable NIXL runtime: reinstall the NIXL wheel (pip install --force-reinstall nixl-cu12) or \
+         point NIXL_LIB_DIR (or --nixl-lib-dir) at another one",
+        library.display()
+    )
 }
 
 /// Loads the library found by discovery, or falls back to the dynamic
@@ -46,6 +78,7 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
             return Err(LoadError {
                 message: format!("{} not found in the configured NIXL library directory", CAPI_LIB),
                 searched: nf.searched,
+                fix: not_found_fix(true),
             })
         }
         Err(mut nf) => {
@@ -60,6 +93,7 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
                     return Err(LoadError {
                         message: format!("{CAPI_LIB} not found (last dlopen error: {e})"),
                         searched: nf.searched,
+                        fix: not_found_fix(false),
                     })
                 }
             }
@@ -69,6 +103,7 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
         dlopen(&discovery.library.display().to_string()).map_err(|e| LoadError {
             message: format!("cannot load {}: {e}", discovery.library.display()),
             searched: vec![discovery.library.display().to_string()],
+            fix: load_fix(&discovery.library),
         })?;
     }
     // The stub's own dlopen now resolves to the object loaded above.
@@ -79,6 +114,7 @@ pub fn load(found: Result<Discovery, NotFound>) -> Result<Loaded, LoadError> {
                 discovery.library.display()
             ),
             searched: vec![discovery.library.display().to_string()],
+            fix: load_fix(&discovery.library),
         });
     }
     let plugin_dir = discovery.lib_dir().map(|d| d.join("plugins")).filter(|p| p.is_dir());
@@ -151,6 +187,7 @@ pub fn status_of(loaded: &Result<Loaded, LoadError>, searched: Vec<String>) -> c
             version: l.discovery.version.clone(),
             plugin_dir: l.plugin_dir.as_deref().map(path),
             cudart: l.cudart.as_deref().map(path),
+            binding_version: crate::telemetry::metrics::NIXL_SYS_VERSION,
             ..NixlStatus::default()
         },
         Err(e) => NixlStatus {
@@ -160,6 +197,8 @@ pub fn status_of(loaded: &Result<Loaded, LoadError>, searched: Vec<String>) -> c
                 e.searched.clone()
             },
             error: Some(e.message.clone()),
+            fix: Some(e.fix.clone()),
+            binding_version: crate::telemetry::metrics::NIXL_SYS_VERSION,
             ..NixlStatus::default()
         },
     }

@@ -179,7 +179,7 @@ impl Registrar for NixlRegistrar {
         // On the caller's agent NIXL is loaded by definition; the load
         // result only feeds the status.
         if let (Err(e), None) = (&self.loaded, &self.given) {
-            let mut msg = e.message.clone();
+            let mut msg = format!("{}; fix: {}", e.message, e.fix);
             if !e.searched.is_empty() {
                 msg.push_str(&format!("; searched: {}", e.searched.join(", ")));
             }
