@@ -117,6 +117,18 @@ pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
     }
 }
 
+/// A bad config or plan, before anything starts: one line on stderr and,
+/// for `check --json`, a JSON document on stdout all the same (CI redirects
+/// it to a file: an empty file says nothing). The caller exits 2.
+pub fn config_failed(command: Option<&Command>, error: &dyn std::fmt::Display) {
+    eprintln!("nixl-agent: {error}");
+    if let Some(Command::Check(args)) = command {
+        if args.json {
+            println!("{}", crate::check::config_error_document(&error.to_string()));
+        }
+    }
+}
+
 /// `nixl-agent pod`: serves the pod directory until SIGTERM/SIGINT; the
 /// exit code (0, 1 when the port cannot be bound).
 pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     let config = match cli.opts.load_config(&ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("nixl-agent: {e}");
+            cli::config_failed(cli.command.as_ref(), &e);
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     let prepared = match Lifecycle::prepare(config.clone(), Plan::from_config(&config)) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("nixl-agent: {e}");
+            cli::config_failed(cli.command.as_ref(), &e);
             return ExitCode::from(EXIT_CONFIG);
         }
     };

@@ -123,6 +123,30 @@ fn missing_library_fails_and_says_where_it_looked() {
     assert!(text.contains("A required check failed"), "{text}");
 }
 
+/// CI redirects `check --json` to a file: with a bad config the file is
+/// still a JSON document (ok false, the error and its step), and on a NIXL
+/// failure the report names the reason and the binding.
+#[test]
+fn json_is_a_document_whatever_fails() {
+    let (out, r) = check(&["--json"], Some("[[group]]\nname = 'kv'\n"), &[], true);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"]["step"], "config", "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("kind"), "{message}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(message));
+    let (out, r) = check(&["--json", "--config", "/nonexistent/agent.toml"], None, &[], true);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/agent.toml"));
+    let (_, r) = check(&["--json", "--no-transfer"], None, &[], false);
+    assert_eq!(r["nixl"]["reason"], "nixl_unavailable", "{r}");
+    assert_eq!(r["nixl"]["binding_version"], "1.5.1", "{r}");
+    assert!(r["nixl"]["fix"].as_str().unwrap().contains("NIXL_LIB_DIR"), "{r}");
+}
+
 #[cfg_attr(
     nixl_agent_cuda,
     ignore = "CPU-only: a CUDA driver is present, so VRAM is available (tests/gpu.rs covers it)"

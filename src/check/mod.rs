@@ -181,7 +181,10 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
 
     progress.start("NIXL runtime");
     let loaded = nixl::load(found);
-    let runtime = nixl::status_of(&loaded, searched);
+    let mut runtime = nixl::status_of(&loaded, searched);
+    if loaded.is_err() {
+        runtime.reason = Some(Reason::NixlUnavailable);
+    }
     let outcome = if loaded.is_ok() { Outcome::Ok } else { Outcome::Fail };
     let mut nixl_check = NixlCheck { outcome, runtime };
     let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap.clone());
@@ -193,6 +196,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
             }
             Err(f) => {
                 nixl_check.outcome = Outcome::Fail;
+                nixl_check.runtime.reason = Some(f.reason);
                 nixl_check.runtime.error = Some(f.message);
             }
         }
@@ -383,6 +387,18 @@ pub fn run_cli(config: &Config, tap: Option<StderrTap>, options: &Options, proto
         t.flush();
     }
     report.ok
+}
+
+/// What `check --json` prints when the config or plan is invalid, so that
+/// stdout is a JSON document whatever happened: `ok` false, the version,
+/// and the error with the step it came from (`config`).
+pub fn config_error_document(message: &str) -> String {
+    let doc = serde_json::json!({
+        "ok": false,
+        "version": env!("CARGO_PKG_VERSION"),
+        "error": { "step": "config", "message": message },
+    });
+    serde_json::to_string_pretty(&doc).expect("a JSON value serializes")
 }
 
 fn skip_failure() -> Failure {
