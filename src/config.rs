@@ -51,6 +51,9 @@ pub const ENV_CONFIG: &str = "NIXL_AGENT_CONFIG";
 pub const MIN_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const ENV_LISTEN: &str = "NIXL_AGENT_LISTEN";
 pub const ENV_LOG_FORMAT: &str = "NIXL_AGENT_LOG_FORMAT";
+/// The log filter (`info`, `warn`, `nixl_agent=debug`: tracing's
+/// `EnvFilter` directives); an unparsable one is a config error.
+pub const ENV_LOG: &str = "NIXL_AGENT_LOG";
 pub const ENV_NIXL_LIB_DIR: &str = "NIXL_LIB_DIR";
 
 /// The agent's whole configuration. Every field has a default, so an empty
@@ -385,6 +388,14 @@ impl Config {
             self.nixl_lib_dir = Some(PathBuf::from(v));
         }
         self.tracing.apply_env(env)?;
+        if let Some(v) = env.var(ENV_LOG) {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&v) {
+                return Err(invalid(
+                    ENV_LOG,
+                    format!("`{v}` is not a log filter ({e}); e.g. info, warn, nixl_agent=debug"),
+                ));
+            }
+        }
         if let Some(v) = env.var(ENV_LOG_FORMAT) {
             self.log_format = match v.as_str() {
                 "text" => LogFormat::Text,
@@ -397,7 +408,7 @@ impl Config {
 
     /// Checks everything serde cannot: ranges, names, uniqueness, limits.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_word("agent_name", &self.agent_name, 128, |c| {
+        check_word("agent_name", &self.agent_name, 128, NAME_CHARS, |c| {
             c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
         })?;
         if self.shutdown_grace.is_zero() {
@@ -576,35 +587,46 @@ pub(crate) fn validate_group_words(
     backends: &[String],
     key: &dyn Fn(&str) -> String,
 ) -> Result<(), ConfigError> {
-    check_word(&key("name"), name, 64, |c| {
-        c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
-    })?;
-    check_word(&key("kind"), kind, 32, |c| {
-        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
-    })?;
+    validate_name_and_kind(name, kind, key)?;
     if backends.is_empty() {
         return Err(invalid(key("backends"), "needs at least one backend, e.g. [\"UCX\"]"));
     }
     validate_backends(backends, &key("backends"))
 }
 
+/// What a group name may hold (it becomes the `group` label).
+const NAME_CHARS: &str = "ASCII letters, digits, '_', '-' and '.'";
+/// What a kind may hold (it becomes the `kind` label).
+const KIND_CHARS: &str = "lowercase ASCII letters, digits and '_' (kv, aux, state or a word of your own)";
+/// What a backend name may hold.
+const BACKEND_CHARS: &str = "ASCII letters, digits and '_' (e.g. UCX)";
+
+/// Checks a group's name and kind, the words that become the `group` and
+/// `kind` labels: the config file, the library API and Python's
+/// `nixl_agent_instrument.group` refuse the same words with the same line.
+pub(crate) fn validate_name_and_kind(name: &str, kind: &str, key: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    check_word(&key("name"), name, 64, NAME_CHARS, |c| {
+        c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+    })?;
+    check_word(&key("kind"), kind, 32, KIND_CHARS, |c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'
+    })
+}
+
 /// Backend names (`UCX`, `GDS`), as the `backend` label takes them.
 pub(crate) fn validate_backends(backends: &[String], key: &str) -> Result<(), ConfigError> {
     for b in backends {
-        check_word(key, b, 32, |c| c.is_ascii_alphanumeric() || c == '_')?;
+        check_word(key, b, 32, BACKEND_CHARS, |c| c.is_ascii_alphanumeric() || c == '_')?;
     }
     Ok(())
 }
 
-fn check_word(key: &str, value: &str, max: usize, ok: impl Fn(char) -> bool) -> Result<(), ConfigError> {
+fn check_word(key: &str, value: &str, max: usize, allowed: &str, ok: impl Fn(char) -> bool) -> Result<(), ConfigError> {
     if value.is_empty() || value.len() > max {
-        return Err(invalid(key, format!("must be 1 to {max} bytes long")));
+        return Err(invalid(key, format!("{value:?} must be 1 to {max} bytes long")));
     }
     if let Some(c) = value.chars().find(|c| !ok(*c)) {
-        return Err(invalid(
-            key,
-            format!("{value:?} contains {c:?}, which is not allowed here"),
-        ));
+        return Err(invalid(key, format!("{value:?} contains {c:?}; allowed: {allowed}")));
     }
     Ok(())
 }

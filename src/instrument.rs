@@ -22,6 +22,9 @@ use crate::observe::{Expected, ObserveSettings, DEFAULT_MAX_GROUPS};
 /// `off` / `0` / `false` switches the instrumentation off entirely (read by
 /// the Python bootstrap); `1` turns it on where the launcher is not used.
 pub const ENV_INSTRUMENT: &str = "NIXL_AGENT_INSTRUMENT";
+/// The values `NIXL_AGENT_INSTRUMENT` takes (on, then off), as the Python
+/// start-up (`_bootstrap/sitecustomize.py`, `_pth.py`) reads them.
+pub const INSTRUMENT_WORDS: &[&str] = &["1", "on", "true", "0", "off", "false"];
 /// `record` (default), `enforce` or `off`.
 pub const ENV_VALIDATE: &str = "NIXL_AGENT_VALIDATE";
 /// Groups readiness waits for: `name[:DRAM|VRAM],...`; `none` for none.
@@ -170,6 +173,16 @@ impl Settings {
                 _ => return Err(invalid(ENV_MAX_GROUPS, format!("`{v}` is not a number from 1 to 256"))),
             },
         };
+        // Read by the Python start-up (which says a bad value itself before
+        // any of this runs); checked here too, so the explicit API refuses it.
+        if let Some(v) = lower(ENV_INSTRUMENT) {
+            if !INSTRUMENT_WORDS.contains(&v.as_str()) {
+                return Err(invalid(
+                    ENV_INSTRUMENT,
+                    format!("`{v}` is not one of {}", INSTRUMENT_WORDS.join(", ")),
+                ));
+            }
+        }
         let capture = match lower(ENV_CAPTURE).as_deref() {
             None | Some("off") | Some("0") | Some("false") => false,
             Some("on") | Some("1") | Some("true") => true,
@@ -239,6 +252,14 @@ impl Settings {
             transfer_stall_after: self.transfer_stall_after,
         }
     }
+}
+
+/// Checks a group name and kind given explicitly (Python's
+/// `nixl_agent_instrument.group`) as the config file and the library API
+/// check them: a word that cannot be a label is refused with one line naming
+/// it and what is allowed, never recorded as `other` without a word.
+pub fn check_group(name: &str, kind: &str) -> Result<(), ConfigError> {
+    config::validate_name_and_kind(name, kind, &|k| format!("group {k}"))
 }
 
 /// An [`Env`] that hides one variable.

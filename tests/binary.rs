@@ -527,6 +527,22 @@ fn bad_config_exits_2_naming_the_key_and_starts_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
+    // A log filter that does not parse is one line naming key and value,
+    // never the default filter taken silently.
+    let out = support::binary()
+        .args(["run", "--listen", "127.0.0.1:0"])
+        .env("NIXL_AGENT_LOG", "notalevel[")
+        .env("NIXL_LIB_DIR", support::nixl_lib_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("nixl-agent: config key `NIXL_AGENT_LOG`: `notalevel[` is not a log filter"),
+        "{err}"
+    );
+    assert!(err.contains("e.g. info, warn, nixl_agent=debug"), "{err}");
 }
 
 #[test]

@@ -733,6 +733,56 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found: no-such-command-here"));
 }
 
+/// Values that used to be taken silently: a NIXL_AGENT_INSTRUMENT that is
+/// neither on nor off (under the launcher and through the .pth file alike),
+/// a log filter that does not parse, an explicit group whose name or kind
+/// cannot be a label. Each is one line naming the key, the value and what
+/// is allowed; nothing is instrumented on a guess.
+#[test]
+fn bad_values_are_one_line_never_a_guess() {
+    let (bare_out, bare_err) = run(false, &["vllm"], &[]);
+    for instrumented in [true, false] {
+        let (out, err) = run(instrumented, &["vllm"], &[("NIXL_AGENT_INSTRUMENT", "maybe")]);
+        assert_eq!(out, bare_out, "the program runs as if uninstrumented");
+        let extra: Vec<&str> = err.lines().filter(|l| !bare_err.contains(l)).collect();
+        assert_eq!(
+            extra,
+            ["nixl-agent-instrument: not instrumenting: config key `NIXL_AGENT_INSTRUMENT`: `maybe` is not one of 1, on, true, 0, off, false"],
+            "launcher: {instrumented}: {err}"
+        );
+    }
+    let (out, err) = run(true, &["vllm"], &[("NIXL_AGENT_LOG", "notalevel[")]);
+    assert_eq!(out, bare_out);
+    let extra: Vec<&str> = err.lines().filter(|l| !bare_err.contains(l)).collect();
+    assert_eq!(extra.len(), 1, "{err}");
+    assert!(
+        extra[0].starts_with(
+            "nixl-agent-instrument: not instrumenting: config key `NIXL_AGENT_LOG`: `notalevel[` is not a log filter"
+        ),
+        "{}",
+        extra[0]
+    );
+    let code = "import nixl_agent_instrument as nai\n\
+                for name, kind in (('kv cache', None), ('kv_cache', 'KV')):\n\
+                \x20   try:\n\
+                \x20       nai.group(name, kind=kind)\n\
+                \x20   except ValueError as e:\n\
+                \x20       print(e)\n\
+                print(nai.group('kv_cache', kind='kv')._chosen)\n";
+    let out = Command::new(support::python()).args(["-c", code]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "nixl_agent_instrument.group: config key `group name`: \"kv cache\" contains ' '; allowed: ASCII letters, digits, '_', '-' and '.'",
+            "nixl_agent_instrument.group: config key `group kind`: \"KV\" contains 'K'; allowed: lowercase ASCII letters, digits and '_' (kv, aux, state or a word of your own)",
+            "('kv_cache', 'kv')",
+        ]
+    );
+}
+
 /// Calls NIXL's Python API rejects raise the same Python errors, counted
 /// as `invalid_argument`.
 #[test]

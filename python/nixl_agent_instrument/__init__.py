@@ -57,7 +57,9 @@ def instrument():
 class group:
     """Records the ``register_memory`` calls made inside the block under
     group ``name`` (and ``kind``: kv, aux, state or a word of your own;
-    derived from the name when omitted). A context manager; nests, and one
+    derived from the name when omitted). Raises ValueError naming the word
+    when ``name`` (ASCII letters, digits, ``_ - .``) or ``kind`` (lowercase
+    letters, digits, ``_``) cannot be a label. A context manager; nests, and one
     instance may be entered by several threads or asyncio tasks at once:
     each entry keeps its own token in its own context."""
 
@@ -73,6 +75,11 @@ class group:
                 v.encode("utf-8")  # lone surrogates: UnicodeEncodeError here, not in NIXL's call
         if kind is None:
             _, kind = _native.name_call("", name, name)
+        err = _native.group_error(name, kind)
+        if err is not None:
+            # A name or kind that cannot be a label: refused here, in the
+            # caller's frame, rather than recorded as `other` without a word.
+            raise ValueError(f"nixl_agent_instrument.group: {err}")
         self._chosen = (name, kind)
         # The tokens of this instance's open entries, per context (thread,
         # task): an exit resets the token its own entry set.

@@ -91,6 +91,8 @@ fn settings_name_the_variable_that_is_wrong() {
         (ENV_EXPECT, "k v"),
         (config::ENV_LISTEN, "localhost"),
         (ENV_BACKEND, "U-CX"),
+        (ENV_INSTRUMENT, "maybe"),
+        (config::ENV_LOG, "notalevel["),
     ] {
         let err = Settings::from_env(&env(&[(k, v)])).unwrap_err().to_string();
         assert!(err.contains(k), "{k}={v}: {err}");
@@ -157,4 +159,22 @@ fn a_data_path_exception_names_its_reason() {
     assert_eq!(r("nixlUnknownError"), Reason::NixlError);
     assert_eq!(r("KeyError"), Reason::InvalidArgument);
     assert_eq!(r("SomethingNew"), Reason::Unknown);
+}
+
+#[test]
+fn an_explicit_group_is_checked_as_the_config_file_checks_it() {
+    let err = check_group("kv cache", "kv").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "config key `group name`: \"kv cache\" contains ' '; allowed: ASCII letters, digits, '_', '-' and '.'"
+    );
+    let err = check_group("kv_cache", "KV").unwrap_err().to_string();
+    assert!(
+        err.contains("`group kind`") && err.contains("\"KV\" contains 'K'; allowed: lowercase"),
+        "{err}"
+    );
+    check_group("kv_cache", "kv").unwrap();
+    for v in INSTRUMENT_WORDS {
+        Settings::from_env(&env(&[(ENV_INSTRUMENT, v)])).unwrap();
+    }
 }

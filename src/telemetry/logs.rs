@@ -42,7 +42,7 @@ pub fn init_filtered(
         // its parent's): no second exporter that nothing would feed.
         return None;
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NIXL_AGENT_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env(crate::config::ENV_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let ansi = match &stderr {
         Some(f) => f.is_terminal(),

@@ -163,6 +163,13 @@ fn settings_error() -> Option<String> {
     settings().as_ref().err().cloned()
 }
 
+/// Why an explicit group (`nixl_agent_instrument.group`) cannot be
+/// recorded under its name and kind, or `None`.
+#[pyfunction]
+fn group_error(name: &str, kind: &str) -> Option<String> {
+    instrument::check_group(name, kind).err().map(|e| e.to_string())
+}
+
 /// Starts the instrumentation of this process if it is not running: the
 /// recording, the log, the fd tap when capture is on, and the HTTP server.
 /// `frameworks` are the serving frameworks loaded (`sglang`, `vllm`, ...),
@@ -816,6 +823,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_LISTEN", nixl_agent::config::DEFAULT_LISTEN)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(settings_error, m)?)?;
+    m.add_function(wrap_pyfunction!(group_error, m)?)?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(rank, m)?)?;

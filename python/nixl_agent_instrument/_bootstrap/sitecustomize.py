@@ -6,12 +6,12 @@ import sys
 
 
 def _nixl_agent_boot():
-    if os.environ.get("NIXL_AGENT_INSTRUMENT", "").lower() in ("0", "off", "false"):
+    if os.environ.get("NIXL_AGENT_INSTRUMENT", "").strip().lower() in ("0", "off", "false"):
         return
     try:
         from nixl_agent_instrument import _boot
 
-        _boot.boot()
+        _boot.boot(launched=True)
     except Exception as e:  # pragma: no cover - the package is missing or broken
         sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {type(e).__name__}: {e}\n")
 
