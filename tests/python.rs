@@ -660,6 +660,42 @@ fn explicit_api_names_the_group_without_the_launcher() {
     assert!(out.contains("address True"), "{out}");
 }
 
+/// A listen port another program holds (here, one that answers every
+/// request with a 404): the process says so on stderr with the default log
+/// filter, `nai.address()` is None and `nai.status()["http"]` says why,
+/// instead of waiting silently for a rank of its own to give the port up.
+#[test]
+fn a_port_held_by_another_program_is_said_on_stderr_and_in_status() {
+    use std::io::{Read, Write};
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for conn in taken.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let _ = c.read(&mut [0u8; 1024]);
+            let _ = c.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    let (out, err) = run(false, &["explicit"], &[("NIXL_AGENT_LISTEN", &addr)]);
+    assert!(out.contains("address False"), "{out}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cannot serve /metrics and /readyz"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains(&format!("{addr} is in use by another program (not nixl-agent)")),
+        "{}",
+        said[0]
+    );
+    assert!(
+        out.contains(&format!(
+            "http {{'address': None, 'error': '{addr} is in use by another program (not nixl-agent)"
+        )),
+        "{out}"
+    );
+}
+
 #[test]
 fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off() {
     // NIXL_AGENT_INSTRUMENT=1 alone: the wheel's .pth file boots the hook.

@@ -25,6 +25,9 @@ pub struct Instrumentation {
     tap: Option<StderrTap>,
     publisher: Mutex<Option<Publisher>>,
     traces: Mutex<Option<TracingGuard>>,
+    /// Why this process does not serve its listen address (another program
+    /// holds the port, or it cannot be bound), shown while it does not.
+    http_error: Arc<Mutex<Option<String>>>,
 }
 
 /// The HTTP server: its runtime (its threads end with the process), the
@@ -98,14 +101,16 @@ impl Instrumentation {
                 .ok()
         });
         let http = Arc::new(Mutex::new(None));
+        let http_error = Arc::new(Mutex::new(None));
         if settings.serve {
             let listen = settings.config.listen;
             let limits = settings.config.http.clone();
+            let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
             match serve(&observer, listen, &limits, local.as_deref()) {
                 Ok(s) => *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
                 // Another rank of this address serves the merged view; this
                 // one takes the port over when that one is gone.
-                Err(e) if local.is_some() && e.kind() == std::io::ErrorKind::AddrInUse => {
+                Err(e) if local.is_some() && in_use(&e) && held_by_nixl_agent(listen) => {
                     tracing::debug!(target: LOG_TARGET, listen = %listen, "another rank of this address serves it; taking it over if it goes");
                     takeover(http.clone(), observer.clone(), listen, limits, local.clone());
                 }
@@ -115,7 +120,13 @@ impl Instrumentation {
                     tracing::debug!(target: LOG_TARGET, listen = %listen, error = %e, "a forked child records without HTTP: its parent serves this address");
                 }
                 Err(e) => {
-                    tracing::warn!(target: LOG_TARGET, listen = %listen, error = %e, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
+                    let why = if in_use(&e) {
+                        format!("{listen} is in use by another program (not nixl-agent): probes and scrapes of it reach that program")
+                    } else {
+                        format!("cannot bind {listen}: {e}")
+                    };
+                    tracing::warn!(target: LOG_TARGET, listen = %listen, error = %why, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
+                    *http_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
                 }
             }
         }
@@ -125,7 +136,15 @@ impl Instrumentation {
             tap,
             publisher: Mutex::new(publisher),
             traces: Mutex::new(traces),
+            http_error,
         }
+    }
+
+    /// Why this process serves no HTTP although asked to (its listen port is
+    /// another program's, or cannot be bound); `None` when it serves, or
+    /// another rank of its address does.
+    pub fn http_error(&self) -> Option<String> {
+        self.http_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn observer(&self) -> &Observer {
@@ -222,6 +241,36 @@ fn serve(
     };
     rt.spawn(crate::http::server::serve(listener, router, limits.clone(), stop_rx));
     Ok(Served { _rt: rt, addr, fd })
+}
+
+/// Whether what holds `listen` is a nixl-agent (another rank of this
+/// address, a process of ours): it serves this build's alerting rules at
+/// their path. Anything else (another program, or nothing that answers
+/// within half a second) is not.
+fn held_by_nixl_agent(listen: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let mut to = listen;
+    if to.ip().is_unspecified() {
+        to.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let wait = Duration::from_millis(500);
+    let Ok(mut conn) = std::net::TcpStream::connect_timeout(&to, wait) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(wait));
+    let _ = conn.set_write_timeout(Some(wait));
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {to}\r\nConnection: close\r\n\r\n",
+        crate::http::ALERT_RULES_PATH
+    );
+    if conn.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = Vec::new();
+    let _ = conn.take(4096).read_to_end(&mut head);
+    let text = String::from_utf8_lossy(&head);
+    let first_line = crate::http::ALERT_RULES_YAML.lines().next().unwrap_or_default();
+    text.starts_with("HTTP/1.1 200") && text.contains(first_line)
 }
 
 /// A rank that does not hold its address's port tries it every

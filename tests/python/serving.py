@@ -234,6 +234,7 @@ def explicit(argv):
     line = [l for l in metrics.splitlines() if l.startswith("nixl_agent_registered_bytes{") and "scratch_pad" in l]
     out("explicit", line[0] if line else "missing")
     out("address", nai.address() is not None)
+    out("http", nai.status()["http"])
 
 
 def badcalls(argv):

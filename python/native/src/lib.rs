@@ -305,7 +305,15 @@ fn metrics_text(py: Python<'_>) -> Option<String> {
 #[pyfunction]
 fn status_json() -> Option<String> {
     let r = running()?;
-    serde_json::to_string(&*r.observer().status()).ok()
+    let mut status = serde_json::to_value(&*r.observer().status()).ok()?;
+    // What only this process knows: where it serves, or why it does not
+    // (its port is another program's); /v1/status cannot say it.
+    if let Some(map) = status.as_object_mut() {
+        let addr = r.inst.addr().map(|a| a.to_string());
+        let error = if addr.is_some() { None } else { r.inst.http_error() };
+        map.insert("http".into(), serde_json::json!({ "address": addr, "error": error }));
+    }
+    serde_json::to_string(&status).ok()
 }
 
 impl Running {
