@@ -190,10 +190,21 @@ pub struct GroupConflict {
 
 impl Observer {
     /// An observer with a recording of its own, validating with `probe`.
+    #[cfg(test)]
     pub(crate) fn with_probe(settings: ObserveSettings, probe: Box<dyn MemoryProbe + Send + Sync>) -> Observer {
+        Observer::with_runtime(settings, probe, NixlStatus::default())
+    }
+
+    /// The same, on the NIXL runtime `nixl` describes (the one the program
+    /// loaded: library, version, plugin folder).
+    pub(crate) fn with_runtime(
+        settings: ObserveSettings,
+        probe: Box<dyn MemoryProbe + Send + Sync>,
+        nixl: NixlStatus,
+    ) -> Observer {
         let rec = Recorder::new(
-            &BuildInfo::current(None).with_role(crate::telemetry::names::ROLE_OBSERVER),
-            NixlStatus::default(),
+            &BuildInfo::current(nixl.version.as_deref()).with_role(crate::telemetry::names::ROLE_OBSERVER),
+            nixl,
             Instant::now(),
         );
         rec.emit(&Event::Progress {

@@ -109,7 +109,25 @@ fn vllm_shaped_process_records_kv_under_its_default_name() {
     assert_eq!(group_value(&s, "nixl_agent_registered_bytes", "kv"), 8.0 * 65536.0);
     // A framework of its own: ready on no expected groups, kv observed.
     assert_eq!(h.readyz(), 200);
-    support::assert_projections_agree(h.addr);
+    let status = support::assert_projections_agree(h.addr);
+    // The NIXL runtime the program loaded (the pinned wheel's libnixl.so),
+    // named as the binary names its own.
+    let nixl = &status["nixl"];
+    assert_eq!(nixl["version"], "1.5.1", "{nixl}");
+    assert_eq!(nixl["found_by"], "process", "{nixl}");
+    let library = nixl["library"].as_str().unwrap_or_else(|| panic!("{nixl}"));
+    assert!(library.ends_with(".nixl_cu12.mesonpy.libs/libnixl.so"), "{library}");
+    assert!(std::path::Path::new(library).is_file(), "{library}");
+    assert!(nixl["plugin_dir"].as_str().unwrap().ends_with("plugins"), "{nixl}");
+    assert!(nixl["plugins"].as_array().unwrap().iter().any(|p| p == "UCX"), "{nixl}");
+    assert_eq!(nixl["binding_version"], "1.5.1", "{nixl}");
+    assert_eq!(
+        s.metric("nixl_agent_build_info")
+            .label("nixl_version", "1.5.1")
+            .label("nixl_sys_version", "1.5.1")
+            .value(),
+        1.0
+    );
     h.finish();
 
     // The operator renames it; readiness waits for the new name.

@@ -33,6 +33,9 @@ pub enum FoundBy {
     Opt,
     /// The dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache).
     Loader,
+    /// Already loaded in the process, by the program (observe mode: NIXL's
+    /// Python API, or an embedder that loaded it).
+    Process,
 }
 
 impl FoundBy {
@@ -42,6 +45,7 @@ impl FoundBy {
             FoundBy::Wheel => "wheel",
             FoundBy::Opt => "opt",
             FoundBy::Loader => "loader",
+            FoundBy::Process => "process",
         }
     }
 }

@@ -17,23 +17,7 @@ pub struct UcxFacts {
     pub cuda_modules: Vec<(String, Result<(), String>)>,
 }
 
-/// Paths of loaded shared objects whose file name starts with `prefix`.
-fn loaded(prefix: &str) -> Vec<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut out: Vec<PathBuf> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .map(PathBuf::from)
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix))
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
-}
+use super::loader::loaded;
 
 /// Inspects the UCX that NIXL's UCX plugin loaded.
 pub fn ucx() -> UcxFacts {

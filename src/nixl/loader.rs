@@ -13,7 +13,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// NIXL's plugin directory variable.
-#[cfg(feature = "cli")]
 pub const PLUGIN_DIR_ENV: &str = "NIXL_PLUGIN_DIR";
 
 /// A loaded NIXL runtime.
@@ -202,4 +201,52 @@ pub fn status_of(loaded: &Result<Loaded, LoadError>, searched: Vec<String>) -> c
             ..NixlStatus::default()
         },
     }
+}
+
+/// The NIXL runtime the program itself loaded (observe mode: NIXL's Python
+/// API loads `libnixl.so` from its wheel, an embedder `libnixl_capi.so`),
+/// found among the objects mapped in this process: its path, its version
+/// from the wheel's dist-info, and the plugin folder (`NIXL_PLUGIN_DIR`, else
+/// `plugins` beside the library). Nothing when no NIXL library is mapped.
+pub fn status_in_process() -> crate::status::NixlStatus {
+    use crate::status::NixlStatus;
+    let mapped = [CAPI_LIB, "libnixl.so"].iter().find_map(|name| {
+        loaded(name)
+            .into_iter()
+            .find(|p| p.file_name().is_some_and(|n| n == std::ffi::OsStr::new(name)))
+    });
+    let Some(library) = mapped else {
+        return NixlStatus::default();
+    };
+    let dir = library.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let plugin_dir = std::env::var_os(PLUGIN_DIR_ENV)
+        .map(PathBuf::from)
+        .or_else(|| Some(dir.join("plugins")).filter(|p| p.is_dir()));
+    NixlStatus {
+        library: Some(library.display().to_string()),
+        found_by: Some(FoundBy::Process.as_str().to_string()),
+        version: super::discover::wheel_version(&dir),
+        plugin_dir: plugin_dir.map(|p| p.display().to_string()),
+        binding_version: crate::telemetry::metrics::NIXL_SYS_VERSION,
+        ..NixlStatus::default()
+    }
+}
+
+/// Paths of loaded shared objects whose file name starts with `prefix`
+/// (read from `/proc/self/maps`).
+pub(super) fn loaded(prefix: &str) -> Vec<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut out: Vec<PathBuf> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .map(PathBuf::from)
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }

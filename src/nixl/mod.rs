@@ -32,7 +32,7 @@ pub use descriptor::Descriptor;
 pub use discover::{discover, Discovery, NotFound};
 #[cfg(feature = "cli")]
 pub use loader::PLUGIN_DIR_ENV;
-pub use loader::{load, status_of, LoadError, Loaded};
+pub use loader::{load, status_in_process, status_of, LoadError, Loaded};
 pub use loopback::{Endpoint, RemoteBuffer};
 #[cfg(feature = "bench")]
 pub use memory::Backing;

@@ -34,8 +34,10 @@ fn failure(e: &NixlError) -> Failure {
 impl Observer {
     /// An observer with a recording of its own; serve it with
     /// `nixl_agent::serve` or encode [`Observer::metrics`].
+    /// Its NIXL runtime is the one the program loaded: `/v1/status` and
+    /// `nixl_agent_build_info` name its library and version.
     pub fn new(settings: ObserveSettings) -> Observer {
-        Observer::with_probe(settings, Box::new(SystemProbe))
+        Observer::with_runtime(settings, Box::new(SystemProbe), super::status_in_process())
     }
 
     /// Follows the caller's NIXL agent `agent` as an identity of its own:
