@@ -13,7 +13,7 @@ export NIXL_AGENT_PYTHON := $(CURDIR)/.deps/venv/bin/python
 export ALERTMANAGER := $(CURDIR)/.deps/alertmanager/usr/bin/prometheus-alertmanager
 export AMTOOL       := $(CURDIR)/.deps/alertmanager/usr/bin/amtool
 
-.PHONY: all setup build run test fmt clean-deps python
+.PHONY: all setup build run test fmt clean-deps python wheel
 
 all: test
 
@@ -26,6 +26,11 @@ build: setup
 # The Python package (nixl_agent_instrument) built and installed into .deps/venv.
 python: setup
 	bash "$(CURDIR)/scripts/python.sh"
+
+# The wheel a user installs (README, docs/python.md):
+# target/wheels/release/nixl_agent_instrument-*.whl, not installed anywhere.
+wheel: setup
+	bash "$(CURDIR)/scripts/python.sh" release --build-only
 
 # The agent on its embedded default plan; extra arguments: make run ARGS='...'
 run: setup

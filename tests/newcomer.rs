@@ -1,0 +1,67 @@
+//! The first hour (#32): the steps README and docs/ give a newcomer work as
+//! written — the wheel's path, the keys a `[[group]]` needs, the flags each
+//! command takes, the variables the docs name — so that following the docs
+//! literally never meets a path that does not exist or a flag that does
+//! nothing.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// README and docs/python.md install the wheel from
+/// `target/wheels/release`: the step before it, `make wheel`, is what
+/// writes there (make's dry run shows the command; `scripts/python.sh` puts
+/// a profile's wheel in `target/wheels/<profile>`). A build of the release
+/// wheel takes minutes, so the command is checked here and run by hand
+/// (`make wheel`, then the documented `pip install` into a fresh venv).
+#[test]
+fn the_documented_wheel_is_what_make_wheel_builds() {
+    for page in ["README.md", "docs/python.md"] {
+        let text = read(page);
+        let lines: Vec<&str> = text.lines().collect();
+        let i = lines
+            .iter()
+            .position(|l| l.starts_with("pip install ./target/wheels/"))
+            .unwrap_or_else(|| panic!("{page}: no pip install of the wheel"));
+        assert!(
+            lines[i].starts_with("pip install ./target/wheels/release/nixl_agent_instrument-*.whl"),
+            "{page}: {}",
+            lines[i]
+        );
+        assert!(
+            lines[i - 1].starts_with("make wheel "),
+            "{page}: the step before is `make wheel`"
+        );
+    }
+    let dry = Command::new("make")
+        .args(["-n", "wheel"])
+        .current_dir(root())
+        .output()
+        .expect("make");
+    assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
+    let dry = String::from_utf8_lossy(&dry.stdout);
+    assert!(
+        dry.lines()
+            .any(|l| l.ends_with("scripts/python.sh\" release --build-only")),
+        "{dry}"
+    );
+    let script = read("scripts/python.sh");
+    assert!(
+        script.contains(r#"OUT="$ROOT/target/wheels/$PROFILE""#),
+        "scripts/python.sh writes elsewhere"
+    );
+    assert!(
+        script.contains(r#"if [ "$BUILD_ONLY" = "--build-only" ]; then"#),
+        "--build-only installs nothing"
+    );
+}
+
