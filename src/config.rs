@@ -277,6 +277,34 @@ pub struct GroupConfig {
     pub size: u64,
 }
 
+/// The keys every `[[group]]` must have (the rest have defaults).
+pub const GROUP_REQUIRED_KEYS: &[&str] = &["name", "kind", "mem_type", "count", "size"];
+
+/// The first `[[group]]` of a file that parses as TOML but lacks required
+/// keys, named with every key it lacks (not one per try).
+fn missing_group_keys(text: &str) -> Option<ConfigError> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let groups = table.get("group")?.as_array()?;
+    groups.iter().enumerate().find_map(|(i, g)| {
+        let g = g.as_table()?;
+        let missing: Vec<&str> = GROUP_REQUIRED_KEYS
+            .iter()
+            .copied()
+            .filter(|k| !g.contains_key(*k))
+            .collect();
+        (!missing.is_empty()).then(|| {
+            invalid(
+                format!("group[{i}]"),
+                format!(
+                    "missing {}; every [[group]] needs {} (device, backends, required and validate have defaults)",
+                    missing.join(", "),
+                    GROUP_REQUIRED_KEYS.join(", ")
+                ),
+            )
+        })
+    })
+}
+
 fn default_backends() -> Vec<String> {
     vec![DEFAULT_BACKEND.to_string()]
 }
@@ -361,10 +389,17 @@ impl Env for std::collections::HashMap<String, String> {
 
 impl Config {
     /// Parses a config file's text (`path` only names it in errors).
+    /// A `[[group]]` missing required keys is named with all of them at
+    /// once; a TOML error keeps its lines (the caret under the column).
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().replace('\n', " "),
+        toml::from_str(text).map_err(|e| {
+            if let Some(missing) = missing_group_keys(text) {
+                return missing;
+            }
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string().trim_end().to_string(),
+            }
         })
     }
 

@@ -231,7 +231,7 @@ fn bad_config_exits_2() {
     let (out, _) = check(&[], Some("[[group]]\nname='kv'\n"), &[], true);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("missing field"),
+        String::from_utf8_lossy(&out.stderr).contains("missing kind, mem_type, count, size;"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

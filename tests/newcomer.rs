@@ -65,3 +65,19 @@ fn the_documented_wheel_is_what_make_wheel_builds() {
     );
 }
 
+/// docs/configuration.md names the keys a `[[group]]` requires: the list
+/// the config checks (`GROUP_REQUIRED_KEYS`), never "every key is optional".
+#[test]
+fn configuration_docs_name_the_keys_a_group_requires() {
+    let text = read("docs/configuration.md");
+    assert!(!text.contains("every key is optional and"), "the old claim is back");
+    let keys: Vec<String> = nixl_agent::config::GROUP_REQUIRED_KEYS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect();
+    let needs = format!(
+        "every `[[group]]`\nneeds {}, {}, {}, {} and {}",
+        keys[0], keys[1], keys[2], keys[3], keys[4]
+    );
+    assert!(text.contains(&needs), "docs/configuration.md does not say: {needs}");
+}

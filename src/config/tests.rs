@@ -88,3 +88,55 @@ fn env_overrides_file() {
     let bad: HashMap<String, String> = [(ENV_LISTEN.to_string(), "nope".to_string())].into();
     assert!(c.apply_env(&bad).unwrap_err().to_string().contains(ENV_LISTEN));
 }
+
+#[test]
+fn a_group_missing_keys_names_them_all_at_once() {
+    let err = parse("[[group]]\nname = 'kv'\n").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "config key `group[0]`: missing kind, mem_type, count, size; every [[group]] needs name, kind, mem_type, \
+         count, size (device, backends, required and validate have defaults)"
+    );
+    // The list is serde's: each required key alone is refused, the group
+    // with only them parses.
+    let full = [
+        ("name", "'kv'"),
+        ("kind", "'kv'"),
+        ("mem_type", "'DRAM'"),
+        ("count", "2"),
+        ("size", "'4KiB'"),
+    ];
+    assert_eq!(full.map(|(k, _)| k), GROUP_REQUIRED_KEYS);
+    let group = |skip: Option<&str>| {
+        let mut t = String::from("[[group]]\n");
+        for (k, v) in full.iter().filter(|(k, _)| Some(*k) != skip) {
+            t.push_str(&format!("{k} = {v}\n"));
+        }
+        t
+    };
+    parse(&group(None)).unwrap();
+    for k in GROUP_REQUIRED_KEYS {
+        let err = parse(&group(Some(k))).unwrap_err().to_string();
+        assert!(err.contains(&format!("missing {k};")), "{k}: {err}");
+    }
+}
+
+#[test]
+fn a_toml_error_keeps_its_caret_under_the_column() {
+    let err = parse("listen = \"127.0.0.1:1\"\nshutdown_grace = = 3\n")
+        .unwrap_err()
+        .to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines.len() >= 4, "{err}");
+    let code = lines
+        .iter()
+        .position(|l| l.contains("shutdown_grace = = 3"))
+        .expect("the line quoted");
+    let caret = lines[code + 1];
+    let col = caret.find('^').expect("a caret line");
+    assert_eq!(
+        &lines[code][col..col + 1],
+        "=",
+        "the caret points at the second `=`: {err}"
+    );
+}

@@ -25,11 +25,23 @@ pub(super) fn check_config_text(text: &str, seen: &Outcomes) -> Result<(), TestC
         Ok(c) => c,
         Err(e) => {
             let shown = e.to_string();
-            prop_assert!(
-                shown.starts_with(&format!("config file {CONFIG_PATH}: ")),
-                "a parse error must name the file: {shown:?}"
-            );
-            prop_assert!(!shown.contains('\n'), "a parse error is one line: {shown:?}");
+            match &e {
+                // The parser's report as it gives it: the file named first,
+                // the line quoted with the caret under the column below.
+                ConfigError::Parse { .. } => {
+                    prop_assert!(
+                        shown.starts_with(&format!("config file {CONFIG_PATH}: ")),
+                        "a parse error must name the file: {shown:?}"
+                    );
+                    prop_assert!(!shown.ends_with('\n'), "{shown:?}");
+                }
+                // A [[group]] lacking required keys: all of them, at once.
+                ConfigError::Invalid { key, .. } => {
+                    prop_assert!(key.starts_with("group["), "{shown:?}");
+                    prop_assert!(shown.contains(": missing ") && !shown.contains('\n'), "{shown:?}");
+                }
+                other => prop_assert!(false, "from_toml returned {other:?}"),
+            }
             seen.parse_err.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
