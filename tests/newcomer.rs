@@ -81,3 +81,36 @@ fn configuration_docs_name_the_keys_a_group_requires() {
     );
     assert!(text.contains(&needs), "docs/configuration.md does not say: {needs}");
 }
+
+/// The backticked words of `text` from `marker` up to the sentence's end.
+fn listed_after(text: &str, marker: &str) -> Vec<String> {
+    let start = text.find(marker).unwrap_or_else(|| panic!("no {marker:?}")) + marker.len();
+    let rest = &text[start..];
+    let end = rest.find(". ").or_else(|| rest.find(')')).unwrap_or(rest.len());
+    rest[..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| !w.contains(' ') && !w.contains('_'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// docs/alerts.md and dashboards/README.md list the dashboard's variables
+/// as the JSON has them.
+#[test]
+fn dashboard_variables_in_the_docs_are_the_dashboards() {
+    let json: serde_json::Value = serde_json::from_str(&read("dashboards/nixl-agent.json")).unwrap();
+    let want: Vec<String> = json["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed_after(&read("docs/alerts.md"), "variables "), want, "docs/alerts.md");
+    assert_eq!(
+        listed_after(&read("dashboards/README.md"), "Variables: "),
+        want,
+        "dashboards/README.md"
+    );
+}
