@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
@@ -113,4 +113,50 @@ fn dashboard_variables_in_the_docs_are_the_dashboards() {
         want,
         "dashboards/README.md"
     );
+}
+
+/// Every file under `dir` (recursively) whose name ends with one of `exts`.
+fn files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, exts, out);
+        } else if exts.iter().any(|x| p.to_string_lossy().ends_with(x)) {
+            out.push(p);
+        }
+    }
+}
+
+/// README and docs/, as one text.
+fn all_docs() -> String {
+    let mut pages = vec![root().join("README.md")];
+    files(&root().join("docs"), &[".md"], &mut pages);
+    pages.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
+}
+
+/// Every `NIXL_AGENT_*` variable the code reads (a string literal in src/
+/// or python/, but the build's own `env!` ones) is in README or docs/.
+#[test]
+fn every_variable_the_code_reads_is_documented() {
+    let mut sources = Vec::new();
+    files(&root().join("src"), &[".rs"], &mut sources);
+    files(&root().join("python"), &[".rs", ".py", ".pth"], &mut sources);
+    let mut read_vars = std::collections::BTreeSet::new();
+    for p in &sources {
+        let text = std::fs::read_to_string(p).unwrap();
+        for (i, _) in text.match_indices("\"NIXL_AGENT_") {
+            let name: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                .collect();
+            let before = &text[i.saturating_sub(12)..i];
+            if !before.ends_with("env!(") {
+                read_vars.insert(name);
+            }
+        }
+    }
+    assert!(read_vars.contains("NIXL_AGENT_RANKS"), "{read_vars:?}");
+    let docs = all_docs();
+    let missing: Vec<&String> = read_vars.iter().filter(|v| !docs.contains(v.as_str())).collect();
+    assert!(missing.is_empty(), "read by the code, in no doc: {missing:?}");
 }
