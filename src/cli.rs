@@ -20,10 +20,16 @@ pub struct Cli {
 pub enum Command {
     /// Register the plan, serve /metrics, /livez, /readyz and /v1/status,
     /// and deregister everything on SIGTERM/SIGINT (the default command)
-    Run,
+    Run {
+        #[command(flatten)]
+        opts: Opts,
+    },
     /// Print the effective configuration (file, environment and flags
     /// applied) as TOML and exit
-    Config,
+    Config {
+        #[command(flatten)]
+        opts: Opts,
+    },
     /// Check the NIXL runtime, UCX, memlock and CUDA, and register and
     /// deregister every group of the plan once; exit 0 when every required
     /// check passed, 1 when one failed, 2 on bad usage or config
@@ -39,6 +45,8 @@ pub enum Command {
         #[arg(long, value_name = "RANKS", env = crate::pod::ENV_RANKS, default_value_t = 1,
               value_parser = clap::value_parser!(u32).range(1..=crate::pod::MAX_RANKS as i64))]
         ranks: u32,
+        #[command(flatten)]
+        opts: PodOpts,
     },
     /// Print the Prometheus alerting rules for your scrape selector and
     /// runbook location (alerts/nixl-agent.rules.yml is the default output)
@@ -74,6 +82,13 @@ pub struct CheckArgs {
     /// How long the peer check may take, waiting for the peer included
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub peer_timeout: std::time::Duration,
+    /// TOML config file [env: NIXL_AGENT_CONFIG]: its plan is checked;
+    /// without one, the embedded default plan
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Directory holding libnixl_capi.so [env: NIXL_LIB_DIR]
+    #[arg(long, value_name = "DIR")]
+    pub nixl_lib_dir: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -104,7 +119,7 @@ impl CheckArgs {
 /// `pod`); `None` for `run` and `check`, which the binary runs itself.
 pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
     match command? {
-        Command::Config => {
+        Command::Config { .. } => {
             print!("{}", toml::to_string_pretty(config).expect("config serializes"));
             Some(0)
         }
@@ -112,8 +127,8 @@ pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
             selector,
             runbook_url_base,
         } => Some(print_rules(selector, runbook_url_base)),
-        Command::Pod { dir, ranks } => Some(run_pod(config, dir.clone(), *ranks)),
-        Command::Run | Command::Check(_) => None,
+        Command::Pod { dir, ranks, .. } => Some(run_pod(config, dir.clone(), *ranks)),
+        Command::Run { .. } | Command::Check(_) => None,
     }
 }
 
@@ -193,22 +208,66 @@ pub fn print_rules(selector: &str, runbook_url_base: &str) -> u8 {
     }
 }
 
-/// Options shared by every command.
+/// The options of the commands that load NIXL (`run`, the default; `check`;
+/// `config`, which prints them), before or after the command's name.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Opts {
     /// TOML config file [env: NIXL_AGENT_CONFIG]; without one, the embedded
     /// default plan runs
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// HTTP listen address [env: NIXL_AGENT_LISTEN] [default: 127.0.0.1:10915]
-    #[arg(long, global = true, value_name = "ADDR:PORT")]
+    #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
     /// Directory holding libnixl_capi.so [env: NIXL_LIB_DIR]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub nixl_lib_dir: Option<PathBuf>,
     /// Log format [env: NIXL_AGENT_LOG_FORMAT] [default: text]
-    #[arg(long, global = true, value_enum)]
+    #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
+}
+
+/// `nixl-agent pod`'s options: it serves HTTP and logs, and loads no NIXL.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PodOpts {
+    /// TOML config file [env: NIXL_AGENT_CONFIG] (its `listen` and `[http]`)
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// HTTP listen address [env: NIXL_AGENT_LISTEN] [default: 127.0.0.1:10915]
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Log format [env: NIXL_AGENT_LOG_FORMAT] [default: text]
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+}
+
+impl Cli {
+    /// The options in force: the command's own over those given before it
+    /// (`nixl-agent --listen A run --listen B` listens on B). `rules` takes
+    /// none of its own.
+    pub fn opts(&self) -> Opts {
+        let own = match &self.command {
+            None | Some(Command::Rules { .. }) => return self.opts.clone(),
+            Some(Command::Run { opts } | Command::Config { opts }) => opts.clone(),
+            Some(Command::Check(args)) => Opts {
+                config: args.config.clone(),
+                nixl_lib_dir: args.nixl_lib_dir.clone(),
+                ..Opts::default()
+            },
+            Some(Command::Pod { opts, .. }) => Opts {
+                config: opts.config.clone(),
+                listen: opts.listen,
+                nixl_lib_dir: None,
+                log_format: opts.log_format,
+            },
+        };
+        Opts {
+            config: own.config.or_else(|| self.opts.config.clone()),
+            listen: own.listen.or(self.opts.listen),
+            nixl_lib_dir: own.nixl_lib_dir.or_else(|| self.opts.nixl_lib_dir.clone()),
+            log_format: own.log_format.or(self.opts.log_format),
+        }
+    }
 }
 
 /// `--log-format` values (the config's `LogFormat` knows nothing of clap).

@@ -20,7 +20,7 @@ const MIN_TRACE_FLUSH: Duration = Duration::from_millis(200);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match cli.opts.load_config(&ProcessEnv) {
+    let config = match cli.opts().load_config(&ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
             cli::config_failed(cli.command.as_ref(), &e);

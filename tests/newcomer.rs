@@ -107,7 +107,11 @@ fn dashboard_variables_in_the_docs_are_the_dashboards() {
         .iter()
         .map(|v| v["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(listed_after(&read("docs/alerts.md"), "variables "), want, "docs/alerts.md");
+    assert_eq!(
+        listed_after(&read("docs/alerts.md"), "variables "),
+        want,
+        "docs/alerts.md"
+    );
     assert_eq!(
         listed_after(&read("dashboards/README.md"), "Variables: "),
         want,
@@ -159,4 +163,47 @@ fn every_variable_the_code_reads_is_documented() {
     let docs = all_docs();
     let missing: Vec<&String> = read_vars.iter().filter(|v| !docs.contains(v.as_str())).collect();
     assert!(missing.is_empty(), "read by the code, in no doc: {missing:?}");
+}
+
+/// The `--flags` a command's `--help` lists.
+fn flags(command: &[&str]) -> Vec<String> {
+    let out = support::binary().args(command).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{command:?} --help");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.trim_start()
+                .strip_prefix("--")
+                .or_else(|| l.trim_start().strip_prefix("-h, --"))
+        })
+        .map(|l| format!("--{}", l.split([' ', '=']).next().unwrap()))
+        .filter(|f| f != "--help" && f != "--version")
+        .collect()
+}
+
+/// Each command's `--help` lists only flags that do something there
+/// (`rules` loads no config and serves nothing; `pod` loads no NIXL;
+/// `check` serves and logs nothing), a flag given where it does not apply is
+/// refused, and every flag of every command is in README or docs/.
+#[test]
+fn every_flag_applies_where_it_is_listed_and_is_documented() {
+    let not_here: [(&str, &[&str]); 3] = [
+        ("rules", &["--config", "--listen", "--nixl-lib-dir", "--log-format"]),
+        ("pod", &["--nixl-lib-dir"]),
+        ("check", &["--listen", "--log-format"]),
+    ];
+    for (cmd, absent) in not_here {
+        let listed = flags(&[cmd]);
+        for f in absent {
+            assert!(!listed.iter().any(|l| l == f), "`{cmd} --help` lists {f}: {listed:?}");
+            let out = support::binary().args([cmd, f, "x"]).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "`{cmd} {f}` is refused");
+        }
+    }
+    let docs = all_docs();
+    for cmd in [&[][..], &["run"], &["config"], &["check"], &["pod"], &["rules"]] {
+        for f in flags(cmd) {
+            assert!(docs.contains(&f), "{cmd:?}: {f} is in no doc");
+        }
+    }
 }
