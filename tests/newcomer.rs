@@ -207,3 +207,22 @@ fn every_flag_applies_where_it_is_listed_and_is_documented() {
         }
     }
 }
+
+/// The runbooks send an operator whose job has another name to
+/// `nixl-agent rules --selector`, never to edit matchers by hand, and that
+/// command renders rules selecting exactly that job.
+#[test]
+fn runbooks_render_rules_for_another_job_instead_of_editing_them() {
+    let text = read("docs/runbooks.md");
+    for stale in ["change that matcher throughout", "change the `job` matcher in the rules"] {
+        assert!(!text.contains(stale), "docs/runbooks.md still says: {stale}");
+    }
+    assert!(text.contains("nixl-agent rules --selector 'job=\"my-job\"'"), "no rules --selector");
+    let out = support::binary()
+        .args(["rules", "--selector", "job=\"my-job\""])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let rules = String::from_utf8_lossy(&out.stdout);
+    assert!(rules.contains("job=\"my-job\"") && !rules.contains("{job=\"nixl-agent\""), "{rules}");
+}
