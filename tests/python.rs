@@ -787,6 +787,34 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found: no-such-command-here"));
 }
 
+/// The launcher answers `--version` (the wheel's own version, the
+/// extension's) and `--help` as a command-line tool does, and an option it
+/// does not know is a usage error, not a "command not found".
+#[test]
+fn the_launcher_answers_version_and_help() {
+    let launcher = || Command::new(support::venv_bin("nixl-agent-instrument"));
+    let out = launcher().arg("--version").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let native = Command::new(support::python())
+        .args(["-c", "from nixl_agent_instrument import _native; print(_native.VERSION)"])
+        .output()
+        .unwrap();
+    let native = String::from_utf8_lossy(&native.stdout).trim().to_string();
+    assert_eq!(native, env!("CARGO_PKG_VERSION"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("nixl-agent-instrument {native}\n"));
+    for help in ["--help", "-h"] {
+        let out = launcher().arg(help).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("usage: nixl-agent-instrument COMMAND"), "{text}");
+        assert!(text.contains("--version | --help"), "{text}");
+    }
+    let out = launcher().arg("--verbose").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("nixl-agent-instrument: unknown option --verbose\nusage:"), "{err}");
+}
+
 /// Values that used to be taken silently: a NIXL_AGENT_INSTRUMENT that is
 /// neither on nor off (under the launcher and through the .pth file alike),
 /// a log filter that does not parse, an explicit group whose name or kind

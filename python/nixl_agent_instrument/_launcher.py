@@ -8,12 +8,20 @@ import shutil
 import sys
 
 USAGE = """usage: nixl-agent-instrument COMMAND [ARGS...]
+       nixl-agent-instrument --version | --help
 
 Runs COMMAND with NIXL's Python API (nixl_agent) instrumented by nixl-agent.
   nixl-agent-instrument python -m sglang.launch_server --disaggregation-mode prefill ...
 Settings are NIXL_AGENT_* environment variables (see docs/python.md); the
 instrumentation is off when NIXL_AGENT_INSTRUMENT=off.
 """
+
+
+def version():
+    """This package's version, as its wheel's metadata says."""
+    from importlib import metadata
+
+    return metadata.version("nixl-agent-instrument")
 
 
 def bootstrap_dir():
@@ -25,6 +33,12 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        sys.stdout.write(f"nixl-agent-instrument {version()}\n")
+        return 0
+    if argv[0].startswith("-"):
+        sys.stderr.write(f"nixl-agent-instrument: unknown option {argv[0]}\n{USAGE}")
+        return 2
     exe = shutil.which(argv[0])
     if exe is None:
         sys.stderr.write(f"nixl-agent-instrument: command not found: {argv[0]}\n")
