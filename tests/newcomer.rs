@@ -214,15 +214,79 @@ fn every_flag_applies_where_it_is_listed_and_is_documented() {
 #[test]
 fn runbooks_render_rules_for_another_job_instead_of_editing_them() {
     let text = read("docs/runbooks.md");
-    for stale in ["change that matcher throughout", "change the `job` matcher in the rules"] {
+    for stale in [
+        "change that matcher throughout",
+        "change the `job` matcher in the rules",
+    ] {
         assert!(!text.contains(stale), "docs/runbooks.md still says: {stale}");
     }
-    assert!(text.contains("nixl-agent rules --selector 'job=\"my-job\"'"), "no rules --selector");
+    assert!(
+        text.contains("nixl-agent rules --selector 'job=\"my-job\"'"),
+        "no rules --selector"
+    );
     let out = support::binary()
         .args(["rules", "--selector", "job=\"my-job\""])
         .output()
         .unwrap();
     assert!(out.status.success());
     let rules = String::from_utf8_lossy(&out.stdout);
-    assert!(rules.contains("job=\"my-job\"") && !rules.contains("{job=\"nixl-agent\""), "{rules}");
+    assert!(
+        rules.contains("job=\"my-job\"") && !rules.contains("{job=\"nixl-agent\""),
+        "{rules}"
+    );
+}
+
+/// docs/embedding.md's dependency line works as written (the crate is
+/// `publish = false`, so a path or git source): a crate depending on this
+/// checkout by the doc's `path =` form resolves offline and pulls no clap;
+/// with the default features it would.
+#[test]
+fn the_embedding_dependency_line_resolves_without_the_cli() {
+    let text = read("docs/embedding.md");
+    let line = text
+        .lines()
+        .map(|l| l.trim_start_matches("# "))
+        .find(|l| l.starts_with("nixl-agent = { path = "))
+        .expect("docs/embedding.md: a path dependency line");
+    assert!(line.contains("default-features = false"), "{line}");
+    assert!(
+        text.contains("nixl-agent = { git = ") && read("Cargo.toml").contains("publish = false"),
+        "the git form, since the crate is not published"
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let tree = |dep: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(
+            dir.path().join("Cargo.toml"),
+            format!(
+                "[package]\nname = \"embedder\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n{dep}\n"
+            ),
+        )
+        .unwrap();
+        let out = Command::new(&cargo)
+            .args(["tree", "--offline", "-e", "normal", "--prefix", "none"])
+            .current_dir(dir.path())
+            .env_remove("CARGO_TARGET_DIR")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{dep}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let here = root().display().to_string();
+    let doc = tree(&line.replace("../nixl-agent", &here));
+    assert!(
+        doc.contains(&format!("nixl-agent v{}", env!("CARGO_PKG_VERSION"))),
+        "{doc}"
+    );
+    assert!(
+        !doc.lines().any(|l| l.starts_with("clap ")),
+        "the embedder gets clap: {doc}"
+    );
+    let full = tree(&format!("nixl-agent = {{ path = {here:?} }}"));
+    assert!(
+        full.lines().any(|l| l.starts_with("clap ")),
+        "the CLI feature pulls clap: {full}"
+    );
 }

@@ -796,12 +796,18 @@ fn the_launcher_answers_version_and_help() {
     let out = launcher().arg("--version").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let native = Command::new(support::python())
-        .args(["-c", "from nixl_agent_instrument import _native; print(_native.VERSION)"])
+        .args([
+            "-c",
+            "from nixl_agent_instrument import _native; print(_native.VERSION)",
+        ])
         .output()
         .unwrap();
     let native = String::from_utf8_lossy(&native.stdout).trim().to_string();
     assert_eq!(native, env!("CARGO_PKG_VERSION"));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("nixl-agent-instrument {native}\n"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("nixl-agent-instrument {native}\n")
+    );
     for help in ["--help", "-h"] {
         let out = launcher().arg(help).output().unwrap();
         assert_eq!(out.status.code(), Some(0));
@@ -812,7 +818,10 @@ fn the_launcher_answers_version_and_help() {
     let out = launcher().arg("--verbose").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("nixl-agent-instrument: unknown option --verbose\nusage:"), "{err}");
+    assert!(
+        err.starts_with("nixl-agent-instrument: unknown option --verbose\nusage:"),
+        "{err}"
+    );
 }
 
 /// Values that used to be taken silently: a NIXL_AGENT_INSTRUMENT that is
