@@ -23,7 +23,11 @@ const IMAGE: &str = "registry.example.com/nixl-agent";
 /// The Dockerfile's stages: (name, the lines of the stage).
 fn stages(text: &str) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    for line in text.lines().map(str::trim).filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         if let Some(from) = line.strip_prefix("FROM ") {
             let name = from.split(" AS ").nth(1).unwrap_or("").to_string();
             out.push((name, vec![line.to_string()]));
@@ -52,7 +56,10 @@ fn the_manifests_name_the_image_the_recipe_builds() {
     }
     assert_eq!(named, 2, "the sidecar and the canary");
     let doc = read("docs/image.md");
-    assert!(doc.contains(&format!("docker build -t {tag} .")), "docs/image.md tags {tag}");
+    assert!(
+        doc.contains(&format!("docker build -t {tag} .")),
+        "docs/image.md tags {tag}"
+    );
     assert!(read("Dockerfile").contains(&format!("docker build -t {tag} .")));
 }
 
@@ -67,7 +74,10 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
     assert_eq!(names, ["build", "wheel-build", "wheel", "nixl", "runtime"], "stages");
     for (name, lines) in &stages {
         let base = lines[0].split_whitespace().nth(1).unwrap();
-        assert!(base == "scratch" || base == "build" || base.contains(':'), "{name}: {base} has no tag");
+        assert!(
+            base == "scratch" || base == "build" || base.contains(':'),
+            "{name}: {base} has no tag"
+        );
         assert!(!base.ends_with(":latest"), "{name}: {base}");
     }
     let setup = read("scripts/setup.sh");
@@ -75,8 +85,14 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
         .lines()
         .find_map(|l| l.strip_prefix("NIXL_WHEEL_VERSION="))
         .expect("setup.sh pins NIXL");
-    assert!(text.contains(&format!("ARG NIXL_VERSION={pin}\n")), "the NIXL pin is setup.sh's {pin}");
-    assert!(text.contains("\"nixl-cu12==${NIXL_VERSION}\""), "the NIXL stage downloads the pin");
+    assert!(
+        text.contains(&format!("ARG NIXL_VERSION={pin}\n")),
+        "the NIXL pin is setup.sh's {pin}"
+    );
+    assert!(
+        text.contains("\"nixl-cu12==${NIXL_VERSION}\""),
+        "the NIXL stage downloads the pin"
+    );
     let rust_version = read("Cargo.toml")
         .lines()
         .find_map(|l| l.strip_prefix("rust-version = "))
@@ -91,7 +107,10 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
         .unwrap()
         .to_string();
     let minor = |v: &str| v.split('.').nth(1).unwrap().parse::<u32>().unwrap();
-    assert!(minor(&rust_image) >= minor(&rust_version), "rust {rust_image} < rust-version {rust_version}");
+    assert!(
+        minor(&rust_image) >= minor(&rust_version),
+        "rust {rust_image} < rust-version {rust_version}"
+    );
     let runtime = &stages.last().unwrap().1;
     let user = runtime
         .iter()
@@ -99,10 +118,15 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
         .expect("the runtime stage names its USER");
     let uid: u32 = user.split(':').next().unwrap().parse().expect("a numeric uid");
     assert_ne!(uid, 0, "non-root");
-    assert!(runtime.iter().any(|l| l.contains(&format!("--uid {uid}"))), "the user exists");
+    assert!(
+        runtime.iter().any(|l| l.contains(&format!("--uid {uid}"))),
+        "the user exists"
+    );
     assert!(runtime.contains(&"ENV NIXL_LIB_DIR=/opt/nixl/.nixl_cu12.mesonpy.libs".to_string()));
     assert!(runtime.contains(&"COPY --from=nixl /opt/nixl /opt/nixl".to_string()));
-    assert!(runtime.iter().any(|l| l.starts_with("COPY --from=build /src/target/release/nixl-agent ")));
+    assert!(runtime
+        .iter()
+        .any(|l| l.starts_with("COPY --from=build /src/target/release/nixl-agent ")));
     let ignore = read(".dockerignore");
     for p in ["target", ".deps", ".git"] {
         assert!(ignore.lines().any(|l| l == p), ".dockerignore keeps {p} out");
@@ -114,7 +138,14 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
 fn cargo_lock_is_up_to_date_for_a_locked_build() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--locked", "--offline", "--format-version", "1", "--no-deps"])
+        .args([
+            "metadata",
+            "--locked",
+            "--offline",
+            "--format-version",
+            "1",
+            "--no-deps",
+        ])
         .current_dir(repo())
         .output()
         .unwrap();
@@ -178,7 +209,11 @@ fn the_nixl_stage_gives_a_runtime_the_non_root_binary_registers_with() {
     assert_eq!(nixl["library"], lib_dir.join("libnixl_capi.so").display().to_string());
     assert_eq!(report["backends"][0]["outcome"], "ok", "{report}");
     assert!(
-        report["groups"].as_array().unwrap().iter().all(|g| g["outcome"] == "ok"),
+        report["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["outcome"] == "ok"),
         "{}",
         report["groups"]
     );
