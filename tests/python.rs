@@ -787,6 +787,29 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found: no-such-command-here"));
 }
 
+/// The launcher of one environment running a Python of another (the system
+/// one, which has no nixl_agent_instrument): the program runs as it would,
+/// and one line says the package is missing for that interpreter and how
+/// to install it there.
+#[test]
+fn a_program_on_a_python_without_the_package_is_told_where_to_install_it() {
+    let other = std::path::Path::new("/usr/bin/python3");
+    assert!(other.exists(), "a system python3 (the venv's base)");
+    let out = Command::new(support::venv_bin("nixl-agent-instrument"))
+        .arg(other)
+        .args(["-c", "print('ran')"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("nixl-agent-instrument: not instrumenting: nixl_agent_instrument is not installed for /usr/bin/python3; install the wheel into the environment that runs the program (/usr/bin/python3 -m pip install"),
+        "{err}"
+    );
+}
+
 /// The launcher answers `--version` (the wheel's own version, the
 /// extension's) and `--help` as a command-line tool does, and an option it
 /// does not know is a usage error, not a "command not found".

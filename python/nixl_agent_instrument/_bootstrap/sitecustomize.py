@@ -10,9 +10,19 @@ def _nixl_agent_boot():
         return
     try:
         from nixl_agent_instrument import _boot
-
+    except ImportError:
+        # The launcher's environment is not the program's: this Python has
+        # no nixl_agent_instrument (another virtualenv, the system Python).
+        sys.stderr.write(
+            "nixl-agent-instrument: not instrumenting: nixl_agent_instrument is not installed for "
+            f"{sys.executable}; install the wheel into the environment that runs the program "
+            f"({sys.executable} -m pip install nixl_agent_instrument-*.whl), or run the "
+            "nixl-agent-instrument of that environment\n"
+        )
+        return
+    try:
         _boot.boot(launched=True)
-    except Exception as e:  # pragma: no cover - the package is missing or broken
+    except Exception as e:  # pragma: no cover - the package is broken
         sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {type(e).__name__}: {e}\n")
 
 
