@@ -53,7 +53,7 @@ use tokio::sync::watch;
 pub enum StartError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {source}; {}", crate::config::LISTEN_FIX)]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("cannot start the lifecycle thread: {0}")]
     Thread(std::io::Error),

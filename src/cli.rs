@@ -161,7 +161,11 @@ pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {
         let listener = match tokio::net::TcpListener::bind(config.listen).await {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("nixl-agent: cannot listen on {}: {e}", config.listen);
+                eprintln!(
+                    "nixl-agent: cannot listen on {}: {e}; {}",
+                    config.listen,
+                    crate::config::LISTEN_FIX
+                );
                 return 1;
             }
         };

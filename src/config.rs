@@ -51,6 +51,10 @@ pub const ENV_CONFIG: &str = "NIXL_AGENT_CONFIG";
 pub const MIN_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const ENV_LISTEN: &str = "NIXL_AGENT_LISTEN";
 pub const ENV_LOG_FORMAT: &str = "NIXL_AGENT_LOG_FORMAT";
+/// What to do when the listen address cannot be bound (another process
+/// holds the port, or the address is not this host's).
+pub const LISTEN_FIX: &str =
+    "another process may hold that port: give a free ADDR:PORT with --listen, NIXL_AGENT_LISTEN or `listen` in the config";
 /// The log filter (`info`, `warn`, `nixl_agent=debug`: tracing's
 /// `EnvFilter` directives); an unparsable one is a config error.
 pub const ENV_LOG: &str = "NIXL_AGENT_LOG";

@@ -557,6 +557,11 @@ fn port_in_use_fails_fast_and_registers_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&addr) && err.contains("cannot listen"), "{err}");
+    // The line names its fix.
+    assert!(
+        err.contains("give a free ADDR:PORT with --listen, NIXL_AGENT_LISTEN or `listen` in the config"),
+        "{err}"
+    );
     assert!(!err.contains("group registered"), "{err}");
 }
 
