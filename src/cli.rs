@@ -187,10 +187,14 @@ pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {
                 return 1;
             }
         };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
+        let signal = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        };
+        tracing::info!(
+            signal,
+            "shutting down on {signal}: no longer serving the pod's ranks (they keep running)"
+        );
         let _ = stop_tx.send(true);
         let _ = server.await;
         0

@@ -648,3 +648,83 @@ fn rank_files_written_by_hand_cannot_break_the_pods_scrape() {
         1.0
     );
 }
+
+/// The sidecar says the life of each rank in its log, in words: joined,
+/// ready, stopped publishing (kill -9), retired (a clean exit, which
+/// /readyz?verbose names instead of "no process has published this rank"),
+/// and its own shutdown on SIGTERM.
+#[test]
+fn the_sidecar_logs_the_life_of_each_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("pod.log");
+    let addr = support::free_port();
+    let mut pod = support::binary()
+        .args([
+            "pod",
+            "--ranks",
+            "1",
+            "--log-format",
+            "json",
+            "--listen",
+            &addr.to_string(),
+            "--dir",
+        ])
+        .arg(dir.path())
+        .env_remove("NIXL_AGENT_CONFIG")
+        .env_remove("NIXL_AGENT_LOG")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let messages = || -> Vec<String> {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["message"].as_str().map(String::from))
+            .collect()
+    };
+    let said = |what: &str| {
+        support::wait_for(Duration::from_secs(10), what, || {
+            messages().into_iter().find(|m| m.contains(what))
+        })
+    };
+    let verbose = || {
+        support::get(addr, "/readyz?verbose")
+            .map(|r| r.body)
+            .unwrap_or_default()
+    };
+    support::wait_for(Duration::from_secs(10), "the pod agent", || {
+        support::get(addr, "/livez").ok().filter(|r| r.status == 200)
+    });
+
+    let mut first = RankProcess::start(dir.path(), 0);
+    let pid = first.pid();
+    said(&format!("rank 0 joined: pid {pid} publishes it"));
+    said(&format!("rank 0 is ready: pid {pid}"));
+    // A clean exit: the rank retires, and readiness says so.
+    if let Some(mut s) = first.child.stdin.take() {
+        s.write_all(b"\n").unwrap();
+    }
+    assert!(first.child.wait().unwrap().success());
+    said(&format!(
+        "rank 0 retired: pid {pid} exited cleanly and removed its file"
+    ));
+    let body = support::wait_for(Duration::from_secs(5), "retired in readyz", || {
+        Some(verbose()).filter(|b| b.contains("[-]rank:0") || b.contains("retired"))
+    });
+    assert!(body.contains("retired: its process exited cleanly"), "{body}");
+    assert!(!body.contains("no process has published this rank"), "{body}");
+
+    // kill -9: the rank stops publishing.
+    let mut second = RankProcess::start(dir.path(), 0);
+    let pid = second.pid();
+    said(&format!("rank 0 joined: pid {pid} publishes it"));
+    second.kill9();
+    said(&format!("rank 0 stopped publishing: pid {pid} died or hangs"));
+
+    support::signal(pod.id(), "TERM");
+    assert!(pod.wait().unwrap().success());
+    said("shutting down on SIGTERM");
+}

@@ -96,7 +96,7 @@ impl Instrumentation {
             observer
                 .publish_as(dir, wish)
                 .map_err(|e| {
-                    tracing::warn!(target: LOG_TARGET, dir = %dir.display(), ?wish, error = %e, "cannot publish to the pod directory; recording without it");
+                    tracing::warn!(target: LOG_TARGET, dir = %dir.display(), wish = %wish, error = %e, "cannot publish to the pod directory; recording without it");
                 })
                 .ok()
         });

@@ -34,6 +34,17 @@ pub enum Wish {
     Any,
 }
 
+impl std::fmt::Display for Wish {
+    /// In words, for log lines.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wish::Explicit(r) => write!(f, "rank {r} (told)"),
+            Wish::Preferred(r) => write!(f, "rank {r} if free, else the lowest free"),
+            Wish::Any => f.write_str("the lowest free rank"),
+        }
+    }
+}
+
 /// A process told a rank that another live process holds.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Conflict {

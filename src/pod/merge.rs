@@ -297,6 +297,12 @@ pub fn type_conflicts(ranks: &[Rank]) -> Vec<u32> {
     out
 }
 
+/// Why an expected rank without a file is not ready, when nothing more is
+/// known of it.
+pub const NOT_PUBLISHED: &str = "no process has published this rank";
+/// The same, for a rank whose process exited cleanly (it removed its file).
+pub const RETIRED: &str = "retired: its process exited cleanly and removed its file; no process publishes it now";
+
 /// One readiness check of the pod: a rank and why it is not ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
@@ -330,7 +336,7 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
             let failure = match ranks.iter().find(|r| r.rank == rank) {
                 None => Some(match rejected.iter().find(|(n, _)| *n == rank) {
                     Some((_, why)) => format!("its file was rejected: {why}"),
-                    None => "no process has published this rank".to_string(),
+                    None => NOT_PUBLISHED.to_string(),
                 }),
                 Some(r) if !r.held => Some("no live process holds its slot (dead)".to_string()),
                 Some(r) if !r.alive => Some("its process stopped publishing (dead)".to_string()),

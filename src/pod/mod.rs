@@ -20,6 +20,7 @@
 
 pub mod claim;
 pub mod dir;
+pub mod life;
 pub mod lint;
 pub mod local;
 pub mod merge;

@@ -157,6 +157,8 @@ pub struct Watcher {
     merged: Option<(Merged, Option<Merged>)>,
     dir: PathBuf,
     expected: Option<u32>,
+    /// Each rank's life between passes (logged as it changes).
+    life: super::life::Life,
 }
 
 impl Watcher {
@@ -168,6 +170,7 @@ impl Watcher {
             merged: None,
             dir,
             expected,
+            life: super::life::Life::default(),
         }
     }
 
@@ -188,7 +191,13 @@ impl Watcher {
             .iter()
             .filter_map(|r| r.rank.map(|n| (n, format!("{} ({})", r.reason, r.detail))))
             .collect();
-        let (ready, checks) = merge::readiness(self.expected, &ranks, &named_rejects);
+        let (ready, mut checks) = merge::readiness(self.expected, &ranks, &named_rejects);
+        self.life.pass(&ranks);
+        for c in checks.iter_mut().filter(|c| self.life.retired().contains(&c.rank)) {
+            if c.failure.as_deref() == Some(merge::NOT_PUBLISHED) {
+                c.failure = Some(merge::RETIRED.to_string());
+            }
+        }
         own.ready.set(i64::from(ready));
         if self.expected.is_none() {
             own.ranks_expected.set(checks.len() as i64);
