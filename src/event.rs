@@ -5,7 +5,7 @@
 
 use crate::model::{
     AgentId, DirRefusal, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason,
-    Region, RuntimeFacts, Transfer, XferOp,
+    Region, RuntimeFacts, Transfer, Transport, TransportScope, XferOp,
 };
 use std::time::{Duration, Instant};
 
@@ -242,6 +242,9 @@ pub enum Event<'a> {
         op: XferOp,
         peer: &'a str,
         failure: &'a Failure,
+        /// When the remote prepared list it was made from was prepared
+        /// (`make_prepped_xfer`): a peer reloaded since makes it stale.
+        prepared: Option<Instant>,
     },
     /// The request `handle` was posted (`transfer()`) at `at`.
     XferPosted {
@@ -287,6 +290,18 @@ pub enum Event<'a> {
         direction: NotifDirection,
         messages: u64,
         failure: Option<&'a Failure>,
+        /// The peer they went to or came from ("" when not known).
+        peer: &'a str,
+        /// Of the messages, the framework's heartbeats (vLLM's `HB:`).
+        heartbeats: u64,
+    },
+    /// Which transports UCX picked for `op` transfers between `agent` and
+    /// `peer` (its protocol report); `None`: looked, could not tell.
+    XferTransport {
+        agent: AgentId,
+        peer: &'a str,
+        op: XferOp,
+        transport: Option<(TransportScope, &'a [Transport])>,
     },
     DrainStarted,
     DrainFinished {

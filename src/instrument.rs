@@ -35,6 +35,13 @@ pub const ENV_GROUPS: &str = "NIXL_AGENT_GROUPS";
 pub const ENV_MAX_GROUPS: &str = "NIXL_AGENT_MAX_GROUPS";
 /// `on` taps fds 1 and 2 to attribute what NIXL/UCX print; `off` (default).
 pub const ENV_CAPTURE: &str = "NIXL_AGENT_CAPTURE";
+/// `1` (or `on`): learn which transport each peer's transfers take from
+/// UCX's protocol report (`UCX_PROTO_INFO=y`, set before NIXL loads unless
+/// the operator set it); `off` (default).
+pub const ENV_TRANSPORTS: &str = "NIXL_AGENT_TRANSPORTS";
+/// Set to `1` by the launcher or the import hook when they set
+/// `UCX_PROTO_INFO=y` themselves: UCX's tables are then kept off stdout.
+pub const ENV_PROTO_INFO_SET: &str = "NIXL_AGENT_PROTO_INFO_SET";
 /// The `backend` label of observed groups (`UCX` by default).
 pub const ENV_BACKEND: &str = "NIXL_AGENT_BACKEND";
 /// Deadline on every observed NIXL call (`60s` by default): a call past it
@@ -91,6 +98,12 @@ pub struct Settings {
     pub groups: Vec<Override>,
     pub max_groups: usize,
     pub capture: bool,
+    /// Learn each peer's transports from UCX's protocol tables
+    /// ([`ENV_TRANSPORTS`]).
+    pub transports: bool,
+    /// nixl-agent set `UCX_PROTO_INFO=y` ([`ENV_PROTO_INFO_SET`]): the
+    /// tables are kept from the program's stdout. An operator's own pass.
+    pub proto_info_ours: bool,
     pub backends: Vec<String>,
     /// The deadline on every observed NIXL call.
     pub call_timeout: std::time::Duration,
@@ -188,6 +201,12 @@ impl Settings {
             Some("on") | Some("1") | Some("true") => true,
             Some(v) => return Err(invalid(ENV_CAPTURE, format!("`{v}` is neither on nor off"))),
         };
+        let transports = match lower(ENV_TRANSPORTS).as_deref() {
+            None | Some("off") | Some("0") | Some("false") => false,
+            Some("on") | Some("1") | Some("true") => true,
+            Some(v) => return Err(invalid(ENV_TRANSPORTS, format!("`{v}` is neither 1 nor 0"))),
+        };
+        let proto_info_ours = env.var(ENV_PROTO_INFO_SET).as_deref() == Some("1");
         let call_timeout = match env.var(ENV_CALL_TIMEOUT) {
             None => config::DEFAULT_NIXL_CALL_TIMEOUT,
             Some(v) => match crate::units::parse_duration(v.trim()) {
@@ -228,6 +247,8 @@ impl Settings {
             groups,
             max_groups,
             capture,
+            transports,
+            proto_info_ours,
             backends,
             call_timeout,
             transfer_stall_after,
@@ -458,6 +479,11 @@ pub fn reason_of_exception(class: &str) -> Reason {
     }
 }
 
+/// A notification the framework marks as a heartbeat: vLLM's `HB:<request>`.
+pub fn is_heartbeat(message: &[u8]) -> bool {
+    message.starts_with(b"HB:")
+}
+
 /// The closed reason of what a transfer, peer or notification call raised:
 /// NIXL's exception classes say more on the data path than at registration
 /// (a remote disconnect is a lost peer; a mismatch is metadata NIXL refuses).
@@ -468,7 +494,8 @@ pub fn reason_of_transfer_exception(class: &str) -> Reason {
         "nixlNotFoundError" => Reason::NixlNotFound,
         "nixlBackendError" => Reason::NixlBackendError,
         "nixlInvalidParamError" => Reason::NixlInvalidParam,
-        "nixlNotAllowedError" | "nixlRepostActiveError" | "nixlNotPostedError" => Reason::InvalidArgument,
+        "nixlRepostActiveError" => Reason::RepostActive,
+        "nixlNotAllowedError" | "nixlNotPostedError" => Reason::InvalidArgument,
         "nixlCancelledError" | "nixlUnknownError" | "nixlNotSupportedError" | "nixlNoTelemetryError" => {
             Reason::NixlError
         }

@@ -10,8 +10,10 @@ use std::fmt;
 
 mod pod;
 mod transfer;
+mod transport;
 pub use pod::DirRefusal;
 pub use transfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
+pub use transport::{Transport, TransportScope};
 
 /// Why a registration step failed: the closed vocabulary of the `reason` label.
 ///
@@ -39,6 +41,8 @@ pub enum Reason {
     InvalidArgument,
     Timeout,
     PeerLost,
+    PeerInvalidated,
+    RepostActive,
     MetadataMismatch,
     NixlError,
     Unknown,
@@ -46,7 +50,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order docs/metrics.md documents them.
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 24] = [
         Reason::NixlUnavailable,
         Reason::PluginUnavailable,
         Reason::BackendInitFailed,
@@ -66,6 +70,8 @@ impl Reason {
         Reason::InvalidArgument,
         Reason::Timeout,
         Reason::PeerLost,
+        Reason::PeerInvalidated,
+        Reason::RepostActive,
         Reason::MetadataMismatch,
         Reason::NixlError,
         Reason::Unknown,
@@ -93,6 +99,8 @@ impl Reason {
             Reason::InvalidArgument => "invalid_argument",
             Reason::Timeout => "timeout",
             Reason::PeerLost => "peer_lost",
+            Reason::PeerInvalidated => "peer_invalidated",
+            Reason::RepostActive => "repost_active",
             Reason::MetadataMismatch => "metadata_mismatch",
             Reason::NixlError => "nixl_error",
             Reason::Unknown => "unknown",
@@ -131,6 +139,12 @@ impl Reason {
             Reason::PeerLost => {
                 "the remote agent of a transfer went away: NIXL reported a remote disconnect (the peer process died, its NIC or link failed, or UCX's keep-alive gave up)"
             }
+            Reason::PeerInvalidated => {
+                "NIXL refused a stale handle: the remote agent was removed or its metadata loaded again after the request (or its prepared descriptor list) was made (NIXL_ERR_NOT_FOUND, \"was invalidated or re-registered\")"
+            }
+            Reason::RepostActive => {
+                "the program posted a transfer request again while its last posting was still in flight (nixlRepostActiveError); that posting goes on"
+            }
             Reason::MetadataMismatch => {
                 "NIXL refused a remote agent's metadata or a transfer's descriptors as not matching what it knows (corrupted, truncated or stale metadata, another NIXL version)"
             }
@@ -165,6 +179,8 @@ impl Reason {
             Reason::InvalidArgument => "fix the call: a list of (addr, len, dev, meta) tuples with a mem type, an Nx3 array, tensors or a nixlRegDList; backends created first",
             Reason::Timeout => "the step exceeded its deadline: check for a hung driver or collector",
             Reason::PeerLost => "check the peer's pod (restarted? OOM-killed?), its readiness and the link (ibstat, EFA/RDMA counters); keep the UCX backend's ucx_error_handling_mode at peer (NIXL's default) so a loss is reported instead of hanging",
+            Reason::PeerInvalidated => "re-create the transfer requests and prepared descriptor lists of a peer after remove_remote_agent/add_remote_agent (a peer that restarted); the peer's entry in /v1/status says when it was re-added",
+            Reason::RepostActive => "poll check_xfer_state until DONE (or release the handle) before posting it again; a framework doing this is racing its own transfers",
             Reason::MetadataMismatch => "re-fetch the peer's metadata after it restarts, and run the same NIXL version on both sides (nixl_version of nixl_agent_build_info)",
             Reason::NixlError => "read the NIXL/UCX lines in the serving process's log around the failure; UCX_LOG_LEVEL=info tells more",
             Reason::Unknown => "see the log and /v1/status for the error text",

@@ -130,6 +130,8 @@ struct Inner {
     default_backends: Vec<String>,
     /// Set once the transfer watchdog was started.
     xfer_watch: AtomicBool,
+    /// The transports of each peer's transfers, when learned.
+    transports: transports::Learned,
 }
 
 /// Records registration calls the caller makes itself. Cheap to clone and
@@ -242,6 +244,7 @@ impl Observer {
             any_agent_backends: AtomicBool::new(false),
             default_backends: settings_backends,
             xfer_watch: AtomicBool::new(false),
+            transports: transports::Learned::default(),
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
@@ -655,6 +658,7 @@ mod inflight;
 #[cfg(test)]
 mod tests;
 mod transfers;
+mod transports;
 
 pub use crate::model::Transfer;
 pub use transfers::{XferPoll, DEFAULT_STALL_AFTER};

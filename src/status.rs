@@ -261,6 +261,10 @@ pub struct TransferStatus {
     pub notifications_sent: u64,
     pub notifications_received: u64,
     pub notification_failures: u64,
+    /// Of the notifications, those the framework marks as heartbeats
+    /// (vLLM's `HB:` prefix).
+    pub heartbeats_sent: u64,
+    pub heartbeats_received: u64,
 }
 
 /// One operation's transfers.
@@ -311,6 +315,49 @@ pub struct PeerStatus {
     pub loaded: bool,
     /// NIXL reported it disconnected since it was last added.
     pub lost: bool,
+    /// Transfers with it that ended, by outcome, and the bytes of those done.
+    pub done: u64,
+    pub failed: u64,
+    pub released_in_flight: u64,
+    pub bytes: u64,
+    /// Its failed transfers and peer calls by reason.
+    pub failures: Vec<ReasonCount>,
+    /// The last failure (transfer or peer call), kept when later calls succeed.
+    pub last_failure: Option<PeerFailure>,
+    /// Notifications exchanged with it; heartbeats (`HB:`) apart.
+    pub notifications_sent: u64,
+    pub notifications_received: u64,
+    pub heartbeats_sent: u64,
+    pub heartbeats_received: u64,
+    /// When its metadata was last removed or loaded again (a request made
+    /// before then is stale: `peer_invalidated`).
+    pub invalidated_unix_seconds: Option<f64>,
+    /// Which transports UCX picked for transfers with it, per op
+    /// (`NIXL_AGENT_TRANSPORTS=1`).
+    pub transports: Vec<PeerTransport>,
+}
+
+/// A reason and how often it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReasonCount {
+    pub reason: Reason,
+    pub count: u64,
+}
+
+/// A peer's last failure.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerFailure {
+    pub reason: Reason,
+    pub error: String,
+    pub unix_seconds: f64,
+}
+
+/// The transports UCX picked for one op with a peer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeerTransport {
+    pub op: crate::model::XferOp,
+    pub scope: crate::model::TransportScope,
+    pub transports: Vec<crate::model::Transport>,
 }
 
 /// One line of /readyz?verbose.

@@ -239,6 +239,16 @@ class _Loader:
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
+        # NIXL_AGENT_TRANSPORTS=1 where the launcher is not used: UCX's
+        # protocol report asked for before NIXL creates a UCX context.
+        try:
+            import os
+
+            from ._launcher import proto_info
+
+            proto_info(os.environ)
+        except Exception as e:
+            _hook_failed("import", e)
         self._loader.exec_module(module)
         _patch(module)
 

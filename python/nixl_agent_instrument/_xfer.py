@@ -170,7 +170,7 @@ def wrap(cls, native):
             except Exception as e:
                 native.notified(self, "send", None, e)
                 raise
-            native.notified(self, "send", None, None)
+            native.notified(self, "send", None, None, args, kwargs)
             return result
 
         cls.send_notif = send_notif_
@@ -213,7 +213,9 @@ def _plain_params(f):
 def wrap_handles(module, native):
     """Wraps the release of NIXL's transfer and prepared-list handles
     (``release()``, and ``__del__`` when a handle is collected unreleased),
-    once: a transfer still in flight then ends as released in flight."""
+    once: a transfer still in flight then ends as released in flight. A
+    release that raises (NIXL could not cancel the transfer and keeps the
+    handle) records nothing: the transfer is still in flight."""
     import functools
 
     for cls_name, released in (("nixl_xfer_handle", "xfer_released"), ("nixl_prepped_dlist_handle", "dlist_released")):
@@ -229,11 +231,10 @@ def wrap_handles(module, native):
                 @functools.wraps(release)
                 def release_(self):
                     was = getattr(self, "_released", True)
-                    try:
-                        return release(self)
-                    finally:
-                        if not was:
-                            note(self)
+                    result = release(self)
+                    if not was:
+                        note(self)
+                    return result
 
                 return release_
 

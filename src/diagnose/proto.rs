@@ -19,7 +19,6 @@
 /// The most table lines kept from one run of `check`.
 pub const MAX_TABLE_LINES: usize = 16_384;
 
-#[cfg(feature = "cli")]
 /// One protocol table: whose endpoint, what operation, which transports.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ProtoTable {
@@ -34,7 +33,6 @@ pub struct ProtoTable {
     pub ranges: Vec<ProtoRange>,
 }
 
-#[cfg(feature = "cli")]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ProtoRange {
     pub range: String,
@@ -43,7 +41,6 @@ pub struct ProtoRange {
     pub lanes: Vec<String>,
 }
 
-#[cfg(feature = "cli")]
 impl ProtoTable {
     /// Whether this is the table of `op` ("put" or "get") between the
     /// initiator's `local` memory and the peer's `remote` memory (UCX's
@@ -71,6 +68,7 @@ impl ProtoTable {
     }
 
     /// Every `transport/device` lane, deduplicated in the order first seen.
+    #[cfg(feature = "cli")]
     pub fn lanes(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for lane in self.ranges.iter().flat_map(|r| &r.lanes) {
@@ -98,18 +96,15 @@ pub fn table_line(line: &str) -> Option<&str> {
     (body.starts_with('|') || body.starts_with("+-")).then_some(body)
 }
 
-#[cfg(feature = "cli")]
 /// Cells of a `| a | b | c |` row, trimmed.
 fn cells(row: &str) -> Vec<&str> {
     let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
     inner.split('|').map(str::trim).collect()
 }
 
-#[cfg(feature = "cli")]
 /// The `transport/device` lanes of a Config cell: `cma/memory`,
 /// `tcp/lo, tcp/eth0`, or UCX's split of a large message across lanes,
 /// `52% on tcp/lo and 48% on tcp/eth0`.
-#[cfg(feature = "cli")]
 fn lanes(cell: &str) -> Vec<String> {
     cell.split(',')
         .flat_map(|part| part.split(" and "))
@@ -125,7 +120,6 @@ fn lanes(cell: &str) -> Vec<String> {
         .collect()
 }
 
-#[cfg(feature = "cli")]
 /// Parses the table lines (prefix already removed, or not) into tables.
 /// Tables that are not of a remote memory operation are skipped; a
 /// malformed one is dropped, never guessed at.
@@ -187,7 +181,6 @@ pub fn parse(lines: &[String]) -> Vec<ProtoTable> {
     out
 }
 
-#[cfg(feature = "cli")]
 /// UCX's word for a memory type in its tables.
 pub fn ucx_mem(vram: bool) -> &'static str {
     if vram {
@@ -197,7 +190,7 @@ pub fn ucx_mem(vram: bool) -> &'static str {
     }
 }
 
-#[cfg(all(test, feature = "cli"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -248,6 +241,7 @@ mod tests {
         assert!(!t[0].is("get", "host", "host"));
         assert!(!t[0].is("put", "cuda", "cuda"));
         assert_eq!(t[0].transports(), ["tcp", "cma"]);
+        #[cfg(feature = "cli")]
         assert_eq!(t[0].lanes(), ["tcp/lo", "cma/memory", "tcp/eth0"]);
         assert_eq!(t[0].ranges[1].protocol, "zero-copy");
     }

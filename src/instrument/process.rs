@@ -48,12 +48,12 @@ impl Instrumentation {
     /// process (SGLang's engine rank, vLLM's tp rank), preferred when
     /// claiming a pod slot unless a rank was told explicitly.
     pub fn start(settings: &Settings, frameworks: &[&str], rank_hint: Option<u32>) -> Instrumentation {
-        let tap = if settings.capture {
+        let tap = if settings.capture || settings.transports {
             match StderrTap::install() {
                 Ok(t) => Some(t),
                 Err(e) => {
                     eprintln!(
-                        "nixl-agent-instrument: NIXL_AGENT_CAPTURE=on but the fd tap failed ({e}); not capturing"
+                        "nixl-agent-instrument: NIXL_AGENT_CAPTURE or NIXL_AGENT_TRANSPORTS is on but the fd tap failed ({e}); not capturing"
                     );
                     None
                 }
@@ -67,8 +67,14 @@ impl Instrumentation {
             DEFAULT_LOG_FILTER,
         );
         let mut observer = Observer::new(settings.observe(frameworks));
-        if let Some(t) = &tap {
+        if let Some(t) = tap.as_ref().filter(|_| settings.capture) {
             observer = observer.with_capture(Box::new(t.clone()));
+        }
+        if let Some(t) = tap.as_ref().filter(|_| settings.transports) {
+            // UCX's tables: read, and kept off stdout when nixl-agent asked
+            // for them; an operator's own pass through.
+            t.keep_protocol_tables(settings.proto_info_ours);
+            observer = observer.with_protocol_tables(Box::new(t.clone()));
         }
         // Without a pod directory, the processes sharing this address are a
         // pod of their own (the scheduler processes of one container).

@@ -155,7 +155,7 @@ fn a_data_path_exception_names_its_reason() {
     assert_eq!(r("nixlMismatchError"), Reason::MetadataMismatch);
     assert_eq!(r("nixlNotFoundError"), Reason::NixlNotFound);
     assert_eq!(r("nixlBackendError"), Reason::NixlBackendError);
-    assert_eq!(r("nixlRepostActiveError"), Reason::InvalidArgument);
+    assert_eq!(r("nixlRepostActiveError"), Reason::RepostActive);
     assert_eq!(r("nixlUnknownError"), Reason::NixlError);
     assert_eq!(r("KeyError"), Reason::InvalidArgument);
     assert_eq!(r("SomethingNew"), Reason::Unknown);

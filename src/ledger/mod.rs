@@ -27,7 +27,7 @@ pub mod transfers;
 
 pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
 use live::{Live, LiveKey, LiveTable};
-pub use transfers::{TracedXfer, Transfers};
+pub use transfers::{TracedXfer, Transfers, TransportWanted};
 
 use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
@@ -180,6 +180,12 @@ impl Ledger {
         self.lock().transfers.in_flight()
     }
 
+    /// What to look for to learn the transports of `handle`'s peer, when
+    /// nobody looked yet (`NIXL_AGENT_TRANSPORTS=1`).
+    pub fn transport_wanted(&self, handle: u64) -> Option<TransportWanted> {
+        self.lock().transfers.transport_wanted(handle)
+    }
+
     /// Publishes the new generation and wakes waiters, if any (waking none
     /// costs a lock per notifier).
     fn notify(&self, generation: u64) {
@@ -310,15 +316,23 @@ impl State {
                     .agent_released(&mut self.status.transfers, *agent, Instant::now());
                 self.sync_transfers(None);
             }
-            Event::XferCreated(r) => self.transfers.created(r),
+            Event::XferCreated(r) => self.transfers.created(r, Instant::now()),
             Event::XferCreateFailed {
                 agent,
                 op,
                 peer,
                 failure,
+                prepared,
             } => {
-                self.transfers
-                    .create_failed(&mut self.status.transfers, *agent, *op, peer, failure, Instant::now());
+                self.transfers.create_failed(
+                    &mut self.status.transfers,
+                    *agent,
+                    *op,
+                    peer,
+                    failure,
+                    *prepared,
+                    Instant::now(),
+                );
                 self.sync_transfers(None);
             }
             Event::XferPosted {
@@ -369,13 +383,32 @@ impl State {
                 self.sync_transfers(None);
             }
             Event::Notified {
+                agent,
                 direction,
                 messages,
                 failure,
-                ..
+                peer,
+                heartbeats,
             } => {
-                self.transfers.notified(*direction, *messages, *failure);
+                self.transfers.notified(
+                    &mut self.status.transfers,
+                    *agent,
+                    *direction,
+                    peer,
+                    *messages,
+                    *heartbeats,
+                    *failure,
+                );
                 self.sync_transfers(None);
+            }
+            Event::XferTransport {
+                agent,
+                peer,
+                op,
+                transport,
+            } => {
+                self.transfers
+                    .transport(&mut self.status.transfers, *agent, peer, *op, *transport);
             }
             Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
             Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),

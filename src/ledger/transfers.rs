@@ -1,21 +1,27 @@
-//! The data path's recorded state: transfer requests and the transfers in
+//! The data path's recorded state: transfer requests and the postings in
 //! flight, how each ended, peers and notifications. Applied under the
 //! ledger's lock like every other event; the metric families of the data
 //! path and /v1/status `transfers` are both read from here.
 //!
 //! Architecture Invariant: a transfer is counted once, when it ends (done,
 //! error, released in flight), and a stall once, when the watchdog's tick
-//! first finds it past `stall_after`. Peers are keyed by (local agent,
-//! remote name) and never become a label; the tables are bounded.
+//! first finds it past `stall_after`. A posting in flight carries what it
+//! moves (op, bytes, peer) from the moment it was posted: a refused repost
+//! is a failed call of its own and leaves it alone, and forgetting or
+//! re-creating its request cannot change how it is counted. Peers are
+//! keyed by (local agent, remote name) and never become a label; the
+//! tables are bounded and evict by last use.
 
 use super::counts::{unix_now, Histogram};
 use crate::event::XferEnd;
 use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
 use crate::status::{TransferStatus, XferFailure, XferOpStatus};
-use peers::peer_entry;
+use peers::{peer_entry, Remote};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use table::{least_recent, ByHandle};
+pub use transports::TransportWanted;
 
 /// Failed transfers kept in /v1/status.
 pub const RECENT_FAILURES_KEPT: usize = 8;
@@ -27,30 +33,10 @@ pub const REQUESTS_KEPT: usize = 1 << 16;
 /// Remote agents remembered per local NIXL agent.
 pub const REMOTE_AGENTS_KEPT: usize = 4096;
 
-/// NIXL's handles are addresses (Rust's, a counter): spread by one
-/// multiplication, not SipHash — the post and poll path hashes them.
-#[derive(Default, Clone, Copy)]
-struct HandleHasher(u64);
-
-impl std::hash::Hasher for HandleHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type ByHandle<V> = HashMap<u64, V, std::hash::BuildHasherDefault<HandleHasher>>;
-
-struct Request {
+/// What a request moves each time it is posted: shared by the request and
+/// its posting in flight.
+#[derive(Debug)]
+struct Moves {
     agent: AgentId,
     op: XferOp,
     descriptors: usize,
@@ -58,9 +44,20 @@ struct Request {
     backend: Option<Box<str>>,
     peer: Arc<str>,
     mem: (Option<MemType>, Option<MemType>),
+    /// When the request was created: a peer invalidated after this makes
+    /// it stale.
+    created: Instant,
 }
 
+struct Request {
+    moves: Arc<Moves>,
+    /// The ledger's use counter when it was last created or posted.
+    last_used: u64,
+}
+
+/// One posting in flight.
 struct Flight {
+    moves: Arc<Moves>,
     posted: Instant,
     stalled: bool,
 }
@@ -90,6 +87,8 @@ pub struct TransferCounts {
     pub peers_lost: u64,
     /// `[direction][0 ok, 1 error]`, directions in [`NotifDirection::ALL`] order.
     pub notifications: [[u64; 2]; 2],
+    /// Heartbeats among the notifications, by direction.
+    pub heartbeats: [u64; 2],
     pub remote_agents: usize,
 }
 
@@ -118,7 +117,11 @@ pub struct TracedXfer {
 pub struct Transfers {
     requests: ByHandle<Request>,
     flights: ByHandle<Flight>,
-    remote: HashMap<AgentId, Vec<Arc<str>>>,
+    remote: HashMap<AgentId, Vec<Remote>>,
+    /// Counts creations and posts: a request's last use.
+    uses: u64,
+    /// Which transports each peer's transfers take, per op.
+    transports: transports::PeerTransports,
     pub counts: TransferCounts,
     /// What the last event ended or stalled that is to be traced (taken by
     /// the recorder after the write).
@@ -156,39 +159,59 @@ impl Transfers {
         }
     }
 
-    pub fn created(&mut self, r: &Transfer<'_>) {
+    pub fn created(&mut self, r: &Transfer<'_>, at: Instant) {
         self.observing = true;
         if self.requests.len() >= REQUESTS_KEPT && !self.requests.contains_key(&r.handle) {
-            // Handles never released: forget those not in flight.
+            // Handles never released: the least recently used go, a
+            // sixteenth at a time; a request with a posting in flight stays.
             let flights = &self.flights;
-            self.requests.retain(|h, _| flights.contains_key(h));
+            for h in least_recent(
+                &self.requests,
+                REQUESTS_KEPT / 16,
+                |q| q.last_used,
+                |h| flights.contains_key(&h),
+            ) {
+                self.requests.remove(&h);
+            }
             if self.requests.len() >= REQUESTS_KEPT {
                 return;
             }
         }
         let peer = self.intern(r.agent, r.peer);
+        self.uses += 1;
         self.requests.insert(
             r.handle,
             Request {
-                agent: r.agent,
-                op: r.op,
-                descriptors: r.descriptors,
-                bytes: r.bytes,
-                backend: r.backend.map(Into::into),
-                peer,
-                mem: (r.local, r.remote),
+                moves: Arc::new(Moves {
+                    agent: r.agent,
+                    op: r.op,
+                    descriptors: r.descriptors,
+                    bytes: r.bytes,
+                    backend: r.backend.map(Into::into),
+                    peer,
+                    mem: (r.local, r.remote),
+                    created: at,
+                }),
+                last_used: self.uses,
             },
         );
+    }
+
+    /// Whether `handle` names a request the ledger holds.
+    #[cfg(test)]
+    pub(crate) fn holds(&self, handle: u64) -> bool {
+        self.requests.contains_key(&handle)
     }
 
     /// The peer's name, shared with the remote-agent table when it is there.
     fn intern(&self, agent: AgentId, peer: &str) -> Arc<str> {
         self.remote
             .get(&agent)
-            .and_then(|l| l.iter().find(|p| &***p == peer).cloned())
+            .and_then(|l| l.iter().find(|p| &*p.name == peer).map(|p| p.name.clone()))
             .unwrap_or_else(|| peer.into())
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn create_failed(
         &mut self,
         s: &mut TransferStatus,
@@ -196,9 +219,12 @@ impl Transfers {
         op: XferOp,
         peer: &str,
         failure: &Failure,
+        prepared: Option<Instant>,
         at: Instant,
     ) {
         self.observing = true;
+        let stale = prepared.and_then(|p| self.stale(agent, peer, failure, p));
+        let failure = stale.as_ref().unwrap_or(failure);
         self.counts.ops[op.index()].outcomes[XferOutcome::Error.index()] += 1;
         self.failed(s, agent, op, peer, failure, "create");
         self.traced.push(TracedXfer {
@@ -218,7 +244,7 @@ impl Transfers {
         });
     }
 
-    /// A failure's counts, its line in /v1/status and its peer.
+    /// A failure's counts, its line in /v1/status and its peer's.
     fn failed(
         &mut self,
         s: &mut TransferStatus,
@@ -253,6 +279,8 @@ impl Transfers {
         p.error = Some(f.message.clone());
         p.unix_seconds = unix;
         p.lost |= lost;
+        p.failed += 1;
+        peers::failure_of_peer(p, f, unix);
     }
 
     /// `handle` posted at `at`; `ended`: it also ended within the call.
@@ -264,22 +292,37 @@ impl Transfers {
         ended: Option<(Instant, XferEnd<'_>)>,
         sampled: bool,
     ) -> bool {
-        let Some(op) = self.requests.get(&handle).map(|r| r.op) else {
+        self.uses += 1;
+        let uses = self.uses;
+        let Some(r) = self.requests.get_mut(&handle) else {
             return false;
         };
-        if self
-            .flights
-            .insert(
-                handle,
-                Flight {
-                    posted: at,
-                    stalled: false,
-                },
-            )
-            .is_none()
-        {
-            self.counts.ops[op.index()].in_flight += 1;
+        r.last_used = uses;
+        let moves = r.moves.clone();
+        // NIXL refused to post it again while its last posting is in
+        // flight: a failed call of its own; that posting goes on.
+        if let Some((end_at, XferEnd::Failed(f))) = ended {
+            if f.reason == Reason::RepostActive {
+                self.counts.ops[moves.op.index()].outcomes[XferOutcome::Error.index()] += 1;
+                self.trace(&moves, Some(at), end_at, XferOutcome::Error, Some(f), false, "post");
+                self.failed(s, moves.agent, moves.op, &moves.peer, f, "post");
+                return true;
+            }
         }
+        // NIXL posts a request again only once its last posting finished:
+        // one the program never polled to its end completed.
+        if self.flights.contains_key(&handle) {
+            self.ended(s, handle, at, XferEnd::Done, None, false, "post");
+        }
+        self.counts.ops[moves.op.index()].in_flight += 1;
+        self.flights.insert(
+            handle,
+            Flight {
+                moves,
+                posted: at,
+                stalled: false,
+            },
+        );
         if let Some((end_at, end)) = ended {
             self.ended(s, handle, end_at, end, None, sampled, "post");
         }
@@ -299,17 +342,11 @@ impl Transfers {
         sampled: bool,
         stage: &'static str,
     ) -> bool {
-        // A flight always has its request (only requests not in flight are
-        // ever forgotten); looked up first so a flight is never taken
-        // without its counts.
-        let Some(r) = self.requests.get(&handle) else {
-            return false;
-        };
         let Some(flight) = self.flights.remove(&handle) else {
             return false;
         };
-        let (op, agent, peer) = (r.op, r.agent, r.peer.clone());
-        let c = &mut self.counts.ops[op.index()];
+        let m = flight.moves;
+        let c = &mut self.counts.ops[m.op.index()];
         c.in_flight = c.in_flight.saturating_sub(1);
         if flight.stalled {
             c.stalled_in_flight = c.stalled_in_flight.saturating_sub(1);
@@ -318,38 +355,57 @@ impl Transfers {
             c.oldest_seconds = 0.0;
         }
         let elapsed = measured.unwrap_or_else(|| at.saturating_duration_since(flight.posted));
+        let stale = match end {
+            XferEnd::Failed(f) => self.stale(m.agent, &m.peer, f, m.created),
+            _ => None,
+        };
         let (outcome, failure) = match end {
             XferEnd::Done => (XferOutcome::Done, None),
-            XferEnd::Failed(f) => (XferOutcome::Error, Some(f)),
+            XferEnd::Failed(f) => (XferOutcome::Error, Some(stale.as_ref().unwrap_or(f))),
             XferEnd::Released => (XferOutcome::ReleasedInFlight, None),
         };
+        let c = &mut self.counts.ops[m.op.index()];
         c.outcomes[outcome.index()] += 1;
         if outcome == XferOutcome::Done {
-            c.bytes = c.bytes.saturating_add(r.bytes);
+            c.bytes = c.bytes.saturating_add(m.bytes);
             c.duration.observe(self.duration_bounds, elapsed.as_secs_f64());
         }
-        let traced = outcome != XferOutcome::Done || sampled || flight.stalled;
-        if traced {
-            self.traced.push(TracedXfer {
-                op,
-                descriptors: r.descriptors,
-                bytes: r.bytes,
-                backend: r.backend.as_deref().map(str::to_string),
-                peer: peer.to_string(),
-                posted: Some(flight.posted),
-                ended: at,
-                outcome: Some(outcome),
-                reason: failure.map(|f| f.reason),
-                message: failure.map(|f| f.message.clone()),
-                stalled: flight.stalled,
-                stage,
-                mem: r.mem,
-            });
+        if outcome != XferOutcome::Done || sampled || flight.stalled {
+            self.trace(&m, Some(flight.posted), at, outcome, failure, flight.stalled, stage);
         }
-        if let Some(f) = failure {
-            self.failed(s, agent, op, &peer, f, stage);
+        match failure {
+            Some(f) => self.failed(s, m.agent, m.op, &m.peer, f, stage),
+            None => peers::ended_with_peer(s, m.agent, &m.peer, outcome, m.bytes),
         }
         true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn trace(
+        &mut self,
+        m: &Moves,
+        posted: Option<Instant>,
+        at: Instant,
+        outcome: XferOutcome,
+        failure: Option<&Failure>,
+        stalled: bool,
+        stage: &'static str,
+    ) {
+        self.traced.push(TracedXfer {
+            op: m.op,
+            descriptors: m.descriptors,
+            bytes: m.bytes,
+            backend: m.backend.as_deref().map(str::to_string),
+            peer: m.peer.to_string(),
+            posted,
+            ended: at,
+            outcome: Some(outcome),
+            reason: failure.map(|f| f.reason),
+            message: failure.map(|f| f.message.clone()),
+            stalled,
+            stage,
+            mem: m.mem,
+        });
     }
 
     /// `handle` released: a flight still open ends as released in flight.
@@ -361,10 +417,10 @@ impl Transfers {
     /// The watchdog's tick: stalls counted once, ages refreshed.
     pub fn tick(&mut self, at: Instant, stall_after: Duration) {
         let mut oldest = [Duration::ZERO; 2];
-        for (handle, f) in self.flights.iter_mut() {
-            let Some(r) = self.requests.get(handle) else { continue };
+        for f in self.flights.values_mut() {
+            let m = &f.moves;
             let age = at.saturating_duration_since(f.posted);
-            let i = r.op.index();
+            let i = m.op.index();
             oldest[i] = oldest[i].max(age);
             if !f.stalled && age > stall_after {
                 f.stalled = true;
@@ -372,11 +428,11 @@ impl Transfers {
                 c.stalled += 1;
                 c.stalled_in_flight += 1;
                 self.traced.push(TracedXfer {
-                    op: r.op,
-                    descriptors: r.descriptors,
-                    bytes: r.bytes,
-                    backend: r.backend.as_deref().map(str::to_string),
-                    peer: r.peer.to_string(),
+                    op: m.op,
+                    descriptors: m.descriptors,
+                    bytes: m.bytes,
+                    backend: m.backend.as_deref().map(str::to_string),
+                    peer: m.peer.to_string(),
                     posted: Some(f.posted),
                     ended: at,
                     outcome: None,
@@ -387,7 +443,7 @@ impl Transfers {
                     )),
                     stalled: true,
                     stage: "stall",
-                    mem: r.mem,
+                    mem: m.mem,
                 });
             }
         }
@@ -403,17 +459,24 @@ impl Transfers {
     /// The NIXL agent `agent` is gone: its requests, flights (released in
     /// flight) and remote agents with it.
     pub fn agent_released(&mut self, s: &mut TransferStatus, agent: AgentId, at: Instant) {
-        let handles: Vec<u64> = self
+        let mut handles: Vec<u64> = self
             .requests
             .iter()
-            .filter(|(_, r)| r.agent == agent)
+            .filter(|(_, r)| r.moves.agent == agent)
             .map(|(h, _)| *h)
             .collect();
+        handles.extend(
+            self.flights
+                .iter()
+                .filter(|(_, f)| f.moves.agent == agent)
+                .map(|(h, _)| *h),
+        );
         for h in handles {
             self.released(s, h, at);
         }
         self.remote.remove(&agent);
-        self.counts.remote_agents = self.remote.values().map(Vec::len).sum();
+        self.transports.agent_released(agent);
+        self.counts.remote_agents = self.loaded_remotes();
         for p in s.peers.iter_mut().filter(|p| p.agent == agent) {
             p.loaded = false;
         }
@@ -437,6 +500,8 @@ impl Transfers {
         s.notifications_sent = n[notif_index(NotifDirection::Send)][0];
         s.notifications_received = n[notif_index(NotifDirection::Receive)][0];
         s.notification_failures = n[0][1] + n[1][1];
+        s.heartbeats_sent = self.counts.heartbeats[notif_index(NotifDirection::Send)];
+        s.heartbeats_received = self.counts.heartbeats[notif_index(NotifDirection::Receive)];
     }
 }
 
@@ -456,5 +521,7 @@ fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {
 }
 
 mod peers;
+mod table;
 #[cfg(test)]
 mod tests;
+mod transports;

@@ -30,7 +30,7 @@ pub struct Transfer<'a> {
 }
 
 /// A transfer's direction (NIXL's `nixl_xfer_op_t`): the `op` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum XferOp {
     Read,

@@ -56,7 +56,6 @@ struct State {
 
 /// What the stdout reader does with UCX's protocol tables.
 const PROTO_PASS: u8 = 0;
-#[cfg(feature = "cli")]
 const PROTO_KEEP: u8 = 1;
 const PROTO_KEEP_QUIET: u8 = 2;
 
@@ -198,16 +197,15 @@ impl StderrTap {
         }
     }
 
-    #[cfg(feature = "cli")]
     /// From now on, keeps the UCX protocol tables printed on stdout (at
-    /// most `diagnose::proto::MAX_TABLE_LINES` lines); `quiet` also keeps
-    /// them from the real stdout (for when nixl-agent turned them on).
-    pub(crate) fn keep_protocol_tables(&self, quiet: bool) {
+    /// most `diagnose::proto::MAX_TABLE_LINES` lines not taken yet);
+    /// `quiet` also keeps them from the real stdout (for when nixl-agent
+    /// turned them on: `check`, `NIXL_AGENT_TRANSPORTS=1`).
+    pub fn keep_protocol_tables(&self, quiet: bool) {
         let mode = if quiet { PROTO_KEEP_QUIET } else { PROTO_KEEP };
         self.shared.proto.store(mode, Ordering::Relaxed);
     }
 
-    #[cfg(feature = "cli")]
     /// The protocol table lines kept so far (everything printed before
     /// now is in), without their `[time] [host:pid]` prefix; taken.
     pub(crate) fn protocol_tables(&self) -> Vec<String> {
@@ -387,6 +385,10 @@ impl crate::record::Capture for StderrTap {
 
     fn settle(&self) {
         StderrTap::settle(self)
+    }
+
+    fn protocol_tables(&self) -> Vec<String> {
+        StderrTap::protocol_tables(self)
     }
 }
 

@@ -44,6 +44,27 @@ impl Observer {
             op,
             peer,
             failure,
+            prepared: None,
+        });
+    }
+
+    /// Creating a transfer request from a remote descriptor list prepared
+    /// at `prepared` (`make_prepped_xfer`) failed: a peer removed or loaded
+    /// again since makes the list stale (`peer_invalidated`).
+    pub fn prepped_transfer_create_failed(
+        &self,
+        agent: AgentId,
+        op: XferOp,
+        peer: &str,
+        failure: &Failure,
+        prepared: Instant,
+    ) {
+        self.0.rec.emit(&Event::XferCreateFailed {
+            agent,
+            op,
+            peer,
+            failure,
+            prepared: Some(prepared),
         });
     }
 
@@ -112,6 +133,22 @@ impl Observer {
             direction,
             messages,
             failure,
+            peer: "",
+            heartbeats: 0,
+        });
+    }
+
+    /// Notifications sent to or received from the remote agent `peer`:
+    /// `messages`, of which `heartbeats` are the framework's heartbeats
+    /// (vLLM's `HB:` prefix).
+    pub fn notified_peer(&self, agent: AgentId, direction: NotifDirection, peer: &str, messages: u64, heartbeats: u64) {
+        self.0.rec.emit(&Event::Notified {
+            agent,
+            direction,
+            messages,
+            failure: None,
+            peer,
+            heartbeats,
         });
     }
 

@@ -22,6 +22,11 @@ pub trait Capture {
     /// Waits until what was printed so far can be read; `end` then waits
     /// no more. For a front-end that must not wait holding a lock.
     fn settle(&self) {}
+    /// UCX's protocol table lines printed so far and not taken yet (only a
+    /// tap told to keep them has any), after what was printed is copied.
+    fn protocol_tables(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// No capture: what NIXL prints is left alone.

@@ -293,6 +293,23 @@ fn line(e: &Event<'_>, applied: &Applied) {
             "NIXL notification call failed"
         ),
         Event::Notified { .. } => {}
+        Event::XferTransport {
+            agent,
+            peer,
+            op,
+            transport: Some((scope, transports)),
+        } => {
+            let words: Vec<&str> = transports.iter().map(|t| t.as_str()).collect();
+            tracing::info!(
+                agent = agent.0,
+                peer = *peer,
+                op = op.as_str(),
+                scope = scope.as_str(),
+                transports = %words.join(","),
+                "the transports UCX picked for this peer's transfers"
+            )
+        }
+        Event::XferTransport { .. } => {}
         Event::ProbeTransfer(r) => match &r.failure {
             None => tracing::debug!(
                 elapsed_ms = r.elapsed.as_millis() as u64,

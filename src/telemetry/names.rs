@@ -54,6 +54,7 @@ pub const PEER_FAILURES_TOTAL: &str = "nixl_agent_peer_failures_total";
 pub const PEERS_LOST_TOTAL: &str = "nixl_agent_peers_lost_total";
 pub const REMOTE_AGENTS: &str = "nixl_agent_remote_agents";
 pub const NOTIFICATIONS_TOTAL: &str = "nixl_agent_notifications_total";
+pub const TRANSFER_TRANSPORT: &str = "nixl_agent_transfer_transport";
 pub const PROBE_TRANSFER_UP: &str = "nixl_agent_probe_transfer_up";
 pub const PROBE_TRANSFERS_TOTAL: &str = "nixl_agent_probe_transfers_total";
 pub const PROBE_TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_probe_transfer_failures_total";
@@ -319,6 +320,12 @@ pub const FAMILIES: &[Family] = &[
         "Notifications by direction (send: send_notif, receive: messages get_new_notifs returned) and outcome (ok; error, on first use, counts failed calls).",
     ),
     Family::new(
+        TRANSFER_TRANSPORT,
+        Type::Gauge,
+        &["op", "scope", "transport"],
+        "1 for each transport UCX picked for the transfers of some peer of this process, by op, UCX's scope of the endpoint (self, intra-node, inter-node) and transport (tcp, cma, cuda_ipc, rc_mlx5, ... closed, other for the rest); only with NIXL_AGENT_TRANSPORTS=1, from UCX's protocol report at each peer's first transfer. tcp where shared memory, CUDA IPC or RDMA was expected is a fall-back.",
+    ),
+    Family::new(
         PROBE_TRANSFER_UP,
         Type::Gauge,
         &[],
@@ -380,6 +387,7 @@ pub const DATA_PATH: &[&str] = &[
     PEERS_LOST_TOTAL,
     REMOTE_AGENTS,
     NOTIFICATIONS_TOTAL,
+    TRANSFER_TRANSPORT,
 ];
 
 /// The node canary's loopback round: exported once the first round ran.

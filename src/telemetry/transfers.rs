@@ -1,7 +1,8 @@
 //! The data path's metric families, rendered from the ledger's transfer
 //! state at scrape time (like every family of recorded state): transfers by
 //! op and outcome, failures by reason, stalls, bytes, durations, what is in
-//! flight, peer events, peers lost, remote agents, notifications.
+//! flight, peer events, peers lost, remote agents, notifications, and the
+//! transports peers' transfers take.
 
 use super::metrics::{pair, Out};
 use super::names;
@@ -77,6 +78,19 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
             }
         }
     }
+    // On first use: only with NIXL_AGENT_TRANSPORTS=1, once a peer's
+    // transports are known (bounded by the closed label values).
+    let mut transport = Out::new(names::TRANSFER_TRANSPORT, GAUGE);
+    for (op, scope, tr) in t.transport_series() {
+        transport.gauge(
+            vec![
+                pair("op", op.as_str()),
+                pair("scope", scope.as_str()),
+                pair("transport", tr.as_str()),
+            ],
+            1.0,
+        );
+    }
     // In names::DATA_PATH order.
     [
         transfers,
@@ -91,6 +105,7 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         lost,
         remote,
         notifications,
+        transport,
     ]
     .into_iter()
     .map(|o| o.mf)

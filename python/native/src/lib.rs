@@ -18,6 +18,7 @@
 
 #![deny(unsafe_code)]
 
+mod prepped;
 mod transfers;
 
 use nixl_agent::config::ProcessEnv;
@@ -59,7 +60,7 @@ struct Running {
     agents: Mutex<HashMap<usize, AgentId>>,
     /// Prepared descriptor lists by NIXL's handle (`make_prepped_xfer`
     /// indexes into them).
-    prepped: Mutex<HashMap<u64, Arc<transfers::Prepped>>>,
+    prepped: prepped::PreppedLists,
     /// The agents that capture NIXL's transfer telemetry.
     telemetry: Mutex<std::collections::HashSet<AgentId>>,
     pid: u32,
@@ -223,7 +224,7 @@ fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
         agents: Mutex::new(HashMap::new()),
-        prepped: Mutex::new(HashMap::new()),
+        prepped: prepped::PreppedLists::default(),
         telemetry: Mutex::new(std::collections::HashSet::new()),
         pid: me,
     }));

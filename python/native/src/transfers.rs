@@ -14,19 +14,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A prepared descriptor list (`prep_xfer_dlist`): what `make_prepped_xfer`
-/// indexes into.
-pub(crate) struct Prepped {
-    lengths: Vec<u64>,
-    mem: Option<MemType>,
-    /// The agent it was prepared for: NIXL_INIT_AGENT/"" (local), a remote
-    /// agent's name, or the agent's own (loopback).
-    peer: String,
-}
-
-/// Prepared lists remembered per process (a program that never releases
-/// them cannot grow this past it).
-const PREPPED_KEPT: usize = 4096;
+use crate::prepped::Prepped;
 
 /// NIXL's handle number of a handle object (`_handle`), or of an int.
 fn handle_of(h: &Bound<'_, PyAny>) -> Option<u64> {
@@ -114,7 +102,13 @@ pub(crate) fn xfer_posted(
         let r = running()?;
         let h = handle_of(handle)?;
         let posted = t0_ns.extract::<u64>().map_or_else(|_| Instant::now(), instant_of);
-        r.observer().transfer_posted(h, posted, &poll_of(state, error));
+        let poll = poll_of(state, error);
+        r.observer().transfer_posted(h, posted, &poll);
+        // NIXL_AGENT_TRANSPORTS=1: the first posting to a peer for an op
+        // reads UCX's tables (waiting for its output without the GIL).
+        if r.observer().learns_transports() && !matches!(poll, XferPoll::Failed(_)) {
+            handle.py().detach(|| r.observer().transport_after_post(h));
+        }
         Some(())
     });
 }
@@ -227,8 +221,8 @@ fn local_side(
     let bytes = match &local {
         Some(p) => indices
             .iter()
-            .filter_map(|i| p.lengths.get(*i))
-            .fold(0u64, |a, b| a.saturating_add(*b)),
+            .filter_map(|i| p.len_of(*i))
+            .fold(0u64, |a, b| a.saturating_add(b)),
         None => 0,
     };
     (
@@ -236,6 +230,36 @@ fn local_side(
         bytes,
         local.and_then(|p| p.mem),
         remote.and_then(|p| p.mem),
+    )
+}
+
+/// The rows of an N×5 strided array (`prep_xfer_dlist` only), read as
+/// NIXL reads them: a C-contiguous native-endian 64-bit integer array of
+/// shape (N, 5), copied once as bytes; each row (addr, len, dev, stride,
+/// count) is `count` descriptors of `len` bytes. `None`: not such an array.
+fn strided_runs(obj: &Bound<'_, PyAny>) -> Option<Vec<(u64, u64)>> {
+    let py = obj.py();
+    let interface = obj.getattr(intern!(py, "__array_interface__")).ok()?;
+    let shape: (usize, usize) = interface.get_item("shape").ok()?.extract().ok()?;
+    if shape.1 != 5 {
+        return None;
+    }
+    let typestr: String = interface.get_item("typestr").ok()?.extract().ok()?;
+    let contiguous = interface.get_item("strides").ok().is_none_or(|s| s.is_none());
+    let native = if cfg!(target_endian = "little") { '<' } else { '>' };
+    let word = typestr.len() == 3 && typestr.starts_with(native) && matches!(&typestr[1..], "u8" | "i8");
+    if !(word && contiguous) {
+        return Some(Vec::new());
+    }
+    let bytes = obj.call_method0(intern!(py, "tobytes")).soft()?;
+    let bytes = bytes.cast::<PyBytes>().ok()?;
+    let w = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
+    Some(
+        bytes
+            .as_bytes()
+            .chunks_exact(40)
+            .map(|row| (w(&row[32..40]), w(&row[8..16])))
+            .collect(),
     )
 }
 
@@ -327,9 +351,23 @@ pub(crate) fn xfer_create_failed(
         let r = running()?;
         // An unknown op word is the program's misuse, not a transfer.
         let op = op_of(args, kwargs)?;
-        let peer = peer_of(&r, method, args, kwargs);
-        r.observer()
-            .transfer_create_failed(r.agent_id(agent), op, &peer, &failure_of(error));
+        let failure = failure_of(error);
+        let id = r.agent_id(agent);
+        // A prepared remote list names its peer and when it was prepared:
+        // a peer reloaded since makes it stale (peer_invalidated).
+        let remote = (method == "make_prepped_xfer")
+            .then(|| arg(args, kwargs, 3, "remote_xfer_side").and_then(|v| handle_of(&v)))
+            .flatten()
+            .and_then(|h| r.prepped(h));
+        match remote {
+            Some(p) => r
+                .observer()
+                .prepped_transfer_create_failed(id, op, &p.peer, &failure, p.prepared),
+            None => {
+                let peer = peer_of(&r, method, args, kwargs);
+                r.observer().transfer_create_failed(id, op, &peer, &failure)
+            }
+        }
         Some(())
     });
 }
@@ -350,26 +388,26 @@ pub(crate) fn dlist_prepped(
         let peer = arg(args, kwargs, 0, "agent_name")
             .and_then(|v| name_of(&v))
             .unwrap_or_default();
-        let mem_word = arg(args, kwargs, 2, "mem_type");
-        let (mem, lengths) = match arg(args, kwargs, 1, "xfer_list").and_then(|l| regions_of(&l, mem_word.as_ref())) {
-            Some((mem, regions)) => {
-                let lengths = regions.iter().map(|x| x.len as u64).collect();
-                recycle(regions);
-                (Some(mem), lengths)
-            }
-            None => (
-                mem_word
-                    .and_then(|m| m.extract::<String>().ok())
-                    .and_then(|w| mem_type_word(&w)),
-                Vec::new(),
-            ),
-        };
         let peer = if peer == "NIXL_INIT_AGENT" { String::new() } else { peer };
-        let mut map = r.prepped.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= PREPPED_KEPT {
-            map.clear();
-        }
-        map.insert(h, Arc::new(Prepped { lengths, mem, peer }));
+        let mem_word = arg(args, kwargs, 2, "mem_type");
+        let named = mem_word
+            .as_ref()
+            .and_then(|m| m.extract::<String>().ok())
+            .and_then(|w| mem_type_word(&w));
+        let list = arg(args, kwargs, 1, "xfer_list");
+        let prepped = match list.as_ref().and_then(strided_runs) {
+            // N×5: (addr, len, dev, stride, count), `count` descriptors a row.
+            Some(runs) => Prepped::new(runs, named, peer),
+            None => match list.and_then(|l| regions_of(&l, mem_word.as_ref())) {
+                Some((mem, regions)) => {
+                    let p = Prepped::new(regions.iter().map(|x| (1, x.len as u64)), Some(mem), peer);
+                    recycle(regions);
+                    p
+                }
+                None => Prepped::new([], named, peer),
+            },
+        };
+        r.prepped.insert(h, prepped);
         Some(())
     });
 }
@@ -390,7 +428,7 @@ pub(crate) fn dlist_released(handle: &Bound<'_, PyAny>) {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
-        r.prepped.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+        r.prepped.remove(h);
         Some(())
     });
 }
@@ -424,25 +462,68 @@ pub(crate) fn peer(
     });
 }
 
-/// `send_notif` returned or raised; `get_new_notifs` returned `notifs` (a
-/// non-empty dict of lists) or raised.
+/// `send_notif(remote_agent_name, notif_msg)` (its `args`) returned or
+/// raised; `get_new_notifs` returned `notifs` (a non-empty dict of lists by
+/// peer) or raised. Heartbeats (vLLM's `HB:`) are counted apart per peer.
 #[pyfunction]
-pub(crate) fn notified(agent: &Bound<'_, PyAny>, direction: &str, notifs: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
+#[pyo3(signature = (agent, direction, notifs, error, args=None, kwargs=None))]
+pub(crate) fn notified(
+    agent: &Bound<'_, PyAny>,
+    direction: &str,
+    notifs: &Bound<'_, PyAny>,
+    error: &Bound<'_, PyAny>,
+    args: Option<&Bound<'_, PyTuple>>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) {
     guarded(Hooked::Notification, || {
         let r = running()?;
+        let id = r.agent_id(agent);
         let direction = match direction {
             "send" => NotifDirection::Send,
             _ => NotifDirection::Receive,
         };
-        let failure = (!error.is_none()).then(|| failure_of(error));
-        let messages = match (direction, notifs.cast::<PyDict>()) {
-            (NotifDirection::Receive, Ok(d)) => d.values().iter().map(|v| v.len().unwrap_or(0) as u64).sum(),
-            _ => 1,
-        };
-        r.observer()
-            .notified(r.agent_id(agent), direction, messages, failure.as_ref());
+        if !error.is_none() {
+            r.observer().notified(id, direction, 1, Some(&failure_of(error)));
+            return Some(());
+        }
+        match (direction, notifs.cast::<PyDict>()) {
+            (NotifDirection::Receive, Ok(d)) => {
+                for (peer, list) in d.iter() {
+                    let (messages, heartbeats) = match list.cast::<PyList>() {
+                        Ok(l) => (l.len() as u64, l.iter().filter(|m| heartbeat(m)).count() as u64),
+                        Err(_) => (list.len().unwrap_or(0) as u64, 0),
+                    };
+                    let peer = name_of(&peer).unwrap_or_default();
+                    r.observer().notified_peer(id, direction, &peer, messages, heartbeats);
+                }
+            }
+            _ => {
+                let (peer, message) = match args {
+                    Some(a) => (
+                        arg(a, kwargs, 0, "remote_agent_name").and_then(|v| name_of(&v)),
+                        arg(a, kwargs, 1, "notif_msg"),
+                    ),
+                    None => (None, None),
+                };
+                let beat = u64::from(message.as_ref().is_some_and(heartbeat));
+                r.observer()
+                    .notified_peer(id, direction, peer.as_deref().unwrap_or(""), 1, beat);
+            }
+        }
         Some(())
     });
+}
+
+/// A notification message the framework marks as a heartbeat.
+fn heartbeat(m: &Bound<'_, PyAny>) -> bool {
+    if let Ok(b) = m.cast::<PyBytes>() {
+        return nixl_agent::instrument::is_heartbeat(b.as_bytes());
+    }
+    m.cast::<PyString>()
+        .ok()
+        .and_then(|s| s.extract::<String>().ok())
+        .map(|s| nixl_agent::instrument::is_heartbeat(s.as_bytes()))
+        .unwrap_or(false)
 }
 
 impl Running {
@@ -452,10 +533,6 @@ impl Running {
     }
 
     fn prepped(&self, handle: u64) -> Option<Arc<Prepped>> {
-        self.prepped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&handle)
-            .cloned()
+        self.prepped.get(handle)
     }
 }

@@ -1,11 +1,24 @@
-//! Peers and notifications in the ledger's data path: what last happened
-//! with each remote agent (bounded, most recent last), the remote agents
-//! loaded per local NIXL agent, and the notification counts.
+//! Peers and notifications in the ledger's data path: what happened with
+//! each remote agent (bounded, most recent last: transfers, bytes, failures
+//! by reason, the last failure, notifications and heartbeats), the remote
+//! agents loaded per local NIXL agent and when each was last invalidated,
+//! and the notification counts.
 
 use super::{notif_index, outcome_index, peer_index, Transfers, PEERS_KEPT, REMOTE_AGENTS_KEPT};
 use crate::ledger::counts::unix_now;
-use crate::model::{AgentId, Failure, NotifDirection, PeerOp};
-use crate::status::{PeerStatus, TransferStatus};
+use crate::model::{AgentId, Failure, NotifDirection, PeerOp, Reason, XferOutcome};
+use crate::status::{PeerFailure, PeerStatus, ReasonCount, TransferStatus};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A remote agent a local NIXL agent has met.
+pub(super) struct Remote {
+    pub(super) name: Arc<str>,
+    /// Its metadata is loaded now.
+    loaded: bool,
+    /// When it was last removed or loaded again over loaded metadata.
+    invalidated: Option<Instant>,
+}
 
 impl Transfers {
     /// A call about the remote agent `peer` on `agent`: counted, its entry
@@ -24,64 +37,206 @@ impl Transfers {
                 None => self.counts.peer_failures.push((op, f.reason, 1)),
             }
         }
-        if failure.is_none() {
+        let mut invalidated = None;
+        if failure.is_none() && matches!(op, PeerOp::Add | PeerOp::Remove) && !peer.is_empty() {
+            let now = Instant::now();
             let list = self.remote.entry(agent).or_default();
-            match op {
-                PeerOp::Add if !list.iter().any(|p| &**p == peer) && list.len() < REMOTE_AGENTS_KEPT => {
-                    list.push(peer.into());
+            match list.iter_mut().find(|p| &*p.name == peer) {
+                Some(p) => {
+                    // Loaded again, or removed: what was made before is stale.
+                    if op == PeerOp::Remove || p.loaded || p.invalidated.is_some() {
+                        p.invalidated = Some(now);
+                        invalidated = Some(now);
+                    }
+                    p.loaded = op == PeerOp::Add;
                 }
-                PeerOp::Remove => list.retain(|p| &**p != peer),
-                _ => {}
+                None if op == PeerOp::Add => {
+                    if list.len() >= REMOTE_AGENTS_KEPT {
+                        // Forget the first one not loaded, if any.
+                        if let Some(i) = list.iter().position(|p| !p.loaded) {
+                            list.remove(i);
+                        }
+                    }
+                    if list.len() < REMOTE_AGENTS_KEPT {
+                        list.push(Remote {
+                            name: peer.into(),
+                            loaded: true,
+                            invalidated: None,
+                        });
+                    }
+                }
+                None => {}
             }
-            self.counts.remote_agents = self.remote.values().map(Vec::len).sum();
+            self.counts.remote_agents = self.loaded_remotes();
         }
         if peer.is_empty() {
             return;
         }
-        let loaded = self.remote.get(&agent).is_some_and(|l| l.iter().any(|p| &**p == peer));
+        let loaded = self.loaded(agent, peer);
+        let unix = unix_now();
         let p = peer_entry(s, agent, peer);
         p.last_event = op.as_str();
         p.ok = failure.is_none();
         p.reason = failure.map(|f| f.reason);
         p.error = failure.map(|f| f.message.clone());
-        p.unix_seconds = unix_now();
+        p.unix_seconds = unix;
         p.loaded = loaded;
+        if invalidated.is_some() {
+            p.invalidated_unix_seconds = Some(unix);
+        }
+        if let Some(f) = failure {
+            failure_of_peer(p, f, unix);
+        }
         if op == PeerOp::Add && failure.is_none() {
             p.lost = false;
         }
     }
 
-    /// Notifications sent or received, or a failed call.
-    pub fn notified(&mut self, direction: NotifDirection, messages: u64, failure: Option<&Failure>) {
-        self.observing = true;
-        let n = &mut self.counts.notifications[notif_index(direction)];
-        match failure {
-            None => n[0] += messages,
-            Some(_) => n[1] += 1,
+    fn loaded(&self, agent: AgentId, peer: &str) -> bool {
+        self.remote
+            .get(&agent)
+            .is_some_and(|l| l.iter().any(|p| p.loaded && &*p.name == peer))
+    }
+
+    pub(super) fn loaded_remotes(&self) -> usize {
+        self.remote
+            .values()
+            .map(|l| l.iter().filter(|p| p.loaded).count())
+            .sum()
+    }
+
+    /// NIXL's "not found" on a request (or prepared list) made at `made`
+    /// for `peer`, when the peer was removed or loaded again since: the
+    /// stale handle NIXL 1.5.1 refuses ("was invalidated or re-registered
+    /// after transfer request creation"), not a peer never added.
+    pub(super) fn stale(&self, agent: AgentId, peer: &str, f: &Failure, made: Instant) -> Option<Failure> {
+        if f.reason != Reason::NixlNotFound {
+            return None;
         }
+        let invalidated = self
+            .remote
+            .get(&agent)?
+            .iter()
+            .find(|p| &*p.name == peer)?
+            .invalidated?;
+        (invalidated >= made).then(|| Failure::new(Reason::PeerInvalidated, f.message.clone()))
+    }
+
+    /// Notifications sent to or received from `peer` ("" when not known),
+    /// `heartbeats` of them the framework's heartbeats, or a failed call.
+    pub fn notified(
+        &mut self,
+        s: &mut TransferStatus,
+        agent: AgentId,
+        direction: NotifDirection,
+        peer: &str,
+        messages: u64,
+        heartbeats: u64,
+        failure: Option<&Failure>,
+    ) {
+        self.observing = true;
+        let i = notif_index(direction);
+        match failure {
+            None => {
+                self.counts.notifications[i][0] += messages;
+                self.counts.heartbeats[i] += heartbeats;
+            }
+            Some(_) => self.counts.notifications[i][1] += 1,
+        }
+        if peer.is_empty() || failure.is_some() {
+            return;
+        }
+        let p = peer_entry(s, agent, peer);
+        p.unix_seconds = unix_now();
+        let (n, hb) = match direction {
+            NotifDirection::Send => (&mut p.notifications_sent, &mut p.heartbeats_sent),
+            NotifDirection::Receive => (&mut p.notifications_received, &mut p.heartbeats_received),
+        };
+        *n += messages;
+        *hb += heartbeats;
+    }
+}
+
+/// A failure counted on a peer's entry and kept as its last.
+pub(super) fn failure_of_peer(p: &mut PeerStatus, f: &Failure, unix: f64) {
+    match p.failures.iter_mut().find(|c| c.reason == f.reason) {
+        Some(c) => c.count += 1,
+        None => p.failures.push(ReasonCount {
+            reason: f.reason,
+            count: 1,
+        }),
+    }
+    p.last_failure = Some(PeerFailure {
+        reason: f.reason,
+        error: f.message.clone(),
+        unix_seconds: unix,
+    });
+}
+
+/// A transfer with `peer` that ended without a failure.
+pub(super) fn ended_with_peer(s: &mut TransferStatus, agent: AgentId, peer: &str, outcome: XferOutcome, bytes: u64) {
+    if peer.is_empty() {
+        return;
+    }
+    let p = peer_entry(s, agent, peer);
+    p.unix_seconds = unix_now();
+    p.last_event = "transfer";
+    p.ok = true;
+    p.reason = None;
+    p.error = None;
+    match outcome {
+        XferOutcome::Done => {
+            p.done += 1;
+            p.bytes = p.bytes.saturating_add(bytes);
+        }
+        _ => p.released_in_flight += 1,
     }
 }
 
 /// The status entry of (agent, peer), moved to the end (most recent) and
 /// created when new; the oldest is dropped past [`PEERS_KEPT`].
 pub(super) fn peer_entry<'a>(s: &'a mut TransferStatus, agent: AgentId, peer: &str) -> &'a mut PeerStatus {
-    let entry = match s.peers.iter().position(|p| p.agent == agent && p.name == peer) {
-        Some(i) => s.peers.remove(i),
-        None => PeerStatus {
-            name: peer.to_string(),
-            agent,
-            last_event: "transfer",
-            ok: true,
-            reason: None,
-            error: None,
-            unix_seconds: 0.0,
-            loaded: false,
-            lost: false,
-        },
+    let last = s.peers.len().wrapping_sub(1);
+    let at = match s.peers.last() {
+        // The most recent is the usual one: no move.
+        Some(p) if p.agent == agent && p.name == peer => last,
+        _ => {
+            let entry = match s.peers.iter().position(|p| p.agent == agent && p.name == peer) {
+                Some(i) => s.peers.remove(i),
+                None => new_peer(agent, peer),
+            };
+            s.peers.push(entry);
+            if s.peers.len() > PEERS_KEPT {
+                s.peers.remove(0);
+            }
+            s.peers.len() - 1
+        }
     };
-    s.peers.push(entry);
-    if s.peers.len() > PEERS_KEPT {
-        s.peers.remove(0);
+    &mut s.peers[at]
+}
+
+fn new_peer(agent: AgentId, peer: &str) -> PeerStatus {
+    PeerStatus {
+        name: peer.to_string(),
+        agent,
+        last_event: "transfer",
+        ok: true,
+        reason: None,
+        error: None,
+        unix_seconds: 0.0,
+        loaded: false,
+        lost: false,
+        done: 0,
+        failed: 0,
+        released_in_flight: 0,
+        bytes: 0,
+        failures: Vec::new(),
+        last_failure: None,
+        notifications_sent: 0,
+        notifications_received: 0,
+        heartbeats_sent: 0,
+        heartbeats_received: 0,
+        invalidated_unix_seconds: None,
+        transports: Vec::new(),
     }
-    s.peers.last_mut().expect("just pushed")
 }

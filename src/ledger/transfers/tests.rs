@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::event::XferEnd;
-use crate::model::{AgentId, Failure, PeerOp, Reason, Transfer, XferOp, XferOutcome};
+use crate::model::{AgentId, Failure, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
 use crate::status::TransferStatus;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ fn outcome(t: &Transfers, op: XferOp, o: XferOutcome) -> u64 {
 fn a_transfer_is_counted_once_when_it_ends() {
     let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
     let t0 = Instant::now();
-    t.created(&request(1, XferOp::Write, 4096));
+    t.created(&request(1, XferOp::Write, 4096), Instant::now());
     assert!(t.posted(&mut s, 1, t0, None, false));
     assert_eq!(t.counts.ops[1].in_flight, 1);
     assert!(t.ended(
@@ -84,7 +84,7 @@ fn a_stall_is_counted_once_and_traced_and_its_end_says_it_stalled() {
     let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
     let t0 = Instant::now();
     let stall = Duration::from_secs(30);
-    t.created(&request(1, XferOp::Read, 1));
+    t.created(&request(1, XferOp::Read, 1), Instant::now());
     t.posted(&mut s, 1, t0, None, false);
     t.tick(t0 + Duration::from_secs(10), stall);
     assert_eq!(t.counts.ops[0].stalled, 0);
@@ -117,8 +117,8 @@ fn a_stall_is_counted_once_and_traced_and_its_end_says_it_stalled() {
 fn a_release_in_flight_counts_once_and_a_release_after_the_end_not_at_all() {
     let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
     let t0 = Instant::now();
-    t.created(&request(1, XferOp::Write, 1));
-    t.created(&request(2, XferOp::Write, 1));
+    t.created(&request(1, XferOp::Write, 1), Instant::now());
+    t.created(&request(2, XferOp::Write, 1), Instant::now());
     t.posted(&mut s, 1, t0, None, false);
     t.posted(&mut s, 2, t0, Some((t0, XferEnd::Done)), false);
     t.released(&mut s, 1, t0);
@@ -135,7 +135,7 @@ fn a_lost_peer_is_counted_named_and_cleared_when_it_is_added_again() {
     let t0 = Instant::now();
     t.peer(&mut s, A, PeerOp::Add, "decode-0", None);
     assert_eq!(t.counts.remote_agents, 1);
-    t.created(&request(1, XferOp::Write, 1));
+    t.created(&request(1, XferOp::Write, 1), Instant::now());
     t.posted(&mut s, 1, t0, None, false);
     let lost = Failure::new(
         Reason::PeerLost,
@@ -157,7 +157,7 @@ fn a_lost_peer_is_counted_named_and_cleared_when_it_is_added_again() {
     assert!(!p.lost && p.loaded && p.ok);
     assert_eq!(s.peers.len(), 1, "one entry per (agent, peer)");
     // The agent goes: its remote agents and requests with it.
-    t.created(&request(2, XferOp::Read, 1));
+    t.created(&request(2, XferOp::Read, 1), Instant::now());
     t.posted(&mut s, 2, t0, None, false);
     t.agent_released(&mut s, A, t0);
     assert_eq!(t.counts.remote_agents, 0);
@@ -169,7 +169,7 @@ fn a_lost_peer_is_counted_named_and_cleared_when_it_is_added_again() {
 fn the_tables_are_bounded() {
     let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
     for h in 0..(REQUESTS_KEPT as u64 + 10) {
-        t.created(&request(h, XferOp::Write, 1));
+        t.created(&request(h, XferOp::Write, 1), Instant::now());
     }
     assert!(t.requests.len() <= REQUESTS_KEPT);
     for i in 0..(PEERS_KEPT + 5) {
@@ -179,11 +179,164 @@ fn the_tables_are_bounded() {
     assert_eq!(s.peers.last().unwrap().name, format!("peer-{}", PEERS_KEPT + 4));
     let f = Failure::new(Reason::NixlNotFound, "nixlNotFoundError");
     for _ in 0..(RECENT_FAILURES_KEPT + 3) {
-        t.create_failed(&mut s, A, XferOp::Write, "nobody", &f, Instant::now());
+        t.create_failed(&mut s, A, XferOp::Write, "nobody", &f, None, Instant::now());
     }
     assert_eq!(s.recent_failures.len(), RECENT_FAILURES_KEPT);
     assert_eq!(
         outcome(&t, XferOp::Write, XferOutcome::Error),
         RECENT_FAILURES_KEPT as u64 + 3
     );
+}
+
+#[test]
+fn a_refused_repost_is_a_failure_of_its_own_and_the_posting_in_flight_lives_on() {
+    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let t0 = Instant::now();
+    t.created(&request(1, XferOp::Read, 100), t0);
+    assert!(t.posted(&mut s, 1, t0, None, false));
+    t.tick(t0 + Duration::from_secs(5), Duration::from_secs(1));
+    assert_eq!(t.counts.ops[0].stalled_in_flight, 1);
+    let refused = Failure::new(Reason::RepostActive, "nixlRepostActiveError: NIXL_ERR_REPOST_ACTIVE");
+    let later = t0 + Duration::from_secs(6);
+    assert!(t.posted(&mut s, 1, later, Some((later, XferEnd::Failed(&refused))), false));
+    assert_eq!(t.counts.failures, vec![(XferOp::Read, Reason::RepostActive, 1)]);
+    assert_eq!(outcome(&t, XferOp::Read, XferOutcome::Error), 1);
+    assert_eq!(t.counts.ops[0].in_flight, 1, "the first posting is still in flight");
+    assert_eq!(t.counts.ops[0].stalled_in_flight, 1);
+    // Its DONE is counted, with its bytes, and nothing stays stalled.
+    assert!(t.ended(&mut s, 1, later, XferEnd::Done, None, false, "status"));
+    assert_eq!(outcome(&t, XferOp::Read, XferOutcome::Done), 1);
+    assert_eq!(t.counts.ops[0].bytes, 100);
+    assert_eq!((t.counts.ops[0].in_flight, t.counts.ops[0].stalled_in_flight), (0, 0));
+}
+
+#[test]
+fn a_posting_ends_with_what_it_moved_when_its_handle_is_reused_for_another_op() {
+    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let t0 = Instant::now();
+    t.created(&request(1, XferOp::Write, 64), t0);
+    t.posted(&mut s, 1, t0, None, false);
+    // The address comes back as a READ request before the write's end is seen.
+    t.created(&request(1, XferOp::Read, 8), t0);
+    assert!(t.ended(&mut s, 1, t0, XferEnd::Done, None, false, "status"));
+    assert_eq!(outcome(&t, XferOp::Write, XferOutcome::Done), 1);
+    assert_eq!(t.counts.ops[1].bytes, 64);
+    assert_eq!((t.counts.ops[0].in_flight, t.counts.ops[1].in_flight), (0, 0));
+    assert_eq!(outcome(&t, XferOp::Read, XferOutcome::Done), 0);
+    // NIXL accepted a second posting: the first, never polled, completed.
+    t.posted(&mut s, 1, t0, None, false);
+    t.posted(&mut s, 1, t0, None, false);
+    assert_eq!(outcome(&t, XferOp::Read, XferOutcome::Done), 1);
+    assert_eq!(t.counts.ops[0].in_flight, 1);
+}
+
+#[test]
+fn eviction_takes_the_least_recently_used_requests_and_keeps_those_in_flight() {
+    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let t0 = Instant::now();
+    let n = REQUESTS_KEPT as u64;
+    for h in 0..n {
+        t.created(&request(h, XferOp::Write, 1), t0);
+    }
+    // 0 is in flight, 1 was posted (used) last; n - 1 was created last.
+    t.posted(&mut s, 0, t0, None, false);
+    t.posted(&mut s, 1, t0, Some((t0, XferEnd::Done)), false);
+    t.created(&request(n, XferOp::Write, 1), t0);
+    assert!(t.requests.len() < REQUESTS_KEPT);
+    for kept in [0, 1, n - 1, n] {
+        assert!(t.holds(kept), "request {kept} was evicted");
+    }
+    assert!(!t.holds(2) && !t.holds(3), "the oldest unused go first");
+    let evicted = (2..n).filter(|h| !t.holds(*h)).count();
+    assert_eq!(evicted, REQUESTS_KEPT / 16);
+    assert!((2..2 + evicted as u64).all(|h| !t.holds(h)), "exactly the oldest");
+}
+
+#[test]
+fn a_stale_handle_is_peer_invalidated_and_a_peer_never_added_is_not_found() {
+    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    // NIXL 1.5.1's words, on stderr; the exception says NIXL_ERR_NOT_FOUND.
+    let not_found = Failure::new(Reason::NixlNotFound, "nixlNotFoundError: NIXL_ERR_NOT_FOUND");
+    let t0 = Instant::now();
+    t.peer(&mut s, A, PeerOp::Add, "decode-0", None);
+    t.created(&request(1, XferOp::Write, 1), t0);
+    let prepared = Instant::now();
+    t.peer(&mut s, A, PeerOp::Remove, "decode-0", None);
+    t.peer(&mut s, A, PeerOp::Add, "decode-0", None);
+    assert!(s.peers.last().unwrap().invalidated_unix_seconds.is_some());
+    let at = Instant::now();
+    t.posted(&mut s, 1, at, Some((at, XferEnd::Failed(&not_found))), false);
+    t.create_failed(&mut s, A, XferOp::Read, "decode-0", &not_found, Some(prepared), at);
+    assert_eq!(
+        t.counts.failures,
+        vec![
+            (XferOp::Write, Reason::PeerInvalidated, 1),
+            (XferOp::Read, Reason::PeerInvalidated, 1)
+        ]
+    );
+    // Made after the reload: not stale. Never added: not found.
+    t.created(&request(2, XferOp::Write, 1), Instant::now());
+    let at = Instant::now();
+    t.posted(&mut s, 2, at, Some((at, XferEnd::Failed(&not_found))), false);
+    t.create_failed(&mut s, A, XferOp::Write, "nobody", &not_found, Some(t0), at);
+    t.create_failed(&mut s, A, XferOp::Write, "decode-0", &not_found, None, at);
+    assert_eq!(t.counts.failures[2], (XferOp::Write, Reason::NixlNotFound, 3));
+    let p = s.peers.iter().find(|p| p.name == "decode-0").unwrap();
+    assert_eq!(p.failures.len(), 2, "{:?}", p.failures);
+    assert_eq!(p.failures[0].reason, Reason::PeerInvalidated);
+    assert_eq!(p.failures[0].count, 2);
+}
+
+#[test]
+fn each_peer_has_its_transfers_bytes_failures_last_failure_and_heartbeats() {
+    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let t0 = Instant::now();
+    t.created(&request(1, XferOp::Read, 65536), t0);
+    t.posted(&mut s, 1, t0, None, false);
+    let lost = Failure::new(Reason::PeerLost, "nixlRemoteDisconnectError");
+    t.ended(&mut s, 1, t0, XferEnd::Failed(&lost), None, false, "status");
+    for _ in 0..2 {
+        t.posted(&mut s, 1, t0, Some((t0, XferEnd::Done)), false);
+    }
+    t.notified(&mut s, A, NotifDirection::Send, "decode-0", 3, 2, None);
+    t.notified(&mut s, A, NotifDirection::Receive, "decode-0", 1, 0, None);
+    let p = s.peers.last().unwrap();
+    assert_eq!((p.done, p.failed, p.bytes), (2, 1, 2 * 65536));
+    assert!(p.ok, "the last transfer succeeded");
+    let last = p.last_failure.as_ref().unwrap();
+    assert_eq!(
+        (last.reason, last.error.as_str()),
+        (Reason::PeerLost, "nixlRemoteDisconnectError")
+    );
+    assert_eq!((p.notifications_sent, p.heartbeats_sent), (3, 2));
+    assert_eq!((p.notifications_received, p.heartbeats_received), (1, 0));
+    t.sync(&mut s, None);
+    assert_eq!((s.heartbeats_sent, s.notifications_sent), (2, 3));
+}
+
+#[test]
+fn a_peers_transports_are_looked_for_once_and_shown_per_op() {
+    use crate::model::{Transport, TransportScope};
+    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    t.created(&request(1, XferOp::Write, 1), Instant::now());
+    let want = t.transport_wanted(1).unwrap();
+    assert_eq!((want.peer.as_str(), want.op), ("decode-0", XferOp::Write));
+    t.transport(
+        &mut s,
+        A,
+        "decode-0",
+        XferOp::Write,
+        Some((TransportScope::IntraNode, &[Transport::Tcp])),
+    );
+    assert_eq!(t.transport_wanted(1), None, "once per peer and op");
+    t.created(&request(2, XferOp::Read, 1), Instant::now());
+    t.transport(&mut s, A, "decode-0", XferOp::Read, None);
+    assert_eq!(t.transport_wanted(2), None, "looked and could not tell: not again");
+    let series: Vec<_> = t.transport_series().into_iter().collect();
+    assert_eq!(series, [(XferOp::Write, TransportScope::IntraNode, Transport::Tcp)]);
+    let p = s.peers.last().unwrap();
+    assert_eq!(p.transports.len(), 1);
+    assert_eq!(p.transports[0].transports, [Transport::Tcp]);
+    t.agent_released(&mut s, A, Instant::now());
+    assert!(t.transport_series().is_empty());
 }

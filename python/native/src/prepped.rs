@@ -1,0 +1,113 @@
+//! Prepared descriptor lists (`prep_xfer_dlist`), what `make_prepped_xfer`
+//! indexes into: each list's descriptor lengths (an N×5 strided array is
+//! `count` descriptors per row, as NIXL expands it), memory type, peer and
+//! when it was prepared, in a table bounded by last use. Lists prepared for
+//! the local side (`NIXL_INIT_AGENT`) live as long as the program's KV
+//! buffers and are kept; of the others, the least recently used go.
+
+use nixl_agent::MemType;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Prepared lists remembered per process (a program that never releases
+/// them cannot grow this past it).
+pub(crate) const PREPPED_KEPT: usize = 4096;
+
+/// One prepared list.
+pub(crate) struct Prepped {
+    /// Runs of descriptors of one length: (index one past the run, length).
+    runs: Vec<(u64, u64)>,
+    pub(crate) mem: Option<MemType>,
+    /// The agent it was prepared for: "" (local, NIXL_INIT_AGENT), a remote
+    /// agent's name, or the agent's own (loopback).
+    pub(crate) peer: String,
+    /// When it was prepared: a peer reloaded since makes it stale.
+    pub(crate) prepared: Instant,
+    last_used: AtomicU64,
+}
+
+impl Prepped {
+    /// A list of `runs`: (descriptors, length of each).
+    pub(crate) fn new(runs: impl IntoIterator<Item = (u64, u64)>, mem: Option<MemType>, peer: String) -> Prepped {
+        let mut end = 0u64;
+        let runs = runs
+            .into_iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, len)| {
+                end = end.saturating_add(n);
+                (end, len)
+            })
+            .collect();
+        Prepped {
+            runs,
+            mem,
+            peer,
+            prepared: Instant::now(),
+            last_used: AtomicU64::new(0),
+        }
+    }
+
+    /// The length of descriptor `i`, if the list has one.
+    pub(crate) fn len_of(&self, i: usize) -> Option<u64> {
+        let i = i as u64;
+        let at = self.runs.partition_point(|(end, _)| *end <= i);
+        self.runs.get(at).map(|(_, len)| *len)
+    }
+}
+
+/// The table, by NIXL's handle.
+#[derive(Default)]
+pub(crate) struct PreppedLists {
+    lists: Mutex<HashMap<u64, Arc<Prepped>>>,
+    uses: AtomicU64,
+}
+
+impl PreppedLists {
+    pub(crate) fn insert(&self, handle: u64, p: Prepped) {
+        p.last_used
+            .store(self.uses.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        let mut map = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= PREPPED_KEPT && !map.contains_key(&handle) {
+            evict(&mut map, PREPPED_KEPT / 8);
+        }
+        map.insert(handle, Arc::new(p));
+    }
+
+    /// The list `handle`, marked as used now.
+    pub(crate) fn get(&self, handle: u64) -> Option<Arc<Prepped>> {
+        let p = self
+            .lists
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&handle)
+            .cloned()?;
+        p.last_used
+            .store(self.uses.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        Some(p)
+    }
+
+    pub(crate) fn remove(&self, handle: u64) {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner()).remove(&handle);
+    }
+}
+
+/// Drops the `n` least recently used lists, local ones last: only when
+/// nothing else is left does a local list go.
+fn evict(map: &mut HashMap<u64, Arc<Prepped>>, n: usize) {
+    let mut ages: Vec<(bool, u64, u64)> = map
+        .iter()
+        .map(|(h, p)| (p.peer.is_empty(), p.last_used.load(Ordering::Relaxed), *h))
+        .collect();
+    let n = n.min(ages.len());
+    if n == 0 {
+        return;
+    }
+    if n < ages.len() {
+        ages.select_nth_unstable(n - 1);
+    }
+    for (_, _, h) in &ages[..n] {
+        map.remove(h);
+    }
+}
