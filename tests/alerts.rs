@@ -17,7 +17,7 @@ const RULES: &str = "alerts/nixl-agent.rules.yml";
 const RUNBOOKS: &str = "docs/runbooks.md";
 
 /// The alerts the issue asks for, at least.
-const REQUIRED: [&str; 16] = [
+const REQUIRED: [&str; 17] = [
     "NixlRegistrationFailing",
     "NixlAgentNotReady",
     "NixlAgentDown",
@@ -34,6 +34,7 @@ const REQUIRED: [&str; 16] = [
     "NixlPeerLost",
     "NixlPeerMetadataRejected",
     "NixlCanaryDataPathBroken",
+    "NixlTransferTcpFallback",
 ];
 
 /// A healthy `kv` group beside a required group whose backend does not

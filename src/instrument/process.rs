@@ -74,6 +74,9 @@ impl Instrumentation {
             // UCX's tables: read, and kept off stdout when nixl-agent asked
             // for them; an operator's own pass through.
             t.keep_protocol_tables(settings.proto_info_ours);
+            if settings.proto_info_ours {
+                t.line_buffer_c_stdout();
+            }
             observer = observer.with_protocol_tables(Box::new(t.clone()));
         }
         // Without a pod directory, the processes sharing this address are a

@@ -206,6 +206,27 @@ impl StderrTap {
         self.shared.proto.store(mode, Ordering::Relaxed);
     }
 
+    /// Makes C's `stdout` line-buffered (as it is on a terminal), for a
+    /// host process whose UCX tables nixl-agent asked for: on a pipe, C's
+    /// stdio flushes 4 KiB blocks that cut UCX's lines in two, and the
+    /// program's own writes to fd 1 then land between the halves. Line
+    /// buffering writes the same bytes, each line at once.
+    pub fn line_buffer_c_stdout(&self) {
+        extern "C" {
+            static mut stdout: *mut libc::FILE;
+        }
+        // Safety: `stdout` is glibc's own stream, valid for the life of the
+        // process; it is flushed first, and setvbuf with a null buffer lets
+        // the library allocate its own. Nothing of ours is handed over.
+        unsafe {
+            let out = stdout;
+            if !out.is_null() {
+                libc::fflush(out);
+                libc::setvbuf(out, std::ptr::null_mut(), libc::_IOLBF, 0);
+            }
+        }
+    }
+
     /// The protocol table lines kept so far (everything printed before
     /// now is in), without their `[time] [host:pid]` prefix; taken.
     pub(crate) fn protocol_tables(&self) -> Vec<String> {
@@ -309,18 +330,31 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
     let mut reader = BufReader::new(read);
     let mut buf = Vec::with_capacity(1024);
     let mut out = out;
+    // The start of a UCX table line cut by a marker: completed by what
+    // follows the marker (another thread's stdio flushed half a line).
+    let mut cut: Vec<u8> = Vec::new();
     loop {
         buf.clear();
+        buf.append(&mut cut);
         match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => {
+                let _ = out.write_all(&buf);
+                return;
+            }
             Ok(_) => {}
         }
         // The marker may follow a line the program left unfinished (a
         // progress bar's `\r`): what precedes it is the program's, byte for
-        // byte, and goes through as it is.
+        // byte, and goes through as it is — but for half a UCX table line
+        // while the tables are kept, which waits for its other half.
         let (content, seq) = split_marker(&buf);
         if let Some(seq) = seq {
-            if !content.is_empty() {
+            let half_table = stream == 0
+                && shared.proto.load(Ordering::Relaxed) != PROTO_PASS
+                && diagnose::proto::table_line(&String::from_utf8_lossy(content)).is_some();
+            if half_table {
+                cut = content.to_vec();
+            } else if !content.is_empty() {
                 let _ = out.write_all(content);
             }
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -494,6 +528,31 @@ mod tests {
         write_fd(err_fd, glog(a_tid, "not wanted").as_bytes());
         crate::record::Capture::end(&tap, false);
         assert!(tap.shared.state.lock().unwrap().windows.is_empty());
+    }
+
+    #[test]
+    fn half_a_ucx_table_line_cut_by_a_marker_is_joined_and_kept_off_stdout() {
+        let (mut out_real, out_fd) = fake_stream();
+        let (_err_real, err_fd) = fake_stream();
+        let tap = install_on([out_fd, err_fd], &|_, f| {
+            std::thread::spawn(f);
+            Ok(())
+        })
+        .unwrap();
+        tap.keep_protocol_tables(true);
+        // Another thread's stdio flushed half a table line; a marker came
+        // between the halves.
+        write_fd(out_fd, b"[1.2] [vm:1 :0]   +------");
+        write_fd(out_fd, format!("{MARKER}1\n").as_bytes());
+        write_fd(out_fd, b"------+\nthe program's own line\n");
+        until(&tap, |st| st.proto.len() == 1);
+        assert_eq!(tap.shared.state.lock().unwrap().proto, ["+------------+"]);
+        let mut buf = [0u8; 23];
+        out_real.read_exact(&mut buf).unwrap();
+        assert_eq!(
+            &buf, b"the program's own line\n",
+            "only the program's line went through"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! endpoint is configured like an earlier one's prints none. Its transports
 //! are then those of the tables already seen for this agent, op and memory
 //! types when they all agree, and unknown (not recorded) when they differ.
+//! A worker's endpoint to itself (scope `self`) is never another peer's.
 
 use super::Observer;
 use crate::diagnose::proto::{self, ProtoTable};
@@ -95,11 +96,17 @@ fn ucx_mem(m: Option<MemType>) -> &'static str {
 fn pick(tables: &[ProtoTable], worker: &str, want: &TransportWanted) -> Option<(TransportScope, Vec<Transport>)> {
     let (local, remote) = (ucx_mem(want.mem.0), ucx_mem(want.mem.1));
     let mut found: Option<(TransportScope, Vec<Transport>)> = None;
+    // Each agent's worker has an endpoint to itself (scope "self"): a
+    // peer's transfers take it only when the peer is the agent itself.
+    let own = want.peer == worker;
     for t in tables
         .iter()
         .filter(|t| t.worker == worker && t.is(ucx_op(want.op), local, remote))
     {
         let scope = TransportScope::parse(&t.scope)?;
+        if (scope == TransportScope::Local) != own {
+            continue;
+        }
         let mut transports: Vec<Transport> = Vec::new();
         for name in t.transports() {
             let tr = Transport::of_ucx(&name);
@@ -164,6 +171,13 @@ mod tests {
             Some((TransportScope::InterNode, vec![Transport::RcMlx5]))
         );
         assert_eq!(pick(&t, "nobody", &want(XferOp::Write)), None);
+        // The agent's endpoint to itself is not a peer's.
+        let mut own = table("decode", "self", "write by ucp_put*", "cma/memory");
+        own.extend(table("decode", "intra-node", "write by ucp_put*", "cma/memory"));
+        assert_eq!(
+            pick(&proto::parse(&own), "decode", &want(XferOp::Write)),
+            Some((TransportScope::IntraNode, vec![Transport::Cma]))
+        );
         // Two configurations that disagree: unknown, never a guess.
         let mut two = table("decode", "intra-node", "write by ucp_put*", "tcp/lo");
         two.extend(table("decode", "inter-node", "write by ucp_put*", "rc_mlx5/mlx5_0:1"));

@@ -1,0 +1,253 @@
+//! vLLM's KV path on NIXL's real Python API (tests/python/vllm_sequence.py:
+//! a decode and a prefill process, N×5 strided prepared lists, one READ of
+//! 2N descriptors by index with its notification, heartbeats), bare and
+//! under `nixl-agent-instrument` with `NIXL_AGENT_TRANSPORTS=1`: the READ
+//! is counted once with NIXL's own byte count, a refused repost, stale
+//! handles and a peer never added each have their reason, more prepared
+//! lists than are kept evict the right ones, the peer's table in
+//! /v1/status says all of it, UCX's tables stay off the program's stdout,
+//! and a live Prometheus fires the TCP fall-back alert for the worker
+//! forced over TCP and not for a loopback that UCX moves over cma.
+
+#[path = "support/prom.rs"]
+mod prom;
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use support::held::{command, Held};
+
+fn program() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python/vllm_sequence.py")
+        .display()
+        .to_string()
+}
+
+/// What the program printed, without NIXL's own timestamped log lines.
+fn said(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| !l.starts_with("20") && !l.starts_with('[') && *l != "HOLD")
+        .cloned()
+        .collect()
+}
+
+/// A line of one of UCX's protocol tables (`UCX_PROTO_INFO=y`).
+fn ucx_table(line: &str) -> bool {
+    line.starts_with('[') && (line.contains("| ") || line.contains("+--"))
+}
+
+#[test]
+fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_only_for_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().display().to_string();
+    let tcp = [("UCX_TLS", "tcp")];
+    let bare = command(&program(), false, &[&work], &tcp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        bare.stdin.as_ref().unwrap().write_all(b"\n\n").unwrap();
+    }
+    let out = bare.wait_with_output().unwrap();
+    assert!(out.status.success(), "bare run failed: {out:?}");
+    let bare_lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    // NIXL 1.5.1's own words for what the program did: the stale handles
+    // (after the peer was removed and added again) and the repost.
+    let bare_err = String::from_utf8_lossy(&out.stderr);
+    for words in [
+        "was invalidated or re-registered after transfer request creation; not posting stale handle",
+        "was invalidated or re-registered after prepped xfer request creation",
+        "transfer request is still in progress and cannot be reposted",
+    ] {
+        assert!(bare_err.contains(words), "NIXL did not say {words:?}:\n{bare_err}");
+    }
+
+    let transports = ("NIXL_AGENT_TRANSPORTS", "1");
+    let mut h = Held::start(
+        &program(),
+        &[&work],
+        &[("UCX_TLS", "tcp"), transports, ("NIXL_AGENT_EXPECT", "none")],
+    );
+    let mut lb = Held::start(
+        &program(),
+        &["--loopback"],
+        &[transports, ("NIXL_AGENT_EXPECT", "none")],
+    );
+    let prom = prom::Prometheus::start_alerting(&[h.addr, lb.addr], Some(&prom::rules_with_short_for()), None);
+
+    // After vLLM's READ: one, with the bytes NIXL's telemetry counted.
+    let telemetry: f64 = h
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("telemetry bytes: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no telemetry line in {:?}", h.lines));
+    assert_eq!(telemetry, 8.0 * 4096.0, "2N descriptors of a 4 KiB block");
+    let s = h.scrape();
+    assert_eq!(
+        s.value_at("nixl_agent_transfers_total", &[("op", "read"), ("outcome", "done")]),
+        1.0
+    );
+    assert_eq!(
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
+        telemetry
+    );
+    assert_eq!(
+        s.value_at(
+            "nixl_agent_transfer_transport",
+            &[("op", "read"), ("scope", "intra-node"), ("transport", "tcp")]
+        ),
+        1.0,
+        "{}",
+        s.text
+    );
+    h.resume();
+    h.until_hold();
+
+    let s = h.scrape();
+    let status = support::assert_projections_agree(h.addr);
+    let failed = |reason: &str| {
+        s.value_at(
+            "nixl_agent_transfer_failures_total",
+            &[("op", "read"), ("reason", reason)],
+        )
+    };
+    // The repost refused while the first posting was in flight; the first
+    // posting's DONE counted with its 16 MiB.
+    assert_eq!(failed("repost_active"), 1.0);
+    // Two stale handles posted, one stale prepared list used: NIXL's
+    // "invalidated or re-registered"; the peer never added: not found.
+    assert_eq!(failed("peer_invalidated"), 3.0);
+    assert_eq!(failed("nixl_not_found"), 1.0);
+    assert_eq!(
+        s.value_at("nixl_agent_transfers_total", &[("op", "read"), ("outcome", "done")]),
+        3.0
+    );
+    assert_eq!(
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
+        2.0 * telemetry + (16u64 << 20) as f64,
+        "the READ after 4,200 more prepared lists still has its bytes: the local list was kept"
+    );
+    assert_eq!(s.value_at("nixl_agent_transfers_in_flight", &[("op", "read")]), 0.0);
+    assert_eq!(s.value_at("nixl_agent_transfers_stalled_total", &[("op", "read")]), 0.0);
+    assert_eq!(
+        s.value_at(
+            "nixl_agent_notifications_total",
+            &[("direction", "send"), ("outcome", "ok")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        s.value_at("nixl_agent_instrumentation_errors_total", &[("operation", "transfer")]),
+        0.0
+    );
+    // The series budget holds with the data path and the transports.
+    let series = s
+        .text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
+    assert!(series <= 160, "{series} series");
+
+    let x = &status["transfers"];
+    assert_eq!(
+        (x["heartbeats_sent"].as_u64(), x["notifications_sent"].as_u64()),
+        (Some(2), Some(3))
+    );
+    let prefill = x["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "prefill")
+        .unwrap_or_else(|| panic!("no peer prefill in {x}"));
+    assert_eq!(
+        prefill["done"], 3,
+        "the READ after the flood is the peer's: its list was kept"
+    );
+    assert_eq!(prefill["bytes"].as_f64(), Some(2.0 * telemetry + (16u64 << 20) as f64));
+    assert_eq!(prefill["failed"], 4);
+    assert_eq!(
+        (
+            prefill["heartbeats_sent"].as_u64(),
+            prefill["notifications_sent"].as_u64()
+        ),
+        (Some(2), Some(3))
+    );
+    let reasons: Vec<(&str, u64)> = prefill["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["reason"].as_str().unwrap(), f["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(reasons, [("repost_active", 1), ("peer_invalidated", 3)]);
+    assert_eq!(prefill["last_failure"]["reason"], "peer_invalidated");
+    assert!(prefill["invalidated_unix_seconds"].as_f64().is_some());
+    assert_eq!(
+        prefill["transports"],
+        serde_json::json!([{"op": "read", "scope": "intra-node", "transports": ["tcp"]}])
+    );
+
+    // The loopback between two agents of one process: cma.
+    let l = lb.scrape();
+    assert_eq!(
+        l.value_at(
+            "nixl_agent_transfer_transport",
+            &[("op", "write"), ("scope", "intra-node"), ("transport", "cma")]
+        ),
+        1.0,
+        "{}",
+        l.text
+    );
+    assert!(!l.text.contains("transport=\"tcp\""), "{}", l.text);
+
+    // The fall-back alert: firing for the TCP worker; the cma loopback,
+    // scraped as long, stays silent.
+    let tcp_instance = h.addr.to_string();
+    let lb_instance = lb.addr.to_string();
+    let alerts = support::wait_for(Duration::from_secs(60), "NixlTransferTcpFallback", || {
+        let alerts = prom.alerts();
+        alerts
+            .iter()
+            .any(|a| {
+                a["labels"]["alertname"] == "NixlTransferTcpFallback"
+                    && a["labels"]["instance"] == tcp_instance.as_str()
+                    && a["state"] == "firing"
+            })
+            .then_some(alerts)
+    });
+    let fired = alerts
+        .iter()
+        .find(|a| a["labels"]["alertname"] == "NixlTransferTcpFallback" && a["state"] == "firing")
+        .unwrap();
+    assert_eq!(
+        (fired["labels"]["op"].as_str(), fired["labels"]["scope"].as_str()),
+        (Some("read"), Some("intra-node"))
+    );
+    assert!(
+        !alerts
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "NixlTransferTcpFallback"
+                && a["labels"]["instance"] == lb_instance.as_str()),
+        "{alerts:?}"
+    );
+
+    lb.resume();
+    let lb_lines = lb.finish();
+    let lines = h.finish();
+    // UCX's tables never reached the program's stdout; it saw what it saw bare.
+    for l in lines.iter().chain(&lb_lines) {
+        assert!(!ucx_table(l), "a UCX table line on stdout: {l}");
+    }
+    assert_eq!(
+        said(&lines),
+        said(&bare_lines),
+        "the program saw the same, bare and instrumented"
+    );
+}
