@@ -189,6 +189,7 @@ fn python_settings_are_the_ones_read() {
         i::ENV_GROUPS.to_string(),
         i::ENV_MAX_GROUPS.to_string(),
         i::ENV_CAPTURE.to_string(),
+        i::ENV_TRANSPORTS.to_string(),
         i::ENV_BACKEND.to_string(),
         i::ENV_CALL_TIMEOUT.to_string(),
         i::ENV_TRANSFER_STALL_AFTER.to_string(),

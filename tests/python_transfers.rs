@@ -171,9 +171,11 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
         s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
         (1u64 << 20) as f64
     );
-    // The peer never added (refused at creation), the request to the removed
-    // agent, and the killed peer.
-    assert_eq!(failed("write", "nixl_not_found"), 2.0);
+    // The peer never added (refused at creation), the request to the agent
+    // removed in flight (NIXL: "invalidated or re-registered during
+    // transfer", a stale handle), and the killed peer.
+    assert_eq!(failed("write", "nixl_not_found"), 1.0);
+    assert_eq!(failed("write", "peer_invalidated"), 1.0);
     assert_eq!(failed("write", "peer_lost"), 1.0);
     assert_eq!(t("write", "error"), 3.0);
     assert_eq!(t("write", "released_in_flight"), 1.0);
@@ -221,7 +223,7 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
         .iter()
         .map(|f| f["reason"].as_str().unwrap())
         .collect();
-    assert_eq!(reasons, ["nixl_not_found", "nixl_not_found", "peer_lost"], "{x}");
+    assert_eq!(reasons, ["nixl_not_found", "peer_invalidated", "peer_lost"], "{x}");
     let lost = &x["recent_failures"][2];
     assert_eq!(lost["peer"], "decode");
     assert_eq!(lost["stage"], "status");
@@ -280,7 +282,7 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     transfer(&|s| s.attrs.get("nixl.outcome").map(String::as_str) == Some("released_in_flight"));
     // The request to the removed agent: NIXL's own words, from its status.
     let removed = transfer(&|s| {
-        s.attrs.get("nixl.reason").map(String::as_str) == Some("nixl_not_found")
+        s.attrs.get("nixl.reason").map(String::as_str) == Some("peer_invalidated")
             && s.attrs.get("nixl.stage").map(String::as_str) == Some("status")
     });
     assert!(removed.status_message.contains("nixlNotFoundError"), "{removed:?}");

@@ -2,7 +2,8 @@
 //! a decode and a prefill process, N×5 strided prepared lists, one READ of
 //! 2N descriptors by index with its notification, heartbeats), bare and
 //! under `nixl-agent-instrument` with `NIXL_AGENT_TRANSPORTS=1`: the READ
-//! is counted once with NIXL's own byte count, a refused repost, stale
+//! is counted once with NIXL's own byte count, a refused repost and a
+//! release NIXL refused leave the transfer in flight, stale
 //! handles and a peer never added each have their reason, more prepared
 //! lists than are kept evict the right ones, the peer's table in
 //! /v1/status says all of it, UCX's tables stay off the program's stdout,
@@ -52,7 +53,7 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
         .unwrap();
     {
         use std::io::Write;
-        bare.stdin.as_ref().unwrap().write_all(b"\n\n").unwrap();
+        bare.stdin.as_ref().unwrap().write_all(b"\n\n\n").unwrap();
     }
     let out = bare.wait_with_output().unwrap();
     assert!(out.status.success(), "bare run failed: {out:?}");
@@ -111,6 +112,24 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
     h.resume();
     h.until_hold();
 
+    // A release NIXL refused while the transfer is in flight: nothing
+    // ended, the transfer is still in flight.
+    let s = h.scrape();
+    assert_eq!(
+        s.value_at("nixl_agent_transfers_in_flight", &[("op", "read")]),
+        1.0,
+        "{}",
+        s.text
+    );
+    assert!(!s.text.contains("outcome=\"released_in_flight\""), "{}", s.text);
+    assert!(
+        h.lines.iter().any(|l| l == "released: nixlBackendError"),
+        "{:?}",
+        h.lines
+    );
+    h.resume();
+    h.until_hold();
+
     let s = h.scrape();
     let status = support::assert_projections_agree(h.addr);
     let failed = |reason: &str| {
@@ -126,13 +145,15 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
     // "invalidated or re-registered"; the peer never added: not found.
     assert_eq!(failed("peer_invalidated"), 3.0);
     assert_eq!(failed("nixl_not_found"), 1.0);
+    // Done: vLLM's READ, the first posting of the repost, the transfer
+    // whose release was refused, and the READ after the flood of lists.
     assert_eq!(
         s.value_at("nixl_agent_transfers_total", &[("op", "read"), ("outcome", "done")]),
-        3.0
+        4.0
     );
     assert_eq!(
         s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
-        2.0 * telemetry + (16u64 << 20) as f64,
+        2.0 * telemetry + (32u64 << 20) as f64,
         "the READ after 4,200 more prepared lists still has its bytes: the local list was kept"
     );
     assert_eq!(s.value_at("nixl_agent_transfers_in_flight", &[("op", "read")]), 0.0);
@@ -168,10 +189,11 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
         .find(|p| p["name"] == "prefill")
         .unwrap_or_else(|| panic!("no peer prefill in {x}"));
     assert_eq!(
-        prefill["done"], 3,
+        prefill["done"], 4,
         "the READ after the flood is the peer's: its list was kept"
     );
-    assert_eq!(prefill["bytes"].as_f64(), Some(2.0 * telemetry + (16u64 << 20) as f64));
+    assert_eq!(prefill["released_in_flight"], 0);
+    assert_eq!(prefill["bytes"].as_f64(), Some(2.0 * telemetry + (32u64 << 20) as f64));
     assert_eq!(prefill["failed"], 4);
     assert_eq!(
         (

@@ -5,7 +5,8 @@ sides, one ``make_prepped_xfer`` READ of 2N descriptors carrying the
 completion notification, ``check_xfer_state`` until DONE, NIXL's own
 telemetry, heartbeat notifications (``HB:<request>``), and agent names as
 bytes in some calls and str in others. Then what the accounting must get
-right: a repost while in flight, stale handles after the peer is reloaded
+right: a repost while in flight, a release NIXL refuses while in flight,
+stale handles after the peer is reloaded
 (NIXL 1.5.1's "invalidated or re-registered"), a peer never added, and more
 prepared lists than nixl-agent keeps, the local one prepared first.
 
@@ -120,6 +121,28 @@ def run(peer, remote, md):
     print("posted again:", outcome(lambda: agent.transfer(h)))
     os.kill(peer.pid, signal.SIGCONT)
     print("first posting:", wait(agent, h))
+    h.release()
+
+    # A release NIXL refuses (a backend that cannot cancel: UCX on a CPU
+    # always can, so its refusal is NIXL's own exception raised by a stand-in
+    # for this one call): the handle lives on, and so does its transfer.
+    os.kill(peer.pid, signal.SIGSTOP)
+    h = agent.initialize_xfer("READ", *whole(BIG), "prefill")
+    print("posted:", agent.transfer(h))
+    bound = h._agent
+
+    class Refusing:
+        def releaseXferReq(self, handle):
+            from nixl._bindings import nixlBackendError
+
+            raise nixlBackendError("NIXL_ERR_BACKEND")
+
+    h._agent = Refusing()
+    print("released:", outcome(h.release))
+    h._agent = bound
+    hold()
+    os.kill(peer.pid, signal.SIGCONT)
+    print("after the refused release:", wait(agent, h))
     h.release()
 
     # Stale handles: made before the peer was removed and loaded again.
