@@ -124,6 +124,7 @@ impl Transfers {
 
     /// Notifications sent to or received from `peer` ("" when not known),
     /// `heartbeats` of them the framework's heartbeats, or a failed call.
+    #[allow(clippy::too_many_arguments)]
     pub fn notified(
         &mut self,
         s: &mut TransferStatus,
