@@ -488,62 +488,6 @@ fn bad_peer_usage_exits_2() {
     assert!(zero.stdout.is_empty(), "{}", zero.stdout);
 }
 
-/// Two network namespaces joined by a veth pair; deleted (with the pair)
-/// when dropped, panic or not.
-struct Netns {
-    names: Vec<String>,
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-    }
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn effective_uid() -> Option<u32> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// The namespaces and the pair, or why they cannot be made here.
-fn veth_pair(ns: [&str; 2], dev: [&str; 2], ips: [&str; 2]) -> Result<Netns, String> {
-    match effective_uid() {
-        Some(0) => {}
-        uid => return Err(format!("needs root (euid {uid:?})")),
-    }
-    let mut guard = Netns { names: Vec::new() };
-    for n in ns {
-        let _ = Command::new("ip").args(["netns", "del", n]).output();
-        ip(&["netns", "add", n])?;
-        guard.names.push(n.to_string());
-    }
-    ip(&[
-        "link", "add", dev[0], "netns", ns[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1],
-    ])?;
-    for i in 0..2 {
-        ip(&["-n", ns[i], "addr", "add", &format!("{}/24", ips[i]), "dev", dev[i]]).unwrap();
-        ip(&["-n", ns[i], "link", "set", "lo", "up"]).unwrap();
-        ip(&["-n", ns[i], "link", "set", dev[i], "up"]).unwrap();
-    }
-    Ok(guard)
-}
-
 /// (op, scope, transports, lanes) of every side of one report, for the log.
 fn transports_summary(r: &Value) -> Vec<String> {
     arr(&r["peer"]["sides"])
@@ -576,7 +520,7 @@ fn peer_check_across_network_namespaces_over_a_veth_pair() {
     let (ip_a, ip_b) = (format!("10.231.{x}.1"), format!("10.231.{x}.2"));
     // Built as root with iproute2: a namespace that cannot be made is a
     // broken machine, not a skip.
-    let _netns = veth_pair([&ns_a, &ns_b], [&dev_a, &dev_b], [&ip_a, &ip_b])
+    let _netns = support::netns::veth_pair([&ns_a, &ns_b], [&dev_a, &dev_b], [&ip_a, &ip_b])
         .unwrap_or_else(|why| panic!("network namespaces for the peer test: {why}"));
     // Seen on this host: a peer check started in namespaces under ~0.5 s
     // old fails endpoint creation in UCX ("Destination is unreachable",

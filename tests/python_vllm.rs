@@ -273,3 +273,75 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
         "the program saw the same, bare and instrumented"
     );
 }
+
+/// The prefill worker on another "node" (a network namespace of its own,
+/// on its end of a veth pair), UCX over TCP: the transport is named
+/// `inter-node` `tcp`, and the fall-back alert stays silent, for no peer of
+/// this process goes over RDMA (on a node with RDMA, it would fire).
+#[cfg_attr(
+    not(nixl_agent_netns),
+    ignore = "needs root and iproute2 to make a network namespace and a veth pair (the build found neither)"
+)]
+#[test]
+fn a_peer_on_another_node_over_tcp_is_inter_node_and_silent_without_rdma() {
+    let pid = std::process::id();
+    let x = pid % 200 + 20;
+    let ns = format!("nixl-vs-{pid}");
+    let (dev_a, dev_b) = (format!("nvs{pid}a"), format!("nvs{pid}b"));
+    let (ip_a, ip_b) = (format!("10.211.{x}.1"), format!("10.211.{x}.2"));
+    let _netns = support::netns::veth_to_here(&ns, [&dev_a, &dev_b], [&ip_a, &ip_b])
+        .unwrap_or_else(|e| panic!("cannot make the namespace: {e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().display().to_string();
+    let mut h = Held::start(
+        &program(),
+        &[&work],
+        &[
+            ("UCX_TLS", "tcp"),
+            ("UCX_NET_DEVICES", &dev_a),
+            ("PREFILL_NETNS", &ns),
+            ("PREFILL_NET_DEVICES", &dev_b),
+            ("NIXL_AGENT_TRANSPORTS", "1"),
+            ("NIXL_AGENT_EXPECT", "none"),
+        ],
+    );
+    let prom = prom::Prometheus::start_alerting(&[h.addr], Some(&prom::rules_with_short_for()), None);
+    let s = h.scrape();
+    assert_eq!(
+        s.value_at(
+            "nixl_agent_transfer_transport",
+            &[("op", "read"), ("scope", "inter-node"), ("transport", "tcp")]
+        ),
+        1.0,
+        "{}",
+        s.text
+    );
+    // Scraped past the alert's (shortened) `for`: nothing fires.
+    prom.wait_scraped(&[h.addr], 8, Duration::from_secs(30));
+    let alerts = prom.alerts();
+    assert!(
+        !alerts
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "NixlTransferTcpFallback"),
+        "{alerts:?}"
+    );
+    for _ in 0..2 {
+        h.resume();
+        h.until_hold();
+    }
+    let status = h.status();
+    let prefill = status["transfers"]["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "prefill")
+        .cloned()
+        .unwrap_or_else(|| panic!("no peer prefill in {status}"));
+    assert_eq!(
+        prefill["transports"],
+        serde_json::json!([{"op": "read", "scope": "inter-node", "transports": ["tcp"]}])
+    );
+    assert_eq!(prefill["done"], 4);
+    let lines = h.finish();
+    assert!(!lines.iter().any(|l| ucx_table(l)), "{lines:?}");
+}

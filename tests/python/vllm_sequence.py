@@ -72,8 +72,14 @@ def decode(work):
         os.remove(path)
     env = dict(os.environ, NIXL_AGENT_INSTRUMENT="0")
     env.pop("PYTHONPATH", None)
+    # Another "node": the prefill in a network namespace of its own, on its
+    # end of a veth pair (tests/python_vllm.rs, as root).
+    wrap = []
+    if os.environ.get("PREFILL_NETNS"):
+        wrap = ["ip", "netns", "exec", os.environ["PREFILL_NETNS"]]
+        env["UCX_NET_DEVICES"] = os.environ["PREFILL_NET_DEVICES"]
     peer = subprocess.Popen(
-        [sys.executable, __file__, "--target", path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        wrap + [sys.executable, __file__, "--target", path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.time() + 30

@@ -4,6 +4,7 @@
 
 pub mod held;
 pub mod metrics;
+pub mod netns;
 pub mod otlp;
 pub mod traffic;
 
