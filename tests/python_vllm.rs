@@ -146,14 +146,16 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
     assert_eq!(failed("peer_invalidated"), 3.0);
     assert_eq!(failed("nixl_not_found"), 1.0);
     // Done: vLLM's READ, the first posting of the repost, the transfer
-    // whose release was refused, and the READ after the flood of lists.
+    // whose release was refused, the READ after the flood of lists, and
+    // the two into tensors (two of 4 KiB prepared, one of 4 KiB).
+    let tensors = 3.0 * 4096.0;
     assert_eq!(
         s.value_at("nixl_agent_transfers_total", &[("op", "read"), ("outcome", "done")]),
-        4.0
+        6.0
     );
     assert_eq!(
         s.value_at("nixl_agent_transfer_bytes_total", &[("op", "read")]),
-        2.0 * telemetry + (32u64 << 20) as f64,
+        2.0 * telemetry + (32u64 << 20) as f64 + tensors,
         "the READ after 4,200 more prepared lists still has its bytes: the local list was kept"
     );
     assert_eq!(s.value_at("nixl_agent_transfers_in_flight", &[("op", "read")]), 0.0);
@@ -189,11 +191,14 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
         .find(|p| p["name"] == "prefill")
         .unwrap_or_else(|| panic!("no peer prefill in {x}"));
     assert_eq!(
-        prefill["done"], 4,
+        prefill["done"], 6,
         "the READ after the flood is the peer's: its list was kept"
     );
     assert_eq!(prefill["released_in_flight"], 0);
-    assert_eq!(prefill["bytes"].as_f64(), Some(2.0 * telemetry + (32u64 << 20) as f64));
+    assert_eq!(
+        prefill["bytes"].as_f64(),
+        Some(2.0 * telemetry + (32u64 << 20) as f64 + tensors)
+    );
     assert_eq!(prefill["failed"], 4);
     assert_eq!(
         (
@@ -341,7 +346,7 @@ fn a_peer_on_another_node_over_tcp_is_inter_node_and_silent_without_rdma() {
         prefill["transports"],
         serde_json::json!([{"op": "read", "scope": "inter-node", "transports": ["tcp"]}])
     );
-    assert_eq!(prefill["done"], 4);
+    assert_eq!(prefill["done"], 6);
     let lines = h.finish();
     assert!(!lines.iter().any(|l| ucx_table(l)), "{lines:?}");
 }

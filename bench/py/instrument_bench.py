@@ -14,7 +14,9 @@ Three sections, each against a peer measured in the same run:
      (PYTHONPATH=<bootstrap dir>), fresh interpreters, interleaved.
   3. the data path (bench/py/xfer_bench.py): check_xfer_state polls of a
      transfer in flight, transfer() itself, a 64 MiB WRITE loop, bare vs
-     instrumented against a decode peer in another process.
+     instrumented against a decode peer in another process; and what
+     NIXL_AGENT_TRANSPORTS=1 costs (bench/py/transports_bench.py): transfer()
+     after a peer's first transfer, with and without it, and that first one.
   4. /metrics while a Python thread holds the GIL (pure-Python spin, default
      switch interval): the extension's server vs prometheus_client's own
      `start_http_server` (what vLLM and SGLang serve their metrics with),
@@ -250,6 +252,10 @@ def main():
     # would compete with theirs for the cores.
     boot = startup(python, bootstrap)
     cold = cold_first_registration(python, bootstrap)
+    sys.path.insert(0, HERE)
+    import transports_bench
+
+    transports = transports_bench.run(python, bootstrap)
     # No progress thread (registration does not use it; its polling would
     # only add noise on a small machine), the same for both contenders.
     agent = nixl_agent("bench", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
@@ -276,6 +282,7 @@ def main():
         "startup_ms": boot,
         "cold_first_registration_ms": cold,
         "data_path": data_path,
+        "transports": transports,
         "metrics_under_gil": served,
     }
     with open(out_path, "w") as f:
@@ -321,6 +328,8 @@ def main():
         p(f"| {label} | {b:.1f} | {h:.1f} | {h - b:+.1f} |")
     p()
     xfer_bench.report(data_path, p)
+    p()
+    transports_bench.report(transports, p)
     p()
     p("/metrics while a Python thread holds the GIL (pure-Python spin), 3 s of keep-alive load from another process:")
     p()

@@ -116,10 +116,10 @@ impl Transport {
     /// not in the closed set is `Other`.
     pub fn of_ucx(name: &str) -> Transport {
         let name = name.trim();
-        // rc_x (UCX's old name of the accelerated RC) is rc_mlx5.
+        // UCX's old names of the accelerated (mlx5) transports.
         let name = match name {
-            "rc_x" | "rc" => "rc_mlx5",
-            "dc_x" | "dc" => "dc_mlx5",
+            "rc_x" => "rc_mlx5",
+            "dc_x" => "dc_mlx5",
             "ud_x" => "ud_mlx5",
             other => other,
         };

@@ -43,6 +43,14 @@ impl Observer {
         self.0.transports.tap.get().is_some()
     }
 
+    /// Whether nobody looked yet at the transports of `handle`'s peer for
+    /// its op (then [`Observer::transport_after_post`] has work to do): one
+    /// ledger lookup, for a front-end to decide whether to release its
+    /// interpreter lock at all.
+    pub fn wants_transport(&self, handle: u64) -> bool {
+        self.learns_transports() && self.0.rec.ledger().transport_wanted(handle).is_some()
+    }
+
     /// After `handle` was posted (and NIXL did not refuse it): on the first
     /// posting of a request to its peer for its op, waits (at most 200 ms)
     /// for what UCX printed to be copied, and records the transports the

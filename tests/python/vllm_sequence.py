@@ -7,8 +7,9 @@ telemetry, heartbeat notifications (``HB:<request>``), and agent names as
 bytes in some calls and str in others. Then what the accounting must get
 right: a repost while in flight, a release NIXL refuses while in flight,
 stale handles after the peer is reloaded
-(NIXL 1.5.1's "invalidated or re-registered"), a peer never added, and more
-prepared lists than nixl-agent keeps, the local one prepared first.
+(NIXL 1.5.1's "invalidated or re-registered"), a peer never added, more
+prepared lists than nixl-agent keeps (the local one prepared first), and
+READs into tensors (a list of them prepared, one through get_xfer_descs).
 
 ``--loopback``: one transfer between two agents of this process (UCX picks
 cma on a CPU-only host). What the program prints is what it saw;
@@ -48,6 +49,42 @@ def strided(base):
     return np.array([[base + i * 4 * BLOCK, BLOCK, 0, 2 * BLOCK, 2] for i in range(N)], dtype=np.uint64)
 
 
+def tensor_module():
+    """A `torch` module whose Tensor is a view of a numpy buffer, with the
+    methods NIXL's get_xfer_descs and nixl-agent read."""
+    import types
+
+    torch = types.ModuleType("torch")
+
+    class Tensor:
+        def __init__(self, buf, offset, n):
+            self._addr, self._n = buf.ctypes.data + offset, n
+            self.device = "cpu"
+
+        def data_ptr(self):
+            return self._addr
+
+        def numel(self):
+            return self._n
+
+        def element_size(self):
+            return 1
+
+        def get_device(self):
+            return -1
+
+        def is_contiguous(self):
+            return True
+
+        def __getitem__(self, i):
+            # NIXL looks at descs[0] first: a tensor's element, not a tuple.
+            return 0
+
+    torch.Tensor = Tensor
+    sys.modules["torch"] = torch
+    return torch
+
+
 def target(path):
     agent = nixl_agent("prefill", nixl_agent_config(backends=["UCX"]))
     buf = np.full(BIG, 5, dtype=np.uint8)
@@ -55,7 +92,9 @@ def target(path):
     with open(path + ".tmp", "wb") as f:
         f.write(buf.ctypes.data.to_bytes(8, "little") + agent.get_agent_metadata())
     os.rename(path + ".tmp", path)
-    while True:
+    parent = os.getppid()
+    # Polls as vLLM's prefill does, until the decode side is gone.
+    while os.getppid() == parent:
         agent.get_new_notifs()
         time.sleep(0.01)
 
@@ -176,6 +215,24 @@ def run(peer, remote, md):
     h = agent.make_prepped_xfer("READ", local, idx, far, idx, b"req-4")
     print("read after many lists:", wait(agent, h, agent.transfer(h)))
     h.release()
+
+    # Tensors, as NIXL takes them (it asks `sys.modules["torch"]`; torch is
+    # not installed here, so a module standing for it holds a Tensor class
+    # over this program's own buffer: NIXL reads data_ptr, numel,
+    # element_size and get_device, as of a CPU tensor).
+    tensors = tensor_module()
+    views = [tensors.Tensor(dst, i * BLOCK, BLOCK) for i in range(2)]
+    mine = agent.prep_xfer_dlist("NIXL_INIT_AGENT", views)
+    theirs = agent.prep_xfer_dlist("prefill", [(remote, BLOCK, 0), (remote + BLOCK, BLOCK, 0)], "DRAM")
+    h = agent.make_prepped_xfer("READ", mine, [0, 1], theirs, [0, 1])
+    print("read into a list of tensors:", wait(agent, h, agent.transfer(h)))
+    h.release()
+    h = agent.initialize_xfer("READ", agent.get_xfer_descs(views[0]), whole(BLOCK)[1], "prefill")
+    print("read into a tensor:", wait(agent, h, agent.transfer(h)))
+    h.release()
+    agent.release_dlist_handle(mine)
+    agent.release_dlist_handle(theirs)
+    del sys.modules["torch"]
     for x in leaked:
         x.release()
     agent.release_dlist_handle(far)

@@ -106,7 +106,7 @@ pub(crate) fn xfer_posted(
         r.observer().transfer_posted(h, posted, &poll);
         // NIXL_AGENT_TRANSPORTS=1: the first posting to a peer for an op
         // reads UCX's tables (waiting for its output without the GIL).
-        if r.observer().learns_transports() && !matches!(poll, XferPoll::Failed(_)) {
+        if !matches!(poll, XferPoll::Failed(_)) && r.observer().wants_transport(h) {
             handle.py().detach(|| r.observer().transport_after_post(h));
         }
         Some(())

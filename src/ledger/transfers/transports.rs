@@ -9,7 +9,7 @@ use super::Transfers;
 use crate::ledger::counts::unix_now;
 use crate::model::{AgentId, MemType, Transport, TransportScope, XferOp};
 use crate::status::{PeerTransport, TransferStatus};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 /// (agent, peer, op) pairs remembered: the gauge is bounded by the closed
@@ -24,12 +24,15 @@ struct Seen {
     transport: Option<(TransportScope, Vec<Transport>)>,
 }
 
+/// What was seen, oldest first, and the (agent, op, peer) looked at: a
+/// post asks the set, not the list.
 #[derive(Default)]
-pub(super) struct PeerTransports(Vec<Seen>);
+pub(super) struct PeerTransports(Vec<Seen>, HashSet<(AgentId, XferOp, Arc<str>)>);
 
 impl PeerTransports {
     pub(super) fn agent_released(&mut self, agent: AgentId) {
         self.0.retain(|s| s.agent != agent);
+        self.1.retain(|k| k.0 != agent);
     }
 }
 
@@ -52,11 +55,7 @@ impl Transfers {
         if m.peer.is_empty() {
             return None;
         }
-        let seen = self
-            .transports
-            .0
-            .iter()
-            .any(|s| s.agent == m.agent && s.op == m.op && s.peer == m.peer);
+        let seen = self.transports.1.contains(&(m.agent, m.op, m.peer.clone()));
         (!seen).then(|| TransportWanted {
             agent: m.agent,
             peer: m.peer.to_string(),
@@ -75,13 +74,15 @@ impl Transfers {
         transport: Option<(TransportScope, &[Transport])>,
     ) {
         self.observing = true;
-        let t = &mut self.transports.0;
+        let peer_name = self.intern(agent, peer);
+        let (t, keys) = (&mut self.transports.0, &mut self.transports.1);
         t.retain(|x| !(x.agent == agent && x.op == op && &*x.peer == peer));
         if t.len() >= PEER_TRANSPORTS_KEPT {
-            t.remove(0);
+            let old = t.remove(0);
+            keys.remove(&(old.agent, old.op, old.peer));
         }
-        let peer_name = self.intern(agent, peer);
-        self.transports.0.push(Seen {
+        keys.insert((agent, op, peer_name.clone()));
+        t.push(Seen {
             agent,
             peer: peer_name,
             op,
