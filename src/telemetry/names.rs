@@ -369,6 +369,7 @@ pub const ON_FIRST_USE: &[&str] = &[
     PEER_EVENTS_TOTAL,
     PEER_FAILURES_TOTAL,
     PROBE_TRANSFER_FAILURES_TOTAL,
+    TRANSFER_TRANSPORT,
 ];
 
 /// The data path's families: exported only by a recording that follows a
