@@ -235,10 +235,11 @@ def run(peer, remote, md):
     del sys.modules["torch"]
     for x in leaked:
         x.release()
+    hold()
+    # vLLM's shutdown.
     agent.release_dlist_handle(far)
     agent.release_dlist_handle(local)
     agent.remove_remote_agent(name)
-    hold()
 
 
 def loopback():

@@ -68,6 +68,9 @@ impl Transfers {
                 None => {}
             }
             self.counts.remote_agents = self.loaded_remotes();
+            if op == PeerOp::Remove {
+                self.transports.peer_removed(agent, peer);
+            }
         }
         if peer.is_empty() {
             return;
@@ -83,6 +86,9 @@ impl Transfers {
         p.loaded = loaded;
         if invalidated.is_some() {
             p.invalidated_unix_seconds = Some(unix);
+        }
+        if op == PeerOp::Remove && failure.is_none() {
+            p.transports.clear();
         }
         if let Some(f) = failure {
             failure_of_peer(p, f, unix);

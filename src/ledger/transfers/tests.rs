@@ -337,6 +337,20 @@ fn a_peers_transports_are_looked_for_once_and_shown_per_op() {
     let p = s.peers.last().unwrap();
     assert_eq!(p.transports.len(), 1);
     assert_eq!(p.transports[0].transports, [Transport::Tcp]);
+    // The peer removed: its transfers take nothing now; loaded again, it
+    // is looked at anew.
+    t.peer(&mut s, A, PeerOp::Add, "decode-0", None);
+    t.peer(&mut s, A, PeerOp::Remove, "decode-0", None);
+    assert!(t.transport_series().is_empty());
+    assert!(s.peers.last().unwrap().transports.is_empty());
+    assert!(t.transport_wanted(1).is_some());
+    t.transport(
+        &mut s,
+        A,
+        "decode-0",
+        XferOp::Write,
+        Some((TransportScope::IntraNode, &[Transport::Cma])),
+    );
     t.agent_released(&mut s, A, Instant::now());
     assert!(t.transport_series().is_empty());
 }

@@ -34,6 +34,13 @@ impl PeerTransports {
         self.0.retain(|s| s.agent != agent);
         self.1.retain(|k| k.0 != agent);
     }
+
+    /// `peer` was removed from `agent`: its transfers take nothing now, and
+    /// a peer loaded again under that name is looked at anew.
+    pub(super) fn peer_removed(&mut self, agent: AgentId, peer: &str) {
+        self.0.retain(|s| !(s.agent == agent && &*s.peer == peer));
+        self.1.retain(|k| !(k.0 == agent && &*k.2 == peer));
+    }
 }
 
 /// What the first posting of a request to a peer needs to find its
