@@ -8,6 +8,9 @@
 #   bash scripts/bench.sh smoke        tiny run (N <= 64, 1 s of load), output in /tmp
 #   bash scripts/bench.sh -- ARGS...   full run with nixl-bench arguments, e.g.
 #                                      -- --sections registration --sizes 1024,4096
+#   NIXL_BENCH_NAME=NAME               write bench/results/NAME.{json,md} instead
+#                                      of latest.* (a partial run kept beside the
+#                                      full one)
 #
 # Set-up (idempotent, everything under the git-ignored .deps/):
 #   a. scripts/setup.sh: the NIXL runtime from the pinned nixl-cu12 wheel
@@ -62,7 +65,11 @@ setup
 log "cargo build --release --bin nixl-agent --features bench --example nixl-bench"
 (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --features bench --example nixl-bench)
 mkdir -p "$ROOT/bench/results"
-log "running (about 4 minutes); tables on stdout, JSON in bench/results/latest.json"
+name="${NIXL_BENCH_NAME:-latest}"
+case "$name" in
+    *[!A-Za-z0-9_-]* | "") die "NIXL_BENCH_NAME must be letters, digits, - or _ (got '$name')" ;;
+esac
+log "running (about 4 minutes); tables on stdout, JSON in bench/results/$name.json"
 "$ROOT/target/release/examples/nixl-bench" \
     --agent-bin "$ROOT/target/release/nixl-agent" \
-    --out "$ROOT/bench/results/latest.json" "$@" | tee "$ROOT/bench/results/latest.md"
+    --out "$ROOT/bench/results/$name.json" "$@" | tee "$ROOT/bench/results/$name.md"
