@@ -189,9 +189,11 @@ fn missing_library_is_nixl_unavailable_and_the_agent_keeps_serving() {
         env: &[("NIXL_LIB_DIR", "/nonexistent/nixl/lib")],
         ..Default::default()
     });
-    let st = support::wait_for(READY, "nixl reason in status", || {
+    // The reason (NixlUnavailable) and the phase (the machine's next step)
+    // are two events: wait for the state both lead to.
+    let st = support::wait_for(READY, "nixl reason and phase in status", || {
         let st = agent.status();
-        (!st["nixl"]["reason"].is_null()).then_some(st)
+        (!st["nixl"]["reason"].is_null() && st["phase"] == "unavailable").then_some(st)
     });
     assert_eq!(st["nixl"]["reason"], "nixl_unavailable");
     assert_eq!(st["nixl"]["available"], false);
@@ -247,9 +249,11 @@ fn nixl_not_found_names_its_fix_in_the_log_line_and_readyz() {
         ],
         ..Default::default()
     });
-    let st = support::wait_for(READY, "nixl reason in status", || {
+    // The reason (NixlUnavailable) and the phase (the machine's next step)
+    // are two events: wait for the state both lead to.
+    let st = support::wait_for(READY, "nixl reason and phase in status", || {
         let st = agent.status();
-        (!st["nixl"]["reason"].is_null()).then_some(st)
+        (!st["nixl"]["reason"].is_null() && st["phase"] == "unavailable").then_some(st)
     });
     assert_eq!(st["nixl"]["reason"], "nixl_unavailable", "{st}");
     let r = agent.get("/readyz?verbose");

@@ -141,11 +141,21 @@ fn sustained_scrapes_with_periodic_reregistration() {
     for t in threads {
         t.join().unwrap();
     }
-    let s = agent.scrape();
-    let attempts = s
-        .metric("nixl_agent_registration_attempts_total")
-        .label("group", "kv")
-        .value();
+    // The last SIGUSR1 may have been sent a moment ago: its re-registration
+    // is counted once it ends (bounded wait; the assertion below judges).
+    let kv_attempts = || {
+        agent
+            .scrape()
+            .metric("nixl_agent_registration_attempts_total")
+            .label("group", "kv")
+            .value()
+    };
+    let settle = Instant::now() + Duration::from_secs(10);
+    let mut attempts = kv_attempts();
+    while attempts < 1.0 + reregistrations as f64 && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(50));
+        attempts = kv_attempts();
+    }
     agent.signal("TERM");
     assert_eq!(agent.wait_exit(Duration::from_secs(30)).code(), Some(0));
     let drained = agent.events("drain complete");
