@@ -56,6 +56,18 @@ impl LiveTable {
         self.position(key).and_then(|i| self.entries[i])
     }
 
+    /// The newest registration on `agent` whose list starts at `first`,
+    /// whatever its length: what a refused deregistration of a list that
+    /// matches no registration exactly was aimed at.
+    pub fn find_first(&self, agent: AgentId, first: Region) -> Option<Live> {
+        self.entries[self.head..]
+            .iter()
+            .rev()
+            .flatten()
+            .find(|l| l.key.agent == agent && l.key.first == first)
+            .copied()
+    }
+
     /// Removes every registration made on `agent`.
     pub fn take_agent(&mut self, agent: AgentId) -> Vec<Live> {
         let mut out = Vec::new();

@@ -503,11 +503,16 @@ impl State {
                     first: *first,
                     descriptors: *descriptors,
                 };
-                // A failed deregistration leaves the registration in place.
+                // A failed deregistration leaves the registration in place;
+                // one NIXL refused of a list matching no registration exactly
+                // (a part of one, or more than one) still counts, against the
+                // group its first region is registered in.
                 let found = if failure.is_none() {
                     self.live.take(&key)
                 } else {
-                    self.live.find(&key)
+                    self.live
+                        .find(&key)
+                        .or_else(|| self.live.find_first(*agent, *first))
                 };
                 let Some(live) = found else {
                     out.unmatched = true;

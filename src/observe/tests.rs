@@ -126,6 +126,26 @@ fn a_partial_deregistration_leaves_status_metrics_and_readiness_agreeing() {
     assert_agree(&o, "kv");
 }
 
+/// A deregistration NIXL refuses of a list that matches no registration
+/// exactly (a registered region and one never registered: NIXL 1.5.1
+/// removes none) is counted against the group its first region is in, and
+/// the group keeps everything.
+#[test]
+fn a_refused_deregistration_of_a_mismatched_list_is_counted() {
+    let o = observer(&["kv"]);
+    let agent = AgentId::fresh();
+    let kv: Vec<Region> = (0..4).map(|i| Region::new(0x20_0000 + i * 0x1000, 4096, 0)).collect();
+    register(&o, &call(agent, "kv", &Kind::Kv, &kv), true);
+    let refused = Failure::new(Reason::Unknown, "NIXL_ERR_NOT_FOUND");
+    o.deregistered(agent, kv[0], 2, Duration::ZERO, Some(refused));
+    let failures = value(&o, "nixl_agent_deregistration_failures_total", &[("group", "kv")]);
+    assert_eq!(failures, Some(1.0), "the refusal is counted against kv");
+    let s = o.status();
+    let g = s.group("kv").unwrap();
+    assert_eq!((g.state, g.descriptors), (GroupState::Registered, 4));
+    assert_agree(&o, "kv");
+}
+
 /// Two threads register and deregister one group 10,000 times each: at
 /// the end the gauges equal the ledger, which equals what is held.
 #[test]
