@@ -91,6 +91,11 @@ fn not_applicable(front: Front, shape: Shape, scenario: Scenario) -> Option<&'st
             "the sidecar pod is the same publisher for every front-end (`Observer::publish`); its scenarios \
              are the Python sidecar cells, its Rust cells the healthy and the seed rank",
         ),
+        (Lifecycle, Lone, Deadline) => Some(
+            "on the caller's agent (nixl-sys) the lifecycle makes one call a descriptor, none of which can be \
+             held past a deadline without faking NIXL; on an agent of its own it is the binary's path, whose \
+             deadline cell is run",
+        ),
         (Lifecycle, Lone, Dereg) => Some(
             "the lifecycle deregisters only what it registered; on the caller's agent (nixl-sys) the handle \
              is private, so neither the caller nor a test can make NIXL refuse one of its deregistrations",
@@ -184,7 +189,7 @@ fn truth(front: Front, scenario: Scenario) -> Truth {
             fire: &["NixlAgentNotReady", "NixlRegisteredMemoryDropped"],
             ..Truth::default()
         },
-        (Front::Binary | Front::Lifecycle, Backends) => Truth {
+        (Front::Binary | Front::Lifecycle | Front::Observe, Backends) => Truth {
             up: &["UCX", "POSIX"],
             backend_of: &[("kv", "UCX"), ("aux", "POSIX")],
             ..healthy
@@ -207,8 +212,10 @@ struct Cell {
     shape: Shape,
     scenario: Scenario,
     addr: SocketAddr,
-    /// The scenario process's pid in a pod (its rank is found by it).
+    /// The scenario process's pid in a pod (its rank is found by it), or
+    /// its rank where the ranks share a process.
     pid: Option<u32>,
+    rank: Option<u64>,
     truth: Truth,
 }
 
@@ -327,7 +334,14 @@ fn support_path(rel: &str) -> String {
 fn pod_server(dir: &Path, ranks: u32) -> (Child, SocketAddr) {
     let addr = support::free_port();
     let child = support::binary()
-        .args(["pod", "--ranks", &ranks.to_string(), "--listen", &addr.to_string(), "--dir"])
+        .args([
+            "pod",
+            "--ranks",
+            &ranks.to_string(),
+            "--listen",
+            &addr.to_string(),
+            "--dir",
+        ])
         .arg(dir)
         .env_remove("NIXL_AGENT_CONFIG")
         .stdout(Stdio::null())
@@ -366,10 +380,11 @@ fn rank_statuses(doc: &Value) -> Vec<(Option<u64>, Option<u64>, Value)> {
 /// The scenario process's status and its rank label ("" alone).
 fn scenario_status(c: &Cell, doc: &Value) -> Result<(String, Value), String> {
     let ranks = rank_statuses(doc);
-    let found = match c.pid {
-        None if ranks.len() == 1 => ranks.into_iter().next(),
-        None => None,
-        Some(pid) => ranks.into_iter().find(|(_, p, _)| *p == Some(u64::from(pid))),
+    let found = match (c.rank, c.pid) {
+        (Some(rank), _) => ranks.into_iter().find(|(r, _, _)| *r == Some(rank)),
+        (None, Some(pid)) => ranks.into_iter().find(|(_, p, _)| *p == Some(u64::from(pid))),
+        (None, None) if ranks.len() == 1 => ranks.into_iter().next(),
+        (None, None) => None,
     };
     match found {
         Some((rank, _, st)) => Ok((rank.map(|r| r.to_string()).unwrap_or_default(), st)),
@@ -393,7 +408,12 @@ fn disagreements(c: &Cell) -> Vec<String> {
         }
     };
     if (readyz.status == 200) != t.ready {
-        bad.push(format!("/readyz {} but ready is {}: {}", readyz.status, t.ready, readyz.body.trim()));
+        bad.push(format!(
+            "/readyz {} but ready is {}: {}",
+            readyz.status,
+            t.ready,
+            readyz.body.trim()
+        ));
     }
     if livez.status != 200 {
         bad.push(format!("/livez {}: {}", livez.status, livez.body.trim()));
@@ -413,14 +433,23 @@ fn disagreements(c: &Cell) -> Vec<String> {
         }
     };
     let scrape = support::Scrape::parse(&metrics.body);
-    let mine = |s: &&support::metrics::Sample| {
-        rank.is_empty() || s.labels.iter().any(|(k, v)| k == "rank" && *v == rank)
-    };
+    let mine =
+        |s: &&support::metrics::Sample| rank.is_empty() || s.labels.iter().any(|(k, v)| k == "rank" && *v == rank);
     let series = |name: &str| -> Vec<support::metrics::Sample> {
-        scrape.metric(name).samples().into_iter().filter(mine).cloned().collect()
+        scrape
+            .metric(name)
+            .samples()
+            .into_iter()
+            .filter(mine)
+            .cloned()
+            .collect()
     };
     let label = |s: &support::metrics::Sample, k: &str| {
-        s.labels.iter().find(|(k2, _)| k2 == k).map(|(_, v)| v.clone()).unwrap_or_default()
+        s.labels
+            .iter()
+            .find(|(k2, _)| k2 == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
     };
 
     // Ready: the status, the gauge and /readyz say one thing.
@@ -489,7 +518,10 @@ fn disagreements(c: &Cell) -> Vec<String> {
             bad.push(format!(
                 "backend {b} should be up: status {}, gauge {:?}",
                 st["backends"],
-                backend_up.iter().map(|s| (label(s, "backend"), s.value)).collect::<Vec<_>>()
+                backend_up
+                    .iter()
+                    .map(|s| (label(s, "backend"), s.value))
+                    .collect::<Vec<_>>()
             ));
         }
     }
@@ -561,7 +593,12 @@ fn validate(schema: &Value, doc: &Value) -> Result<(), String> {
 /// Alerts seen firing per instance while `until` polls, for at least
 /// `settle` after every cell's `fire` alerts were seen (so that an alert
 /// with a longer `for:` that should not fire has had its chance).
-fn alerts_seen(prom: &prom::Prometheus, cells: &[Cell], settle: Duration, timeout: Duration) -> BTreeMap<String, BTreeSet<String>> {
+fn alerts_seen(
+    prom: &prom::Prometheus,
+    cells: &[Cell],
+    settle: Duration,
+    timeout: Duration,
+) -> BTreeMap<String, BTreeSet<String>> {
     let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let end = Instant::now() + timeout;
     let mut all_fired_at: Option<Instant> = None;
@@ -624,13 +661,20 @@ fn judge(cells: &[Cell], prom: &prom::Prometheus, mid_run: Vec<(String, String)>
         .iter()
         .map(|c| {
             let f = seen.get(&c.addr.to_string()).cloned().unwrap_or_default();
-            format!("  {:<28} fired: {}", c.name(), f.into_iter().collect::<Vec<_>>().join(", "))
+            format!(
+                "  {:<28} fired: {}",
+                c.name(),
+                f.into_iter().collect::<Vec<_>>().join(", ")
+            )
         })
         .collect();
     eprintln!("alerts fired per cell:\n{}", fired.join("\n"));
     for r in prom.rules() {
         if r["health"] == "err" {
-            table.push(("prometheus".into(), format!("rule {} errs: {}", r["name"], r["lastError"])));
+            table.push((
+                "prometheus".into(),
+                format!("rule {} errs: {}", r["name"], r["lastError"]),
+            ));
         }
     }
     assert!(
@@ -687,7 +731,10 @@ fn while_stuck(c: &Cell, prom: &prom::Prometheus, call: &[&str], hold_for_alert:
         if Instant::now() >= end {
             let seen = prom.query(&format!("nixl_agent_lifecycle_stuck{{instance=\"{inst}\"}}"));
             let up = prom.query(&format!("up{{instance=\"{inst}\"}}"));
-            bad.push((c.name(), format!("the stuck alert did not fire while held for 30 s: stuck {seen:?}, up {up:?}")));
+            bad.push((
+                c.name(),
+                format!("the stuck alert did not fire while held for 30 s: stuck {seen:?}, up {up:?}"),
+            ));
             return bad;
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -715,7 +762,10 @@ fn the_matrix_is_complete() {
     // Every cell is run by one of the tests below or says why not.
     assert_eq!(run, ran_cells().len(), "cells run: {:?}", ran_cells());
     for (f, sh, sc) in ran_cells() {
-        assert!(not_applicable(f, sh, sc).is_none(), "{f:?}/{sh:?}/{sc:?} is run and listed as not applicable");
+        assert!(
+            not_applicable(f, sh, sc).is_none(),
+            "{f:?}/{sh:?}/{sc:?} is run and listed as not applicable"
+        );
     }
 }
 
@@ -727,10 +777,16 @@ fn ran_cells() -> Vec<(Front, Shape, Scenario)> {
             v.push((Front::Python, sh, sc));
         }
     }
-    for sc in [Scenario::Healthy, Scenario::Seed, Scenario::Deadline, Scenario::Dropped, Scenario::Backends] {
+    for sc in [
+        Scenario::Healthy,
+        Scenario::Seed,
+        Scenario::Deadline,
+        Scenario::Dropped,
+        Scenario::Backends,
+    ] {
         v.push((Front::Binary, Shape::Lone, sc));
     }
-    for sc in [Scenario::Healthy, Scenario::Seed, Scenario::Deadline, Scenario::Backends] {
+    for sc in [Scenario::Healthy, Scenario::Seed, Scenario::Backends] {
         v.push((Front::Lifecycle, Shape::Lone, sc));
     }
     for sc in [Scenario::Healthy, Scenario::Seed, Scenario::Dropped, Scenario::Backends] {
@@ -788,6 +844,7 @@ fn python_shape(shape: Shape) {
             scenario: *sc,
             addr,
             pid,
+            rank: None,
             truth: truth(Front::Python, *sc),
         });
         procs.push((*sc, p));
@@ -891,6 +948,7 @@ fn binary_lone_process() {
             scenario: *sc,
             addr: a.addr,
             pid: None,
+            rank: None,
             truth: truth(Front::Binary, *sc),
         })
         .collect();
@@ -913,10 +971,224 @@ fn binary_lone_process() {
             }
             Scenario::Dropped => {
                 a.signal("TERM");
-                assert_eq!(a.wait_exit(Duration::from_secs(30)).code(), Some(0), "drained and exited");
+                assert_eq!(
+                    a.wait_exit(Duration::from_secs(30)).code(),
+                    Some(0),
+                    "drained and exited"
+                );
             }
             _ => {}
         }
     }
     judge(&cells, &prom, mid_run);
+}
+
+// ---- the Rust library -----------------------------------------------------------
+
+use nixl_agent::{
+    Descriptor, Expected, GroupSpec, Kind, Lifecycle, LifecycleHandle, MemType, ObserveSettings, ObservedAgent,
+    ObservedRegistration, Observer, Plan, Region,
+};
+
+const KV: usize = 64 << 10;
+const AUX: usize = 4 << 10;
+
+/// The serving process's own NIXL agent, with `backends` created.
+fn caller_agent(name: &str, backends: &[&str]) -> nixl_sys::Agent {
+    nixl_agent::load_nixl(Some(&support::nixl_lib_dir())).expect("NIXL runtime from the wheel");
+    let a = nixl_sys::Agent::new(name).expect("NIXL agent");
+    for b in backends {
+        let (_, params) = a.get_plugin_params(b).expect("plugin");
+        a.create_backend(b, &params).expect("backend");
+    }
+    a
+}
+
+/// Buffers and handles a cell keeps alive while it is judged.
+/// (Dropped in this order: what is registered before the buffers.)
+#[derive(Default)]
+struct Held {
+    publishers: Vec<nixl_agent::Publisher>,
+    lifecycles: Vec<LifecycleHandle>,
+    registrations: Vec<ObservedRegistration>,
+    observed: Vec<ObservedAgent>,
+    observers: Vec<Observer>,
+    agents: Vec<nixl_sys::Agent>,
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Held {
+    fn buffer(&mut self, len: usize) -> Region {
+        let b = vec![1u8; len];
+        let r = Region::new(b.as_ptr() as usize, b.len(), 0);
+        self.buffers.push(b);
+        r
+    }
+}
+
+/// Serves `router` on a free loopback port from `rt`.
+fn serve(rt: &tokio::runtime::Runtime, router: nixl_agent::Router) -> SocketAddr {
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    rt.spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    addr
+}
+
+/// A lifecycle on the caller's agent in `scenario`; its router, and what
+/// it holds.
+fn lifecycle(rt: &tokio::runtime::Runtime, name: &str, scenario: Scenario, held: &mut Held) -> LifecycleHandle {
+    let backends: &[&str] = if scenario == Scenario::Backends {
+        &["UCX", "POSIX"]
+    } else {
+        &["UCX"]
+    };
+    let agent = caller_agent(name, backends);
+    let kv = held.buffer(KV);
+    let aux = match scenario {
+        // The seed: aux at address 0.
+        Scenario::Seed => Region::new(0, AUX, 0),
+        _ => held.buffer(AUX),
+    };
+    let mut aux_spec = GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![aux]);
+    if scenario == Scenario::Backends {
+        aux_spec = aux_spec.with_backends(&["POSIX"]);
+    }
+    let plan = Plan {
+        groups: vec![GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![kv]), aux_spec],
+    };
+    let handle = rt
+        .block_on(
+            Lifecycle::prepare(support::library_config(name), plan)
+                .unwrap()
+                .on_agent(agent.clone())
+                .without_server()
+                .start(),
+        )
+        .expect("lifecycle starts");
+    held.agents.push(agent);
+    handle
+}
+
+/// Observe mode on the caller's agent in `scenario` (the dropped one's
+/// registrations are handed back to drop later).
+fn observed(name: &str, scenario: Scenario, held: &mut Held) -> (Observer, Vec<ObservedRegistration>) {
+    let agent = caller_agent(name, &["UCX"]);
+    let observer = Observer::new(ObserveSettings {
+        expect: vec![Expected::new("kv", Kind::Kv), Expected::new("aux", Kind::Aux)],
+        validate: true,
+        ..ObserveSettings::default()
+    });
+    let on = observer.agent(&agent);
+    let aux_backend = if scenario == Scenario::Backends {
+        let (_, params) = agent.get_plugin_params("POSIX").unwrap();
+        on.create_backend("POSIX", &params).expect("POSIX backend");
+        "POSIX"
+    } else {
+        "UCX"
+    };
+    let kv = held.buffer(KV);
+    let mut regs = vec![on
+        .register_on("kv", Kind::Kv, &Descriptor::new(kv, MemType::Dram), &["UCX"])
+        .expect("kv registers")];
+    let aux = match scenario {
+        Scenario::Seed => Region::new(0, AUX, 0),
+        _ => held.buffer(AUX),
+    };
+    match on.register_on("aux", Kind::Aux, &Descriptor::new(aux, MemType::Dram), &[aux_backend]) {
+        Ok(r) => regs.push(r),
+        Err(_) => assert_eq!(scenario, Scenario::Seed, "aux registers"),
+    }
+    held.observed.push(on);
+    held.agents.push(agent);
+    if scenario == Scenario::Dropped {
+        return (observer, regs);
+    }
+    held.registrations.extend(regs);
+    (observer, Vec::new())
+}
+
+#[test]
+fn rust_lifecycle_and_observe() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut held = Held::default();
+    let mut cells = Vec::new();
+    let mut to_drop: Vec<ObservedRegistration> = Vec::new();
+    let cell = |front, shape, scenario, addr, rank| Cell {
+        front,
+        shape,
+        scenario,
+        addr,
+        pid: None,
+        rank,
+        truth: truth(front, scenario),
+    };
+    for (i, sc) in [Scenario::Healthy, Scenario::Seed, Scenario::Backends]
+        .into_iter()
+        .enumerate()
+    {
+        let h = lifecycle(&rt, &format!("lc-lone-{i}"), sc, &mut held);
+        let addr = serve(&rt, h.router());
+        held.lifecycles.push(h);
+        cells.push(cell(Front::Lifecycle, Shape::Lone, sc, addr, None));
+    }
+    for (i, sc) in [Scenario::Healthy, Scenario::Seed, Scenario::Dropped, Scenario::Backends]
+        .into_iter()
+        .enumerate()
+    {
+        let (o, regs) = observed(&format!("ob-lone-{i}"), sc, &mut held);
+        to_drop.extend(regs);
+        let addr = serve(&rt, o.router());
+        held.observers.push(o);
+        cells.push(cell(Front::Observe, Shape::Lone, sc, addr, None));
+    }
+    // Sidecar pods of two: rank 0 in the scenario, rank 1 healthy, both
+    // publishing from this process; `nixl-agent pod` serves the directory.
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut servers = Vec::new();
+    let mut d = dirs.iter();
+    for front in [Front::Lifecycle, Front::Observe] {
+        for sc in [Scenario::Healthy, Scenario::Seed] {
+            let dir = d.next().unwrap().path();
+            let (child, addr) = pod_server(dir, 2);
+            servers.push(Killed(child));
+            for (rank, rsc) in [(0u32, sc), (1, Scenario::Healthy)] {
+                let name = format!("{front:?}-pod-{sc:?}-{rank}").to_lowercase();
+                let observer = match front {
+                    Front::Lifecycle => {
+                        let h = lifecycle(&rt, &name, rsc, &mut held);
+                        let o = h.observer(ObserveSettings::default()).unwrap();
+                        held.lifecycles.push(h);
+                        o
+                    }
+                    _ => observed(&name, rsc, &mut held).0,
+                };
+                held.publishers.push(observer.publish(dir, rank).expect("publishes"));
+                held.observers.push(observer);
+            }
+            cells.push(cell(front, Shape::Sidecar, sc, addr, Some(0)));
+        }
+    }
+    for h in &held.lifecycles {
+        let ready = rt.block_on(h.wait_ready(Duration::from_secs(30)));
+        let failing = h
+            .status()
+            .groups
+            .iter()
+            .any(|g| g.name == "aux" && g.last_reason.is_some());
+        assert!(ready || failing, "{:#?}", h.status());
+    }
+    let addrs: Vec<SocketAddr> = cells.iter().map(|c| c.addr).collect();
+    let prom = prom::Prometheus::start(&addrs, Some(&prom::rules_with_short_for()));
+    prom.wait_scraped(&addrs, 3, Duration::from_secs(60));
+    // The dropped cell: its registrations go away while it runs.
+    drop(to_drop);
+    std::thread::sleep(Duration::from_secs(1));
+    judge(&cells, &prom, Vec::new());
+    drop(held);
 }

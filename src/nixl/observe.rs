@@ -101,12 +101,47 @@ impl ObservedAgent {
     /// that records the deregistration however it happens. Memory types
     /// other than DRAM and VRAM (files, blocks, objects) pass through
     /// unrecorded.
+    ///
+    /// `OptArgs` cannot be read back, so the call is labelled with the
+    /// backends the agent has; to register on some of them and have the
+    /// labels say which, use [`ObservedAgent::register_on`].
     pub fn register(
         &self,
         group: &str,
         kind: Kind,
         desc: &impl NixlDescriptor,
         opts: Option<&OptArgs>,
+    ) -> Result<ObservedRegistration, NixlError> {
+        self.register_with(group, kind, desc, opts, None)
+    }
+
+    /// [`ObservedAgent::register`] on the named backends of this agent (as
+    /// `OptArgs` with exactly those added, which NIXL is given), labelled
+    /// with them. A name the agent has no backend for is NIXL's `NotFound`,
+    /// before any call.
+    pub fn register_on(
+        &self,
+        group: &str,
+        kind: Kind,
+        desc: &impl NixlDescriptor,
+        backends: &[&str],
+    ) -> Result<ObservedRegistration, NixlError> {
+        let mut opts = OptArgs::new()?;
+        for name in backends {
+            let backend = self.agent.get_backend(name).ok_or(NixlError::NotFound)?;
+            opts.add_backend(&backend)?;
+        }
+        let names: Vec<String> = backends.iter().map(|b| b.to_string()).collect();
+        self.register_with(group, kind, desc, Some(&opts), Some(&names))
+    }
+
+    fn register_with(
+        &self,
+        group: &str,
+        kind: Kind,
+        desc: &impl NixlDescriptor,
+        opts: Option<&OptArgs>,
+        backends: Option<&[String]>,
     ) -> Result<ObservedRegistration, NixlError> {
         let (mem_type, region) = region_of(desc);
         let Some(mem_type) = mem_type else {
@@ -125,7 +160,7 @@ impl ObservedAgent {
             kind: &kind,
             mem_type,
             device: self.observer.device_of(mem_type, &regions),
-            backends: None,
+            backends,
             regions: &regions,
         };
         let handle = self
