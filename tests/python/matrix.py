@@ -7,9 +7,9 @@ and tells it, one line on stdin at a time, when to take the next step.
 
 healthy    kv, aux, state registered (SGLang's NixlKVManager)
 seed       aux at address 0: "NIXL memory registration failed for aux tensors"
-deadline   kv registered; then aux's register_memory is held inside NIXL's
-           own Python code (it indexes the list it was given) until the
-           test says "release": a call past NIXL_AGENT_CALL_TIMEOUT
+deadline   kv registered; on "call", aux's register_memory is held inside
+           NIXL's own Python code (it indexes the list it was given) until
+           the test says "release": a call past NIXL_AGENT_CALL_TIMEOUT
 dropped    registered; on "drop" the NIXL agent goes away (del + gc)
 backends   NIXL_AGENT_BACKEND=POSIX in the environment; the agent's UCX is
            created inside nixl_agent.__init__ (nixl_agent_config(backends=
@@ -106,6 +106,8 @@ def main():
             done.set()
 
         # SGLang's own thread registers; this one waits for the test.
+        out("ready to call")
+        step("call")
         t = threading.Thread(target=hold_aux)
         t.start()
         out("calling")

@@ -364,21 +364,40 @@ pub fn library_config(agent_name: &str) -> nixl_agent::Config {
 
 /// What /metrics, /v1/status and /readyz say of an agent at `addr` is one
 /// truth: for every group, `group_registered` and `group_state` follow the
-/// status's state, the registered descriptors and bytes are the status's,
-/// and `nixl_agent_ready`, `status.ready` and /readyz agree. Read while the
-/// agent is idle (no call in flight). Returns the status it compared.
+/// status's state, the registered descriptors and bytes are the status's;
+/// every backend's `backend_up` is the status's `up`; the data path's
+/// transfers by op and outcome, and in flight, are the status's; and
+/// `nixl_agent_ready`, `status.ready` and /readyz agree. The three are
+/// read at one instant: the status's generation is read before and after
+/// the others, and the reading is taken again while it moved (a busy agent
+/// fails after a few tries). Returns the process's own status it compared.
 pub fn assert_projections_agree(addr: SocketAddr) -> serde_json::Value {
-    let status: serde_json::Value = serde_json::from_str(&get(addr, "/v1/status").unwrap().body).unwrap();
-    let s = scrape(addr);
-    let readyz = get(addr, "/readyz").unwrap().status;
-    let ready = status["ready"].as_bool().unwrap();
+    let read = || -> (serde_json::Value, Scrape, u16) {
+        let status: serde_json::Value = serde_json::from_str(&get(addr, "/v1/status").unwrap().body).unwrap();
+        (status, scrape(addr), get(addr, "/readyz").unwrap().status)
+    };
+    let generation = |st: &serde_json::Value| own_status(st)["generation"].as_u64();
+    let (status, s, readyz) = (0..20)
+        .find_map(|_| {
+            let (status, s, readyz) = read();
+            let after: serde_json::Value = serde_json::from_str(&get(addr, "/v1/status").unwrap().body).unwrap();
+            if generation(&status) == generation(&after) {
+                Some((status, s, readyz))
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+                None
+            }
+        })
+        .expect("the agent kept recording for 20 readings: not idle");
+    let st = own_status(&status);
+    let ready = st["ready"].as_bool().unwrap();
     assert_eq!(
         s.metric("nixl_agent_ready").value(),
         f64::from(u8::from(ready)),
         "{status}"
     );
     assert_eq!(readyz == 200, ready, "/readyz {readyz} against status {status}");
-    for g in status["groups"].as_array().unwrap() {
+    for g in st["groups"].as_array().unwrap() {
         let name = g["name"].as_str().unwrap();
         let state = g["state"].as_str().unwrap();
         let m = |family: &str| s.metric(family).label("group", name);
@@ -404,7 +423,50 @@ pub fn assert_projections_agree(addr: SocketAddr) -> serde_json::Value {
             "{name}: {g}"
         );
     }
-    status
+    let backends = st["backends"].as_array().unwrap();
+    assert_eq!(
+        s.metric("nixl_agent_backend_up").samples().len(),
+        backends.len(),
+        "one backend_up series per backend in the status: {backends:?}"
+    );
+    for b in backends {
+        let name = b["name"].as_str().unwrap();
+        assert_eq!(
+            s.metric("nixl_agent_backend_up").label("backend", name).value(),
+            f64::from(u8::from(b["up"].as_bool().unwrap())),
+            "{b}"
+        );
+    }
+    // The data path's families, where this recording has them.
+    if s.families().iter().any(|f| f == "nixl_agent_transfers_total") {
+        for op in st["transfers"]["ops"].as_array().unwrap() {
+            let name = op["op"].as_str().unwrap();
+            for outcome in ["done", "error", "released_in_flight"] {
+                let m = s
+                    .metric("nixl_agent_transfers_total")
+                    .label("op", name)
+                    .label("outcome", outcome)
+                    .get()
+                    .unwrap_or(0.0);
+                assert_eq!(m, op[outcome].as_f64().unwrap(), "{name} {outcome}: {op}");
+            }
+            assert_eq!(
+                s.metric("nixl_agent_transfers_in_flight").label("op", name).value(),
+                op["in_flight"].as_f64().unwrap(),
+                "{op}"
+            );
+        }
+    }
+    st.clone()
+}
+
+/// A process's own recording in a /v1/status document: the document
+/// itself, or its one rank's `status` where the document lists ranks.
+pub fn own_status(doc: &serde_json::Value) -> &serde_json::Value {
+    match doc["ranks"].as_array() {
+        Some(r) if r.len() == 1 && r[0].get("status").is_some() => &r[0]["status"],
+        _ => doc,
+    }
 }
 
 /// The inode of the socket listening on `port` (from /proc/net/tcp).
