@@ -510,9 +510,7 @@ impl State {
                 let found = if failure.is_none() {
                     self.live.take(&key)
                 } else {
-                    self.live
-                        .find(&key)
-                        .or_else(|| self.live.find_first(*agent, *first))
+                    self.live.find(&key).or_else(|| self.live.find_first(*agent, *first))
                 };
                 let Some(live) = found else {
                     out.unmatched = true;
