@@ -9,11 +9,11 @@
 use std::fmt;
 
 mod pod;
-mod transfer;
 mod transport;
+mod xfer;
 pub use pod::DirRefusal;
-pub use transfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 pub use transport::{Transport, TransportScope};
+pub use xfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 
 /// Why a registration step failed: the closed vocabulary of the `reason` label.
 ///

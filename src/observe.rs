@@ -3,7 +3,7 @@
 //! Python framework through `nixl_agent_instrument`), and nixl-agent records
 //! each one — attempt, descriptors, bytes, duration, reason — on the same
 //! recording path as the lifecycle. The calls themselves are made by
-//! `crate::nixl::observe` (the FFI room); this module holds what is pure:
+//! `crate::nixl::observed_agent` (the FFI room); this module holds what is pure:
 //! groups that appear on first use, their cap and label rules, which agent
 //! a call is on. What each group and agent holds is the ledger's.
 //!
@@ -75,7 +75,7 @@ impl Default for ObserveSettings {
             backends: vec![DEFAULT_BACKEND.to_string()],
             require_registration: false,
             call_timeout: None,
-            transfer_stall_after: transfers::DEFAULT_STALL_AFTER,
+            transfer_stall_after: xfer_calls::DEFAULT_STALL_AFTER,
         }
     }
 }
@@ -657,10 +657,10 @@ fn joined(label: &str, backends: &[String]) -> bool {
 mod inflight;
 #[cfg(test)]
 mod tests;
-mod transfers;
 mod transports;
+mod xfer_calls;
 
 pub use crate::model::Transfer;
-pub use transfers::{XferPoll, DEFAULT_STALL_AFTER};
+pub use xfer_calls::{XferPoll, DEFAULT_STALL_AFTER};
 
 use inflight::InFlight;

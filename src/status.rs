@@ -243,7 +243,7 @@ impl ProbeStatus {
     }
 }
 
-/// The data path as the ledger holds it (`crate::ledger::transfers`).
+/// The data path as the ledger holds it (`crate::ledger::xfer_state`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TransferStatus {
     /// Per operation (read, write): how transfers ended, and what is in flight.

@@ -23,11 +23,11 @@ pub mod counts;
 mod live;
 #[cfg(test)]
 mod tests;
-pub mod transfers;
+pub mod xfer_state;
 
 pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
 use live::{Live, LiveKey, LiveTable};
-pub use transfers::{TracedXfer, Transfers, TransportWanted};
+pub use xfer_state::{TracedXfer, Transfers, TransportWanted};
 
 use crate::event::{Event, GroupDecl, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};

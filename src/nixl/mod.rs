@@ -23,7 +23,8 @@ pub mod facts;
 mod loader;
 mod loopback;
 mod memory;
-mod observe;
+mod observed_agent;
+mod observed_xfer;
 mod probe;
 mod registrar;
 mod stderr;
@@ -36,7 +37,8 @@ pub use loader::{load, status_in_process, status_of, LoadError, Loaded};
 pub use loopback::{Endpoint, RemoteBuffer};
 #[cfg(feature = "bench")]
 pub use memory::Backing;
-pub use observe::{ObservedAgent, ObservedRegistration, ObservedXfer};
+pub use observed_agent::{ObservedAgent, ObservedRegistration};
+pub use observed_xfer::ObservedXfer;
 pub use probe::SystemProbe;
 #[cfg(any(test, feature = "bench"))]
 pub use registrar::Held;

@@ -369,8 +369,8 @@ fn render(st: &State) -> Vec<MetricFamily> {
     .into_iter()
     .map(|o| o.mf)
     .collect();
-    families.extend(super::transfers::render(st));
-    families.extend(super::transfers::render_probe(st));
+    families.extend(super::xfer_families::render(st));
+    families.extend(super::xfer_families::render_probe(st));
     families
 }
 

@@ -9,6 +9,6 @@ pub mod logs;
 pub mod metrics;
 pub mod names;
 pub mod traces;
-mod transfers;
+mod xfer_families;
 
 pub use metrics::Metrics;

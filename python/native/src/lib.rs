@@ -19,7 +19,7 @@
 #![deny(unsafe_code)]
 
 mod prepped;
-mod transfers;
+mod xfer_args;
 
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::instrument::{self, CallSite, Instrumentation, Settings};
@@ -850,15 +850,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(name_call, m)?)?;
     m.add_function(wrap_pyfunction!(register, m)?)?;
     m.add_function(wrap_pyfunction!(deregister, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::clock_base, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::xfer_posted, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::xfer_state, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::xfer_created, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::xfer_create_failed, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::dlist_prepped, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::xfer_released, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::dlist_released, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::peer, m)?)?;
-    m.add_function(wrap_pyfunction!(transfers::notified, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::clock_base, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::xfer_posted, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::xfer_state, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::xfer_created, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::xfer_create_failed, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::dlist_prepped, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::xfer_released, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::dlist_released, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::peer, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::notified, m)?)?;
     Ok(())
 }

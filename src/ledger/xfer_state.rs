@@ -16,13 +16,13 @@ use super::counts::{unix_now, Histogram};
 use crate::event::XferEnd;
 use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
 use crate::status::{TransferStatus, XferFailure, XferOpStatus};
+pub use peer_transports::TransportWanted;
 use peers::{peer_entry, Remote};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use table::{least_recent, ByHandle};
 pub use traced::TracedXfer;
-pub use transports::TransportWanted;
 
 /// Failed transfers kept in /v1/status.
 pub const RECENT_FAILURES_KEPT: usize = 8;
@@ -102,7 +102,7 @@ pub struct Transfers {
     /// Counts creations and posts: a request's last use.
     uses: u64,
     /// Which transports each peer's transfers take, per op.
-    transports: transports::PeerTransports,
+    transports: peer_transports::PeerTransports,
     pub counts: TransferCounts,
     /// What the last event ended or stalled that is to be traced (taken by
     /// the recorder after the write).
@@ -435,9 +435,9 @@ fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {
     }
 }
 
+mod peer_transports;
 mod peers;
 mod table;
 #[cfg(test)]
 mod tests;
 mod traced;
-mod transports;

@@ -23,11 +23,7 @@ fn region_of(desc: &impl NixlDescriptor) -> (Option<MemType>, Region) {
     (mem_type, Region::new(addr, desc.size(), device))
 }
 
-mod xfer;
-
-pub use xfer::ObservedXfer;
-
-fn failure(e: &NixlError) -> Failure {
+pub(super) fn failure(e: &NixlError) -> Failure {
     Failure::new(reason_of(e), format!("NIXL: {e}"))
 }
 
@@ -68,9 +64,9 @@ impl Observer {
 /// registration calls are recorded on it, and a deregistration finds the
 /// registration made on the same agent.
 pub struct ObservedAgent {
-    observer: Observer,
-    agent: Agent,
-    id: AgentId,
+    pub(super) observer: Observer,
+    pub(super) agent: Agent,
+    pub(super) id: AgentId,
 }
 
 impl ObservedAgent {
