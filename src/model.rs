@@ -8,10 +8,10 @@
 
 use std::fmt;
 
-mod pod;
+mod dir_refusal;
 mod transport;
 mod xfer;
-pub use pod::DirRefusal;
+pub use dir_refusal::DirRefusal;
 pub use transport::{Transport, TransportScope};
 pub use xfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 
