@@ -2,7 +2,7 @@
 //! OpenMetrics 1.0 text (encoded here from the same gathered families), chosen
 //! by the scraper's Accept header.
 
-use super::metrics::Exemplars;
+use super::exemplars::Exemplars;
 use super::names;
 use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::{Encoder, Registry, TextEncoder};

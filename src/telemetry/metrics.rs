@@ -7,12 +7,14 @@
 //! /v1/status always say the same; counters and histograms count the
 //! event in that same write. The HTTP layer only encodes the registry.
 
+use super::exemplars::{Exemplar, Exemplars};
+use super::families::{pair, Out};
 use super::names::{self, Family};
 use crate::event::Event;
 use crate::ledger::{Applied, Ledger, State};
 use crate::model::{GroupLabels, GroupState};
 use prometheus::core::Desc;
-use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use prometheus::{IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,44 +34,6 @@ pub const DESCRIPTOR_BUCKETS: &[f64] = &[1.0, 8.0, 64.0, 512.0, 4096.0, 32768.0,
 /// and a minute (past the stall threshold): 8 bounds, 11 series an op (the
 /// SGLang shape's budget of 160 series a rank holds with them).
 pub const TRANSFER_DURATION_BUCKETS: &[f64] = &[0.00001, 0.0001, 0.001, 0.01, 0.1, 1.0, 10.0, 60.0];
-
-/// A sampled trace behind one histogram observation (OpenMetrics exemplar).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Exemplar {
-    pub trace_id: String,
-    pub span_id: String,
-    pub value: f64,
-    pub unix_seconds: f64,
-}
-
-/// The latest exemplar per series and bucket of the duration histogram.
-#[derive(Clone, Default)]
-pub struct Exemplars(Arc<Mutex<HashMap<String, Vec<Option<Exemplar>>>>>);
-
-impl Exemplars {
-    /// The exemplar of bucket `bucket` (`DURATION_BUCKETS.len()` is +Inf)
-    /// of the series with these label pairs.
-    pub fn get(&self, labels: &[(&str, &str)], bucket: usize) -> Option<Exemplar> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&series_key(labels))?.get(bucket)?.clone()
-    }
-
-    pub(super) fn record(&self, labels: &[(&str, &str)], bounds: &[f64], value: f64, ex: Exemplar) {
-        let bucket = bounds.iter().position(|b| value <= *b).unwrap_or(bounds.len());
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let slots = map
-            .entry(series_key(labels))
-            .or_insert_with(|| vec![None; bounds.len() + 1]);
-        slots[bucket] = Some(ex);
-    }
-}
-
-/// Label pairs sorted by name, as the registry orders them.
-fn series_key(labels: &[(&str, &str)]) -> String {
-    let mut pairs: Vec<_> = labels.to_vec();
-    pairs.sort_unstable();
-    pairs.iter().map(|(k, v)| format!("{k}={v}\u{1f}")).collect()
-}
 
 /// The nixl-sys binding this build drives NIXL through (from Cargo.lock).
 pub const NIXL_SYS_VERSION: &str = env!("NIXL_AGENT_NIXL_SYS_VERSION");
@@ -121,13 +85,6 @@ fn group_labels(l: &GroupLabels, extra: Option<(&'static str, &str)>) -> Vec<Lab
     }
     pairs.sort_unstable_by_key(|p| p.0);
     pairs.into_iter().map(|(k, v)| pair(k, v)).collect()
-}
-
-pub(super) fn pair(k: &str, v: &str) -> LabelPair {
-    let mut p = LabelPair::default();
-    p.set_name(k.to_string());
-    p.set_value(v.to_string());
-    p
 }
 
 /// The families the ledger's state is rendered into, with their descs.
@@ -200,60 +157,6 @@ impl prometheus::core::Collector for LedgerCollector {
 
     fn collect(&self) -> Vec<MetricFamily> {
         self.ledger.read(render)
-    }
-}
-
-/// One family being rendered.
-pub(super) struct Out {
-    pub(super) mf: MetricFamily,
-}
-
-impl Out {
-    pub(super) fn new(name: &str, kind: MetricType) -> Out {
-        let f = Family::get(name);
-        let mut mf = MetricFamily::default();
-        mf.set_name(f.name.to_string());
-        mf.set_help(f.help.to_string());
-        mf.set_field_type(kind);
-        Out { mf }
-    }
-
-    pub(super) fn gauge(&mut self, labels: Vec<LabelPair>, v: f64) {
-        let mut g = prometheus::proto::Gauge::default();
-        g.set_value(v);
-        let mut m = Metric::from_label(labels);
-        m.set_gauge(g);
-        self.mf.mut_metric().push(m);
-    }
-
-    pub(super) fn counter(&mut self, labels: Vec<LabelPair>, v: u64) {
-        let mut c = prometheus::proto::Counter::default();
-        c.set_value(v as f64);
-        let mut m = Metric::from_label(labels);
-        m.set_counter(c);
-        self.mf.mut_metric().push(m);
-    }
-
-    pub(super) fn histogram(&mut self, labels: Vec<LabelPair>, bounds: &[f64], h: &crate::ledger::Histogram) {
-        let mut ph = prometheus::proto::Histogram::default();
-        ph.set_sample_count(h.count);
-        ph.set_sample_sum(h.sum);
-        let cumulative = h.cumulative(bounds);
-        ph.set_bucket(
-            bounds
-                .iter()
-                .zip(&cumulative)
-                .map(|(b, c)| {
-                    let mut bucket = prometheus::proto::Bucket::default();
-                    bucket.set_upper_bound(*b);
-                    bucket.set_cumulative_count(*c);
-                    bucket
-                })
-                .collect(),
-        );
-        let mut m = Metric::from_label(labels);
-        m.set_histogram(ph);
-        self.mf.mut_metric().push(m);
     }
 }
 

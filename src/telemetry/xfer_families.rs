@@ -4,7 +4,7 @@
 //! flight, peer events, peers lost, remote agents, notifications, and the
 //! transports peers' transfers take.
 
-use super::metrics::{pair, Out};
+use super::families::{pair, Out};
 use super::names;
 use crate::ledger::State;
 use crate::model::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
