@@ -220,7 +220,7 @@ def _patch(module):
             try:
                 from . import _xfer
 
-                _xfer.wrap_handles(module, _native)
+                _xfer.wrap_handles(module, _native, _MARK)
             except Exception as e:
                 _hook_failed("import", e)
     except Exception as e:

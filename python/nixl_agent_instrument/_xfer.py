@@ -8,8 +8,6 @@ what NIXL returned or raised reaches the caller unchanged. A poll that says
 
 import time
 
-from ._hook import _MARK
-
 
 def wrap(cls, native):
     """Wraps the transfer, peer and notification methods NIXL's class has
@@ -210,17 +208,19 @@ def _plain_params(f):
     return [(p.name, p.default) for p in params]
 
 
-def wrap_handles(module, native):
+def wrap_handles(module, native, mark):
     """Wraps the release of NIXL's transfer and prepared-list handles
     (``release()``, and ``__del__`` when a handle is collected unreleased),
-    once: a transfer still in flight then ends as released in flight. A
-    release that raises (NIXL could not cancel the transfer and keeps the
-    handle) records nothing: the transfer is still in flight."""
+    once (a class wrapped already carries the attribute ``mark``): a
+    transfer still in flight then ends as released in flight. A release that
+    raises (NIXL could not cancel the transfer and keeps the handle) records
+    nothing: the transfer is still in flight. The caller (``_hook``) hands
+    the mark over, so this module imports nothing of the package."""
     import functools
 
     for cls_name, released in (("nixl_xfer_handle", "xfer_released"), ("nixl_prepped_dlist_handle", "dlist_released")):
         cls = getattr(module, cls_name, None)
-        if not isinstance(cls, type) or getattr(cls, _MARK, False):
+        if not isinstance(cls, type) or getattr(cls, mark, False):
             continue
         note = getattr(native, released)
         release = getattr(cls, "release", None)
@@ -254,4 +254,4 @@ def wrap_handles(module, native):
                 return finalize_
 
             cls.__del__ = make_finalize()
-        setattr(cls, _MARK, True)
+        setattr(cls, mark, True)
