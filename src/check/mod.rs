@@ -6,12 +6,14 @@
 
 mod host;
 mod peer;
+mod progress;
 mod render;
 mod transfer;
 
 pub use host::HostCheck;
 pub use peer::PeerCheck;
-pub use render::{render_human, Progress};
+pub use progress::Progress;
+pub use render::render_human;
 pub use transfer::{TransferCheck, TransportSeen};
 
 use crate::config::Config;

@@ -186,35 +186,4 @@ mod tests {
         );
         assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
     }
-
-    /// A sweeper looking at every slot while ranks claim and release them:
-    /// a claim never meets a slot held by anything but a live rank, so no
-    /// explicit rank records a false conflict (the old sweep took each lock
-    /// for a moment), and a file written by a new holder is never removed.
-    #[test]
-    fn a_sweep_never_makes_a_false_conflict_or_removes_a_fresh_file() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let dir = tempfile::tempdir().unwrap();
-        let stop = AtomicBool::new(false);
-        let tries = 10_000u32;
-        std::thread::scope(|s| {
-            for _ in 0..2 {
-                s.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) {
-                        super::super::local::sweep(dir.path());
-                    }
-                });
-            }
-            for i in 0..tries {
-                let c = claim(dir.path(), Wish::Explicit(0), me()).unwrap();
-                assert_eq!((c.rank, c.conflict.clone()), (0, None), "try {i}: a false conflict");
-                let file = dir.path().join(super::super::file_name(0));
-                std::fs::write(&file, "{}").unwrap();
-                assert!(file.exists(), "try {i}: a sweep removed the holder's fresh file");
-                // The next holder finds the file of a dead rank: sweepable.
-                drop(c);
-            }
-            stop.store(true, Ordering::Relaxed);
-        });
-    }
 }
