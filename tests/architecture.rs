@@ -1,4 +1,6 @@
-//! Architecture: no circles between the crate's top-level modules.
+//! Architecture: no import circles — between the crate's top-level modules,
+//! between the modules inside each of them, and in the Python package — and
+//! the layers ARCHITECTURE.md names are the code's.
 //!
 //! A module of `src/` must not import, directly or through others, a module
 //! that imports it back. Checked on the source text so that it cannot rot:
@@ -26,7 +28,13 @@
 //! Every strongly connected component with more than one module is reported
 //! with cycles that together use each of its edges, one `file:line` per edge,
 //! and every reference inside the component, so the fixer sees which `use`
-//! to move. `dependency_map` prints the whole graph (run with `--nocapture`).
+//! to move.
+//!
+//! The same rule holds inside every module with modules of its own
+//! (`rooms`: `telemetry::metrics` ⇄ `telemetry::exposition` would fail), and
+//! in the Python package (`python_imports`). The layers ARCHITECTURE.md
+//! names are the code's (`no_module_imports_from_a_layer_above_its_own`,
+//! which prints the whole graph when they are not).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
@@ -34,6 +42,12 @@ use std::fmt::Write as _;
 #[path = "support/rust_source.rs"]
 mod rust_source;
 use rust_source::{mask, repo, rust_files};
+
+#[path = "architecture/rooms.rs"]
+mod rooms;
+
+#[path = "architecture/python_imports.rs"]
+mod python_imports;
 
 // ---- Masking -------------------------------------------------------------
 
@@ -732,14 +746,177 @@ fn no_module_imports_a_module_that_imports_it_back() {
     assert!(failures.is_empty(), "\n{failures}");
 }
 
-/// The module graph, for reading (`cargo test --test architecture --
-/// --nocapture`): what each module imports and is imported by, the modules
-/// in layers, lowest first (a group of modules in a cycle shares one layer),
-/// and which cycles are left when `#[cfg(test)]` code is left out.
 #[test]
-fn dependency_map() {
+fn no_module_imports_a_module_of_its_own_room_that_imports_it_back() {
+    let (_, files, lib_rs) = source_tree();
+    let rooms = rooms::rooms(&files, &lib_rs);
+    for room in ["telemetry", "ledger", "pod", "nixl", "check"] {
+        assert!(rooms.contains_key(room), "no room `{room}` found: {:?}", rooms.keys());
+    }
+    let failures = rooms::report_rooms(&rooms);
+    assert!(failures.is_empty(), "\n{failures}");
+}
+
+/// The Python package's modules never import, directly or through others,
+/// a module that imports them back (every form of import, top-level or
+/// deferred into a function; `python_imports` says which).
+#[test]
+fn no_python_module_imports_a_module_that_imports_it_back() {
+    let dir = repo().join("python").join(python_imports::PACKAGE);
+    let (mods, ext) = python_imports::package(&dir);
+    assert!(
+        mods.contains_key("__init__") && mods.contains_key("_hook") && ext.contains("_native"),
+        "found too little under {}: {:?}",
+        dir.display(),
+        mods.keys()
+    );
+    let mut g = Graph {
+        nodes: mods.keys().cloned().collect(),
+        ..Graph::default()
+    };
+    let is_module = |m: &str| mods.contains_key(m);
+    let is_extension = |m: &str| ext.contains(m);
+    for (name, (path, is_package, text)) in &mods {
+        let rel = std::path::Path::new(path)
+            .strip_prefix(repo())
+            .map_or(path.clone(), |p| p.to_string_lossy().into_owned());
+        for i in python_imports::imports(text, name, *is_package, &is_module, &is_extension) {
+            g.edges
+                .entry(name.clone())
+                .or_default()
+                .entry(i.module)
+                .or_default()
+                .push(Site {
+                    file: rel.clone(),
+                    line: i.line,
+                    test: false,
+                });
+        }
+    }
+    assert!(
+        g.sites("__init__", "_hook")
+            .iter()
+            .any(|s| s.file.ends_with("__init__.py")),
+        "the package's deferred `from . import _hook` is read: {:?}",
+        g.edges
+    );
+    let failures = report(&g, &BTreeMap::new()).replace("in src/:", "in the package:");
+    assert!(
+        failures.is_empty(),
+        "\nIn python/{} (`module`: the file without .py):\n{failures}",
+        python_imports::PACKAGE
+    );
+}
+
+/// A room's name says what it holds, once: no two modules of `src/` or
+/// `python/native/src` share a name (a module is named by its file, or by
+/// its directory for a `mod.rs`; `tests`, `lib` and `main` aside), so a
+/// newcomer looking for one finds one file, not four `transfers.rs`.
+#[test]
+fn every_room_has_a_name_of_its_own() {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for dir in ["src", "python/native/src"] {
+        let mut files = Vec::new();
+        rust_files(&repo().join(dir), &mut files);
+        for p in files {
+            let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+            let name = if stem == "mod" {
+                p.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned()
+            } else {
+                stem
+            };
+            if ["tests", "lib", "main"].contains(&name.as_str()) {
+                continue;
+            }
+            let rel = p.strip_prefix(repo()).unwrap().to_string_lossy().into_owned();
+            seen.entry(name).or_default().push(rel);
+        }
+    }
+    assert!(seen.len() > 50, "found too few modules: {seen:?}");
+    let shared: Vec<String> = seen
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(name, files)| format!("  {name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "modules sharing a name (name each for what it holds):\n{}",
+        shared.join("\n")
+    );
+}
+
+/// The layers ARCHITECTURE.md names (its `## Layers` section: `- N:` and
+/// the top-level modules of layer N) are the code's: every module of `src/`
+/// is in exactly one layer, and no module imports from a layer above its
+/// own (test code included) — so an arrow from a lower layer to a higher
+/// one (status → lifecycle, ledger → observe) fails here, and a new module
+/// is placed where a reader can see it. With a failure, the whole graph is
+/// printed, with the tightest layering the code has.
+#[test]
+fn no_module_imports_from_a_layer_above_its_own() {
     let (nodes, files, lib_rs) = source_tree();
     let g = analyse(&nodes, &files, &root_reexports(&lib_rs));
+    let doc = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    let section = doc
+        .split("\n## Layers\n")
+        .nth(1)
+        .map(|s| s.split("\n## ").next().unwrap_or(s))
+        .expect("ARCHITECTURE.md has a `## Layers` section");
+    let mut layer_of: BTreeMap<String, usize> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for line in section.lines() {
+        let Some(rest) = line.strip_prefix("- ") else { continue };
+        let Some((n, names)) = rest.split_once(':') else {
+            continue;
+        };
+        let Ok(n) = n.trim().parse::<usize>() else { continue };
+        for name in names
+            .split(',')
+            .map(|w| w.trim().trim_matches('`'))
+            .filter(|w| !w.is_empty())
+        {
+            if let Some(old) = layer_of.insert(name.to_string(), n) {
+                problems.push(format!("`{name}` is in layers {old} and {n}"));
+            }
+        }
+    }
+    if layer_of.len() <= 5 {
+        problems.push(format!("the layers name too little: {layer_of:?}"));
+    }
+    for n in &nodes {
+        if !layer_of.contains_key(n) {
+            problems.push(format!("`{n}` (src/) is in no layer"));
+        }
+    }
+    for n in layer_of.keys() {
+        if !nodes.contains(n) {
+            problems.push(format!("`{n}` is in a layer but is no module of src/"));
+        }
+    }
+    for (from, tos) in &g.edges {
+        for (to, sites) in tos {
+            if let (Some(&a), Some(&b)) = (layer_of.get(from), layer_of.get(to)) {
+                if b > a {
+                    problems.push(format!(
+                        "`{from}` (layer {a}) imports `{to}` (layer {b}), a higher one: {}",
+                        example(sites)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "ARCHITECTURE.md's layers and src/ disagree:\n  {}\n\n{}",
+        problems.join("\n  "),
+        dependency_map(&nodes, &g)
+    );
+}
+
+/// The module graph, for reading: what each module imports and is
+/// imported by, and the modules in layers, lowest first (a component's
+/// layer is one above the highest layer it imports).
+fn dependency_map(nodes: &BTreeSet<String>, g: &Graph) -> String {
     let mut importers: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (from, tos) in &g.edges {
         for to in tos.keys() {
@@ -747,7 +924,7 @@ fn dependency_map() {
         }
     }
     let mut out = String::from("Module dependencies in src/ (module: imports [references] | imported by):\n");
-    for n in &nodes {
+    for n in nodes {
         let imports: Vec<String> = g
             .targets(n)
             .map(|t| {
@@ -767,9 +944,7 @@ fn dependency_map() {
             or_none(by.join(", "))
         );
     }
-    // Layers of the condensation: a component's layer is one above the
-    // highest layer it imports.
-    let comps = sccs(&g); // Tarjan yields components dependencies first.
+    let comps = sccs(g); // Tarjan yields components dependencies first.
     let comp_of: BTreeMap<&str, usize> = comps
         .iter()
         .enumerate()
@@ -786,38 +961,24 @@ fn dependency_map() {
             }
         }
     }
-    let braced = |c: &Vec<String>| {
-        if c.len() > 1 {
-            format!("{{{}}}", c.join(", "))
-        } else {
-            c[0].clone()
-        }
-    };
-    let _ = writeln!(out, "Layers, lowest first ({{..}}: modules in a cycle):");
+    let _ = writeln!(out, "Layers the code has, lowest first ({{..}}: modules in a cycle):");
     for l in 0..=layer.iter().copied().max().unwrap_or(0) {
         let names: Vec<String> = comps
             .iter()
             .zip(&layer)
             .filter(|(_, &cl)| cl == l)
-            .map(|(c, _)| braced(c))
+            .map(|(c, _)| {
+                let c: Vec<String> = c.iter().map(|n| format!("`{n}`")).collect();
+                if c.len() > 1 {
+                    format!("{{{}}}", c.join(", "))
+                } else {
+                    c[0].clone()
+                }
+            })
             .collect();
-        let _ = writeln!(out, "  {l}: {}", names.join("  "));
+        let _ = writeln!(out, "- {l}: {}", names.join(", "));
     }
-    let cyclic: Vec<String> = sccs(&g.without_tests())
-        .iter()
-        .filter(|c| c.len() > 1)
-        .map(braced)
-        .collect();
-    let _ = writeln!(
-        out,
-        "Cycles without #[cfg(test)] code: {}",
-        if cyclic.is_empty() {
-            "none".to_string()
-        } else {
-            cyclic.join("  ")
-        }
-    );
-    println!("{out}");
+    out
 }
 
 // ---- The parser and the graph on small inputs ----------------------------
