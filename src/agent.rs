@@ -428,19 +428,29 @@ impl LifecycleHandle {
 
     /// Groups of the recorded status that hold descriptors now.
     fn still_registered(&self) -> Vec<(String, usize)> {
-        self.status()
-            .groups
-            .iter()
-            .filter(|g| g.descriptors > 0)
-            .map(|g| (g.name.clone(), g.descriptors))
-            .collect()
+        still_registered(&self.status())
     }
 }
 
+/// Groups of `status` that hold descriptors.
+fn still_registered(status: &Status) -> Vec<(String, usize)> {
+    status
+        .groups
+        .iter()
+        .filter(|g| g.descriptors > 0)
+        .map(|g| (g.name.clone(), g.descriptors))
+        .collect()
+}
+
 impl Drop for LifecycleHandle {
-    /// Dropped without `shutdown()`: drains anyway, and blocks (up to the
-    /// grace period) until the drain is over, so that buffers the caller
-    /// frees after the drop are no longer registered.
+    /// Dropped without `shutdown()`: drains anyway. Outside an async
+    /// runtime it blocks (up to the grace period) until the drain is over,
+    /// so that buffers the caller frees after the drop are no longer
+    /// registered. Inside one (a tokio worker, a current_thread runtime) it
+    /// never blocks the runtime's thread: the wait is handed to a thread of
+    /// its own, the drain deregisters everything as it would, and the
+    /// server and the watchdog stop once it is over. There, await
+    /// [`LifecycleHandle::shutdown`] before freeing the buffers.
     fn drop(&mut self) {
         let Some(thread) = self.lifecycle.take() else {
             let _ = self.stop.send(true);
@@ -448,19 +458,56 @@ impl Drop for LifecycleHandle {
         };
         self.rec.drain_started();
         let _ = self.control.send(Control::Shutdown);
-        let end = Instant::now() + self.grace;
-        while !thread.is_finished() && Instant::now() < end {
+        let wait = DrainWait {
+            thread,
+            end: Instant::now() + self.grace,
+            grace: self.grace,
+            rec: self.rec.clone(),
+            // The server and the watchdog stop only once the drain is over:
+            // the drain stays watched.
+            stop: std::mem::replace(&mut self.stop, watch::channel(false).0),
+            canary: self.canary.take(),
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            wait.finish();
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("nixl-agent-drain".into())
+            .spawn(move || wait.finish());
+        if let Err(e) = spawned {
+            // The drain goes on (the lifecycle thread runs it); the server
+            // and the watchdog stop now, unwatched.
+            tracing::warn!(error = %e, "cannot start a thread to wait for the drain; it goes on unwatched");
+        }
+    }
+}
+
+/// What a dropped [`LifecycleHandle`] waits for: the drain, then the stop
+/// of its server, watchdog and canary.
+struct DrainWait {
+    thread: JoinHandle<DrainReport>,
+    end: Instant,
+    grace: Duration,
+    rec: Recorder,
+    stop: watch::Sender<bool>,
+    canary: Option<Canary>,
+}
+
+impl DrainWait {
+    fn finish(self) {
+        while !self.thread.is_finished() && Instant::now() < self.end {
             std::thread::sleep(Duration::from_millis(1));
         }
-        if !thread.is_finished() {
+        if !self.thread.is_finished() {
             tracing::error!(
                 grace_ms = self.grace.as_millis() as u64,
-                still_registered = %list(&self.still_registered()),
+                still_registered = %list(&still_registered(&self.rec.ledger().snapshot())),
                 "dropped before the drain finished"
             );
         }
-        // The server and the watchdog stop only now: the drain stays watched.
         let _ = self.stop.send(true);
+        drop(self.canary);
     }
 }
 

@@ -351,3 +351,63 @@ async fn registration_durations_spread_over_the_buckets() {
     agent.shutdown().await.unwrap();
     drop((small, big));
 }
+
+/// Dropping a running lifecycle inside a runtime never blocks it: here a
+/// current_thread runtime, whose one thread every task shares (a tokio
+/// worker is the same in small). The runtime's next task runs while the
+/// drain is still going on (the drop handed its wait to a thread), and the
+/// drain still happens: every region is deregistered, nothing leaked.
+#[test]
+fn dropping_the_handle_inside_a_runtime_never_blocks_it() {
+    // Enough that the drain (a NIXL deregistration per region) outlasts
+    // the drop's own work many times over, on a loaded machine too.
+    const REGIONS: usize = 65536;
+    const SIZE: usize = 256;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let buf = vec![0u8; REGIONS * SIZE];
+    let plan = Plan {
+        groups: vec![GroupSpec::provided(
+            "kv",
+            Kind::Kv,
+            MemType::Dram,
+            buf.chunks(SIZE).map(region).collect(),
+        )],
+    };
+    rt.block_on(async {
+        let agent = Lifecycle::start(config("drop-in-runtime"), plan).await.unwrap();
+        assert!(agent.wait_ready(READY).await, "{:#?}", agent.status());
+        let metrics = agent.metrics().clone();
+        let deregistered = move || {
+            let s = Scrape::parse(&metrics.encode(Format::Text));
+            let d = |name| s.metric(name).label("group", "kv").get().unwrap_or(-1.0);
+            (
+                d("nixl_agent_deregistrations_total"),
+                d("nixl_agent_registered_descriptors"),
+            )
+        };
+        assert_eq!(deregistered(), (0.0, REGIONS as f64));
+        let look = deregistered.clone();
+        let t0 = std::time::Instant::now();
+        drop(agent);
+        let dropped_in = t0.elapsed();
+        // The runtime's next task: on a blocked runtime it runs only once
+        // the drain is over.
+        let seen = tokio::spawn(async move { look() }).await.unwrap();
+        assert_eq!(
+            seen,
+            (0.0, REGIONS as f64),
+            "the runtime ran its next task only after the drain (the drop took {dropped_in:?})"
+        );
+        for _ in 0..1500 {
+            if deregistered() == (1.0, 0.0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the drain never deregistered: {:?}", deregistered());
+    });
+    drop(buf);
+}
