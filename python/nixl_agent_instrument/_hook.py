@@ -85,13 +85,16 @@ def wrap_class(cls):
             _native.start(_frameworks(), _site.rank_hint(sys._getframe(1)))
             if not _started:
                 _started_now()
+            # One identity from here on: the backends NIXL's config creates
+            # inside __init__ are this agent's.
+            _native.agent_creating(self)
         except Exception as e:
             _hook_failed("init", e)
         try:
             init(self, *args, **kwargs)
         except Exception as e:
             try:
-                _native.agent_failed(e)
+                _native.agent_failed(e, self)
             except Exception as inner:
                 _hook_failed("init", inner)
             raise
@@ -203,11 +206,9 @@ def _load():
         atexit.register(_native.shutdown)
         # A forked child drops what it inherited (the parent's socket,
         # exporter, tap) and records on its own from its first NIXL agent.
-        os.register_at_fork(
-            before=_native.before_fork,
-            after_in_parent=_native.after_fork_in_parent,
-            after_in_child=_native.after_fork_in_child,
-        )
+        # Nothing is held across the fork (the program's own at-fork hooks
+        # may run finalizers that call back in).
+        os.register_at_fork(after_in_child=_native.after_fork_in_child)
     _settings_checked = True
     return True
 

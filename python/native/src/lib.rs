@@ -72,6 +72,13 @@ impl Running {
     }
 }
 
+/// Architecture Invariant: taken only by a thread that holds the GIL, and
+/// never across a Python call. A fork happens with the forking thread
+/// holding the GIL, so no thread holds this at the fork and the child
+/// inherits it free; and an at-fork hook or a finalizer that runs in one
+/// (`agent_released`) takes it like any call does: nothing is held across
+/// the hooks (`tests/python_host.rs`
+/// `a_finalizer_run_by_an_at_fork_hook_does_not_deadlock_the_fork`).
 static RUNNING: Mutex<Option<Arc<Running>>> = Mutex::new(None);
 
 /// This process's pid, read once and again in a forked child
@@ -92,7 +99,8 @@ fn pid() -> u32 {
 
 /// The running instrumentation of this process (not of a parent it was
 /// forked from), if started. A child forked without Python's at-fork hooks
-/// (a C `fork()`) is not told; `os.fork` and multiprocessing are.
+/// (a C `fork()`) is not told; `os.fork` and multiprocessing are. Called
+/// with the GIL held only (see [`RUNNING`]).
 fn running() -> Option<Arc<Running>> {
     let guard = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
     guard.as_ref().filter(|r| r.pid == pid()).cloned()
@@ -139,16 +147,22 @@ fn interrupted() -> Option<PyErr> {
     INTERRUPT.with(|slot| slot.borrow_mut().take())
 }
 
+/// The end of a wrapped call's recording: the interrupt [`soft`] kept while
+/// it read its arguments is raised from this call, the one it landed in,
+/// and never kept for a later call on the thread.
+fn finish() -> PyResult<()> {
+    match interrupted() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Runs `f`, turning a panic into a counted instrumentation failure.
 fn guarded<T>(operation: Hooked, f: impl FnOnce() -> Option<T>) -> Option<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic".into());
+            let message = panic_message(panic.as_ref());
             if let Some(r) = running() {
                 r.observer().hook_failed(operation, &message);
             }
@@ -181,7 +195,7 @@ fn group_error(name: &str, kind: &str) -> Option<String> {
 #[pyfunction]
 #[pyo3(signature = (frameworks, rank_hint=None))]
 fn start(py: Python<'_>, frameworks: Vec<String>, rank_hint: Option<u32>) -> Option<String> {
-    py.detach(|| guarded(Hooked::Init, || start_running(&frameworks, rank_hint)).flatten())
+    start_running(py, &frameworks, rank_hint)
 }
 
 /// The pod slot this process publishes in, if it does.
@@ -196,17 +210,30 @@ fn rank() -> Option<u32> {
 /// the child's copy held for ever.
 static STARTING: AtomicU32 = AtomicU32::new(0);
 
-fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option<String>> {
+/// The pid of a process whose start failed (panicked: the OS refused a
+/// thread, say), or 0. Such a process stays uninstrumented: its agents are
+/// made as bare and no later agent retries (a start that failed once left
+/// part of itself behind and would fail again, at every agent). A forked
+/// child starts afresh.
+static START_FAILED: AtomicU32 = AtomicU32::new(0);
+
+/// Starts the instrumentation, or waits for the thread of this process
+/// that is starting it (without the GIL), and returns the address served.
+/// `None`: unusable settings, or a start that failed in this process.
+fn start_running(py: Python<'_>, frameworks: &[String], rank_hint: Option<u32>) -> Option<String> {
     let Ok(settings) = settings() else { return None };
     let me = pid();
     loop {
         if let Some(r) = running() {
-            return Some(r.inst.addr().map(|a| a.to_string()));
+            return r.inst.addr().map(|a| a.to_string());
+        }
+        if START_FAILED.load(Ordering::Acquire) == me {
+            return None;
         }
         match STARTING.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => break,
             // Another thread of this process is starting it: wait for it.
-            Err(other) if other == me => std::thread::sleep(Duration::from_millis(1)),
+            Err(other) if other == me => py.detach(|| std::thread::sleep(Duration::from_millis(1))),
             // A parent's thread was starting it when this process forked.
             Err(other) => {
                 if STARTING
@@ -219,7 +246,20 @@ fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option
         }
     }
     let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
-    let inst = Instrumentation::start(settings, &names, rank_hint);
+    // Without the GIL: binding, the runtime, the publisher take a while.
+    let started = py.detach(|| catch_unwind(AssertUnwindSafe(|| Instrumentation::start(settings, &names, rank_hint))));
+    let inst = match started {
+        Ok(inst) => inst,
+        Err(panic) => {
+            START_FAILED.store(me, Ordering::Release);
+            STARTING.store(0, Ordering::Release);
+            eprintln!(
+                "nixl-agent-instrument: not instrumenting: the instrumentation failed to start ({}); the program runs uninstrumented",
+                panic_message(panic.as_ref())
+            );
+            return None;
+        }
+    };
     let addr = inst.addr();
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
@@ -229,44 +269,27 @@ fn start_running(frameworks: &[String], rank_hint: Option<u32>) -> Option<Option
         pid: me,
     }));
     STARTING.store(0, Ordering::Release);
-    Some(addr.map(|a| a.to_string()))
+    addr.map(|a| a.to_string())
 }
 
-thread_local! {
-    /// [`RUNNING`], held by the forking thread across `fork()` (between
-    /// [`before_fork`] and the `after_*` hooks): the child never inherits it
-    /// held by a thread that does not exist there.
-    static FORK_GUARD: std::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<Arc<Running>>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// `os.register_at_fork(before=...)`.
-#[pyfunction]
-fn before_fork() {
-    // Held only for moments by other threads, never across a Python call
-    // or while waiting for the GIL: taken here with the GIL held.
-    let guard = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-    FORK_GUARD.with(|g| *g.borrow_mut() = Some(guard));
-}
-
-/// `os.register_at_fork(after_in_parent=...)`.
-#[pyfunction]
-fn after_fork_in_parent() {
-    FORK_GUARD.with(|g| drop(g.borrow_mut().take()));
+/// What a caught panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// `os.register_at_fork(after_in_child=...)`: the parent's instrumentation
 /// is abandoned here (its listening socket closed, its exporter unused, its
 /// tap undone); the child starts its own with its first NIXL agent.
+/// [`RUNNING`] is free here: no thread held it at the fork (the forking
+/// one held the GIL).
 #[pyfunction]
 fn after_fork_in_child() {
     PID.store(std::process::id(), Ordering::Relaxed);
-    let inherited = FORK_GUARD.with(|g| g.borrow_mut().take()).map(|mut slot| slot.take());
-    let inherited = match inherited {
-        Some(r) => r,
-        // Forked without `before_fork` (os.fork from C): take it now.
-        None => RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take(),
-    };
+    let inherited = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(parent) = inherited {
         match Arc::try_unwrap(parent) {
             Ok(r) => r.inst.abandon_in_child(),
@@ -280,11 +303,10 @@ fn after_fork_in_child() {
 /// rank that died) and flushes the traces.
 #[pyfunction]
 fn shutdown(py: Python<'_>) {
+    let Some(r) = running() else { return };
     py.detach(|| {
-        if let Some(r) = running() {
-            r.inst.retire();
-            r.inst.flush_traces(Duration::from_secs(2));
-        }
+        r.inst.retire();
+        r.inst.flush_traces(Duration::from_secs(2));
     })
 }
 
@@ -318,12 +340,29 @@ fn status_json() -> Option<String> {
 }
 
 impl Running {
-    /// The identity of the `nixl_agent` instance `agent` (one created
-    /// before the instrumentation started gets one on first use).
+    /// The identity of the `nixl_agent` instance `agent`: given when its
+    /// `__init__` began ([`agent_creating`]), so what `__init__` itself
+    /// does (the backends NIXL's config creates) is that agent's; one
+    /// created before the instrumentation started gets one on first use.
     fn agent_id(&self, agent: &Bound<'_, PyAny>) -> AgentId {
         let mut map = self.agents.lock().unwrap_or_else(|e| e.into_inner());
         *map.entry(agent.as_ptr() as usize).or_insert_with(AgentId::fresh)
     }
+}
+
+/// `nixl_agent.__init__` begins on the instance `agent`: it is a new agent
+/// of the recording from here on (an identity an earlier, collected object
+/// at the same address had is not reused).
+#[pyfunction]
+fn agent_creating(agent: &Bound<'_, PyAny>) {
+    guarded(Hooked::Init, || {
+        let r = running()?;
+        r.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(agent.as_ptr() as usize, AgentId::fresh());
+        Some(())
+    });
 }
 
 /// The agent `agent` was created: its name and the plugins NIXL found.
@@ -335,14 +374,11 @@ impl Running {
 fn agent_created(agent: &Bound<'_, PyAny>, name: String, plugins: Vec<String>, telemetry: bool) -> Option<u64> {
     guarded(Hooked::Init, || {
         let r = running()?;
-        let id = AgentId::fresh();
+        // The identity its `__init__` began with (its backends are on it).
+        let id = r.agent_id(agent);
         if telemetry {
             r.telemetry.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
         }
-        r.agents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(agent.as_ptr() as usize, id);
         r.observer().saw_agent(id, &name, || plugins);
         Some(id.0)
     })
@@ -364,12 +400,20 @@ fn agent_released(id: u64) {
     });
 }
 
-/// `nixl_agent.__init__` raised.
+/// `nixl_agent.__init__` raised on the instance `agent`, which is no agent.
 #[pyfunction]
-fn agent_failed(error: &Bound<'_, PyAny>) {
+#[pyo3(signature = (error, agent=None))]
+fn agent_failed(error: &Bound<'_, PyAny>, agent: Option<&Bound<'_, PyAny>>) {
     let failure = failure_of(error, Reason::NixlUnavailable);
     guarded(Hooked::Init, || {
-        running()?.observer().nixl_unavailable(&failure);
+        let r = running()?;
+        if let Some(a) = agent {
+            r.agents
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(a.as_ptr() as usize));
+        }
+        r.observer().nixl_unavailable(&failure);
         Some(())
     });
 }
@@ -836,12 +880,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(rank, m)?)?;
-    m.add_function(wrap_pyfunction!(before_fork, m)?)?;
-    m.add_function(wrap_pyfunction!(after_fork_in_parent, m)?)?;
     m.add_function(wrap_pyfunction!(after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(address, m)?)?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_creating, m)?)?;
     m.add_function(wrap_pyfunction!(agent_created, m)?)?;
     m.add_function(wrap_pyfunction!(agent_released, m)?)?;
     m.add_function(wrap_pyfunction!(agent_failed, m)?)?;

@@ -1,11 +1,14 @@
 //! The data path's Python face: NIXL's transfer, peer and notification
 //! methods hand what they were given and what they returned here
-//! (`_hook._wrap_data_path`), after the call; this module turns it into the
+//! (`_xfer.wrap`), after the call; this module turns it into the
 //! library's words and records it on the observer. Nothing here is called
-//! before NIXL's own method, nothing here raises, and an "in progress"
-//! poll never reaches it.
+//! before NIXL's own method, and an "in progress" poll never reaches it.
+//! Nothing here raises but a signal handler's exception (`KeyboardInterrupt`,
+//! `SystemExit`) that landed while the arguments were read: it is raised
+//! from the call it landed in, as the bare call would have been
+//! interrupted, never kept for a later call ([`crate::finish`]).
 
-use crate::{arg, guarded, recycle, regions_of, running, Running, Soft};
+use crate::{arg, finish, guarded, recycle, regions_of, running, Running, Soft};
 use nixl_agent::instrument::{mem_type_word, reason_of_transfer_exception};
 use nixl_agent::{Failure, Hooked, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferPoll};
 use pyo3::intern;
@@ -97,7 +100,7 @@ pub(crate) fn xfer_posted(
     t0_ns: &Bound<'_, PyAny>,
     state: &Bound<'_, PyAny>,
     error: &Bound<'_, PyAny>,
-) {
+) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
@@ -111,6 +114,7 @@ pub(crate) fn xfer_posted(
         }
         Some(())
     });
+    finish()
 }
 
 /// `check_xfer_state(handle)` returned `state` (not "PROC") or raised.
@@ -122,7 +126,7 @@ pub(crate) fn xfer_state(
     handle: &Bound<'_, PyAny>,
     state: &Bound<'_, PyAny>,
     error: &Bound<'_, PyAny>,
-) {
+) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
@@ -134,6 +138,7 @@ pub(crate) fn xfer_state(
         r.observer().transfer_status(h, &poll, measured);
         Some(())
     });
+    finish()
 }
 
 /// NIXL's own measure of a completed transfer (`getXferTelemetry`).
@@ -239,8 +244,8 @@ fn local_side(
 /// count) is `count` descriptors of `len` bytes. `None`: not such an array.
 fn strided_runs(obj: &Bound<'_, PyAny>) -> Option<Vec<(u64, u64)>> {
     let py = obj.py();
-    let interface = obj.getattr(intern!(py, "__array_interface__")).ok()?;
-    let shape: (usize, usize) = interface.get_item("shape").ok()?.extract().ok()?;
+    let interface = obj.getattr(intern!(py, "__array_interface__")).soft()?;
+    let shape: (usize, usize) = interface.get_item("shape").soft()?.extract().ok()?;
     if shape.1 != 5 {
         return None;
     }
@@ -310,7 +315,7 @@ pub(crate) fn xfer_created(
     handle: &Bound<'_, PyAny>,
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
-) {
+) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
@@ -335,6 +340,7 @@ pub(crate) fn xfer_created(
         });
         Some(())
     });
+    finish()
 }
 
 /// Creating a transfer request raised `error`.
@@ -346,7 +352,7 @@ pub(crate) fn xfer_create_failed(
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
     error: &Bound<'_, PyAny>,
-) {
+) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         // An unknown op word is the program's misuse, not a transfer.
@@ -370,6 +376,7 @@ pub(crate) fn xfer_create_failed(
         }
         Some(())
     });
+    finish()
 }
 
 /// `prep_xfer_dlist(agent_name, xfer_list, mem_type, ...)` returned `handle`.
@@ -380,7 +387,7 @@ pub(crate) fn dlist_prepped(
     handle: &Bound<'_, PyAny>,
     args: &Bound<'_, PyTuple>,
     kwargs: Option<&Bound<'_, PyDict>>,
-) {
+) -> PyResult<()> {
     let _ = agent;
     guarded(Hooked::Transfer, || {
         let r = running()?;
@@ -410,27 +417,30 @@ pub(crate) fn dlist_prepped(
         r.prepped.insert(h, prepped);
         Some(())
     });
+    finish()
 }
 
 /// A transfer handle released (or collected) unreleased before.
 #[pyfunction]
-pub(crate) fn xfer_released(handle: &Bound<'_, PyAny>) {
+pub(crate) fn xfer_released(handle: &Bound<'_, PyAny>) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         r.observer().transfer_released(handle_of(handle)?);
         Some(())
     });
+    finish()
 }
 
 /// A prepared list's handle released: forgotten.
 #[pyfunction]
-pub(crate) fn dlist_released(handle: &Bound<'_, PyAny>) {
+pub(crate) fn dlist_released(handle: &Bound<'_, PyAny>) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
         r.prepped.remove(h);
         Some(())
     });
+    finish()
 }
 
 /// A peer method returned (`result`: `add_remote_agent`'s name) or raised.
@@ -443,7 +453,7 @@ pub(crate) fn peer(
     kwargs: Option<&Bound<'_, PyDict>>,
     result: &Bound<'_, PyAny>,
     error: &Bound<'_, PyAny>,
-) {
+) -> PyResult<()> {
     guarded(Hooked::Peer, || {
         let r = running()?;
         let op = PeerOp::parse(event)?;
@@ -460,6 +470,7 @@ pub(crate) fn peer(
         r.observer().peer(r.agent_id(agent), op, &name, failure.as_ref());
         Some(())
     });
+    finish()
 }
 
 /// `send_notif(remote_agent_name, notif_msg)` (its `args`) returned or
@@ -474,7 +485,7 @@ pub(crate) fn notified(
     error: &Bound<'_, PyAny>,
     args: Option<&Bound<'_, PyTuple>>,
     kwargs: Option<&Bound<'_, PyDict>>,
-) {
+) -> PyResult<()> {
     guarded(Hooked::Notification, || {
         let r = running()?;
         let id = r.agent_id(agent);
@@ -491,7 +502,7 @@ pub(crate) fn notified(
                 for (peer, list) in d.iter() {
                     let (messages, heartbeats) = match list.cast::<PyList>() {
                         Ok(l) => (l.len() as u64, l.iter().filter(|m| heartbeat(m)).count() as u64),
-                        Err(_) => (list.len().unwrap_or(0) as u64, 0),
+                        Err(_) => (list.len().soft().unwrap_or(0) as u64, 0),
                     };
                     let peer = name_of(&peer).unwrap_or_default();
                     r.observer().notified_peer(id, direction, &peer, messages, heartbeats);
@@ -512,6 +523,7 @@ pub(crate) fn notified(
         }
         Some(())
     });
+    finish()
 }
 
 /// A notification message the framework marks as a heartbeat.

@@ -1,0 +1,171 @@
+//! The instrumentation inside the host program's own machinery, on NIXL's
+//! real Python API (tests/python/host.py under `nixl-agent-instrument`):
+//! an agent whose backends NIXL's config creates in `__init__`, an at-fork
+//! hook that collects an agent while the process forks, a start that
+//! fails, a signal handler's exception landing on the data path. Each run
+//! is bounded: a hang is a failure here, never a stuck test.
+
+mod support;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+fn program() -> String {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python/host.py")
+        .display()
+        .to_string()
+}
+
+/// Runs `host.py args` under the launcher for at most `limit`; (stdout,
+/// stderr). A run that does not end in time is killed and fails the test.
+fn run_bounded(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (String, String) {
+    let listen = support::free_port().to_string();
+    let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str())];
+    all.extend_from_slice(env);
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let stdout = tempfile::NamedTempFile::new().unwrap();
+    let mut child = support::held::command(&program(), true, args, &all)
+        .stdin(Stdio::null())
+        .stdout(stdout.reopen().unwrap())
+        .stderr(stderr.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    stdout.reopen().unwrap().read_to_string(&mut out).unwrap();
+    let mut err = String::new();
+    stderr.reopen().unwrap().read_to_string(&mut err).unwrap();
+    match status {
+        None => panic!("{args:?} hung (killed after {limit:?})\nstdout:\n{out}\nstderr:\n{err}"),
+        Some(s) => assert!(s.success(), "{args:?} failed: {s}\nstdout:\n{out}\nstderr:\n{err}"),
+    }
+    (out, err)
+}
+
+/// `nixl_agent("x", nixl_agent_config(backends=["UCX"]))` creates UCX
+/// inside `__init__`: that creation and every later call of the agent are
+/// one agent of the recording, so its group is labelled with the backend it
+/// created, never with the `NIXL_AGENT_BACKEND` default, and nothing says a
+/// backend is down.
+#[test]
+fn a_config_created_backend_labels_its_agents_calls() {
+    let h = support::held::Held::start(
+        &program(),
+        &["backends", "--hold"],
+        &[("NIXL_AGENT_BACKEND", "POSIX"), ("NIXL_AGENT_EXPECT", "none")],
+    );
+    assert!(h.lines.iter().any(|l| l == "registered True"), "{:?}", h.lines);
+    let s = h.scrape();
+    let registered = s
+        .metric("nixl_agent_registered_descriptors")
+        .label("group", "setup_buffers");
+    assert_eq!(registered.samples().len(), 1, "one series: {:?}", registered.samples());
+    assert_eq!(registered.clone().label("backend", "UCX").value(), 1.0);
+    assert_eq!(s.metric("nixl_agent_backend_up").label("backend", "UCX").value(), 1.0);
+    assert!(
+        s.metric("nixl_agent_backend_up")
+            .samples()
+            .iter()
+            .all(|b| b.value == 1.0),
+        "no backend says down: {:?}",
+        s.metric("nixl_agent_backend_up").samples()
+    );
+    assert!(
+        s.metric("nixl_agent_backend_up")
+            .label("backend", "POSIX")
+            .get()
+            .is_none(),
+        "the setting's default is not a backend"
+    );
+    let status = h.status();
+    let agents = status["agents"].as_array().unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(agents.len(), 1, "one NIXL agent, one identity: {status}");
+    let backends = status["backends"].as_array().unwrap();
+    assert!(
+        backends.iter().all(|b| b["up"] == true) && backends.iter().any(|b| b["name"] == "UCX"),
+        "{status}"
+    );
+    let group = h.group("setup_buffers");
+    assert_eq!(group["backend"], "UCX", "{group}");
+    h.finish();
+}
+
+/// An at-fork hook of the program's (registered before NIXL was imported,
+/// so it runs after nixl-agent's) collects a cycle holding a NIXL agent:
+/// the agent's release runs in the forking thread inside the at-fork hooks.
+/// The fork completes, the child exits, the parent keeps recording.
+#[test]
+fn a_finalizer_run_by_an_at_fork_hook_does_not_deadlock_the_fork() {
+    let (out, _) = run_bounded(&["fork-finalizer"], &[], Duration::from_secs(60));
+    assert!(out.contains("child exit 0"), "{out}");
+    assert!(out.contains("registered after fork"), "{out}");
+}
+
+/// The instrumentation's start fails (the OS refuses its threads): the
+/// program's agent is made as bare, a later agent does not wait for a start
+/// that will never finish, and the instrumentation stays off in this
+/// process (said once on stderr).
+#[test]
+fn a_failed_start_leaves_later_agents_alone() {
+    let (out, err) = run_bounded(&["failed-start"], &[], Duration::from_secs(60));
+    assert!(out.contains("first agent made"), "{out}");
+    assert!(out.contains("second agent made"), "{out}\n{err}");
+    assert!(out.contains("registered True"), "{out}");
+    assert!(
+        out.contains("status False"),
+        "instrumentation off after the failed start: {out}"
+    );
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("not instrumenting")).collect();
+    assert_eq!(said.len(), 1, "said once: {err}");
+}
+
+/// A `KeyboardInterrupt` raised while the transfer wrapper reads its
+/// arguments reaches the program from that `transfer()` call, as it would
+/// have bare; the next `register_memory` on the thread is untouched.
+#[test]
+fn a_signal_on_the_data_path_surfaces_at_its_own_call() {
+    let (out, _) = run_bounded(&["interrupted-transfer"], &[], Duration::from_secs(60));
+    assert!(out.contains("transfer: KeyboardInterrupt"), "{out}");
+    assert!(out.contains("register_memory: registered"), "{out}");
+    assert!(out.contains("done DONE"), "{out}");
+}
+
+/// docs/python.md lists the methods of `nixl_agent` the instrumentation
+/// wraps; the class NIXL's module holds once instrumented wraps exactly
+/// those (and the handles' release).
+#[test]
+fn the_documented_wrappers_are_the_wrapped_methods() {
+    let doc = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/python.md")).unwrap();
+    let start = doc.find("<!-- wrapped-methods -->").expect("the list's start marker");
+    let end = doc.find("<!-- end wrapped-methods -->").expect("the list's end marker");
+    let mut documented: Vec<&str> = doc[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| !w.contains('.'))
+        .collect();
+    documented.sort_unstable();
+    let (out, _) = run_bounded(&["wrapped"], &[], Duration::from_secs(60));
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("nixl_agent "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let mut wrapped: Vec<&str> = line.split_whitespace().collect();
+    wrapped.sort_unstable();
+    assert_eq!(documented, wrapped, "docs/python.md against the instrumented class");
+    assert!(out.contains("nixl_xfer_handle True"), "{out}");
+    assert!(out.contains("nixl_prepped_dlist_handle True"), "{out}");
+}
