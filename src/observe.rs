@@ -38,8 +38,11 @@ pub struct ObserveSettings {
     /// (and not be fully deregistered). Empty: ready once NIXL was seen.
     pub expect: Vec<Expected>,
     /// Run nixl-agent's region checks before each call and record what they
-    /// find (the call still goes to NIXL unchanged). Costs a read of
-    /// `/proc/self/maps` per call, so off by default.
+    /// find (the call still goes to NIXL unchanged). Whether an address is
+    /// mapped is one `msync(MS_ASYNC)` per run of touching regions (no read
+    /// of `/proc/self/maps`; `crate::nixl::SystemProbe`). Off in this
+    /// default, which a Rust embedder gets; the Python instrumentation turns
+    /// it on (`NIXL_AGENT_VALIDATE=record` unless told otherwise).
     pub validate: bool,
     /// Refuse a call that validation rejects before it reaches NIXL, with a
     /// message naming the region and the reason. Implies `validate`. Only
