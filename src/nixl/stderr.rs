@@ -26,7 +26,7 @@
 
 use crate::diagnose;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,6 +35,12 @@ use std::time::Duration;
 const MARKER: &str = "\u{1e}nixl-agent-capture-end ";
 /// How long closing a window waits for the reader to see its marker.
 const CLOSE_WAIT: Duration = Duration::from_millis(200);
+/// The most of an unfinished line a reader keeps (for attribution and to
+/// find a marker): a line that never ends (a progress bar's `\r` updates)
+/// is forwarded as it comes and forgotten past this.
+const LINE_CAP: usize = 16 * 1024;
+/// Bytes read from a pipe at once.
+const CHUNK: usize = 64 * 1024;
 
 /// One thread's capture window.
 struct Window {
@@ -267,10 +273,16 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
     for (stream, (fd, original, read)) in redirected.into_iter().enumerate() {
         let s = shared.clone();
         let pump_and_restore = Box::new(move || {
-            pump(read, &original, &s, stream);
-            // The pump ended (a read error): nobody copies the pipe any
-            // more, so the host's fd goes back to the real stream.
-            restore(fd, &original);
+            // However the pump ends (a read error, a panic), the host's fd
+            // goes back to the real stream before the pipe's read end
+            // closes (locals drop in reverse order): the program never
+            // writes into a pipe nobody reads (EPIPE, a BrokenPipeError).
+            let read = read;
+            let _restore = Restore {
+                fd,
+                original: &original,
+            };
+            pump(&read, &original, &s, stream);
         });
         if let Err(e) = spawn(["stdout-tap", "stderr-tap"][stream], pump_and_restore) {
             for (fd, original) in &originals {
@@ -285,6 +297,18 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
         originals: originals.into(),
         seq: Arc::new(Mutex::new(0)),
     })
+}
+
+/// Points `fd` back at `original` when dropped.
+struct Restore<'a> {
+    fd: i32,
+    original: &'a File,
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        restore(self.fd, self.original);
+    }
 }
 
 /// Points `fd` back at `original`.
@@ -326,43 +350,107 @@ fn redirect(fd: i32) -> std::io::Result<(Arc<File>, File)> {
     }
 }
 
-fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
-    let mut reader = BufReader::new(read);
-    let mut buf = Vec::with_capacity(1024);
-    let mut out = out;
-    // The start of a UCX table line cut by a marker: completed by what
-    // follows the marker (another thread's stdio flushed half a line).
-    let mut cut: Vec<u8> = Vec::new();
+/// Copies what the program writes to `stream` through to `out` as it
+/// comes (a line without its newline too), keeping each line for the
+/// windows, UCX's tables and the end markers. Returns when the pipe ends or
+/// a read fails.
+fn pump(mut read: &File, out: &File, shared: &Shared, stream: usize) {
+    let mut chunk = vec![0u8; CHUNK];
+    let mut line = Line::default();
     loop {
-        buf.clear();
-        buf.append(&mut cut);
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => {
-                let _ = out.write_all(&buf);
-                return;
-            }
-            Ok(_) => {}
+        let n = match read.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let mut rest = &chunk[..n];
+        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+            line.bytes.extend_from_slice(&rest[..=i]);
+            rest = &rest[i + 1..];
+            line.end(out, shared, stream);
         }
+        line.bytes.extend_from_slice(rest);
+        line.forward_unfinished(out, shared, stream);
+    }
+    line.forward_rest(out);
+}
+
+/// The line a reader is in: its bytes so far, of which `sent` went out.
+#[derive(Default)]
+struct Line {
+    bytes: Vec<u8>,
+    sent: usize,
+}
+
+impl Line {
+    fn write(&mut self, out: &File, to: usize) {
+        if to > self.sent {
+            let mut out = out;
+            let _ = out.write_all(&self.bytes[self.sent..to]);
+            self.sent = to;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.sent = 0;
+    }
+
+    /// What the program wrote of a line it has not finished goes out now,
+    /// but for what may be nixl-agent's own: from a byte that may start an
+    /// end marker, or, while UCX's tables are kept from stdout, a line that
+    /// may be one of them (it starts with `[`). Past [`LINE_CAP`] the line
+    /// goes out whole and is forgotten (but for a marker's worth).
+    fn forward_unfinished(&mut self, out: &File, shared: &Shared, stream: usize) {
+        let quiet = stream == 0 && shared.proto.load(Ordering::Relaxed) == PROTO_KEEP_QUIET;
+        let hold_from = if quiet && self.bytes.first() == Some(&b'[') {
+            0
+        } else {
+            let m = MARKER.as_bytes()[0];
+            self.bytes[self.sent..]
+                .iter()
+                .position(|&b| b == m)
+                .map_or(self.bytes.len(), |p| self.sent + p)
+        };
+        self.write(out, hold_from);
+        if self.bytes.len() > LINE_CAP {
+            // A marker in the making is short: kept; anything else goes.
+            let held = self.bytes.len() - self.sent;
+            if held > MARKER.len() + 24 {
+                let end = self.bytes.len();
+                self.write(out, end);
+            }
+            self.bytes.drain(..self.sent);
+            self.sent = 0;
+        }
+    }
+
+    /// A whole line (ending in a newline) is in.
+    fn end(&mut self, out: &File, shared: &Shared, stream: usize) {
         // The marker may follow a line the program left unfinished (a
         // progress bar's `\r`): what precedes it is the program's, byte for
         // byte, and goes through as it is — but for half a UCX table line
         // while the tables are kept, which waits for its other half.
-        let (content, seq) = split_marker(&buf);
+        let (content, seq) = split_marker(&self.bytes);
         if let Some(seq) = seq {
+            let at = content.len();
             let half_table = stream == 0
                 && shared.proto.load(Ordering::Relaxed) != PROTO_PASS
                 && diagnose::proto::table_line(&String::from_utf8_lossy(content)).is_some();
             if half_table {
-                cut = content.to_vec();
-            } else if !content.is_empty() {
-                let _ = out.write_all(content);
+                self.bytes.truncate(at);
+                self.sent = self.sent.min(at);
+            } else {
+                self.write(out, at);
+                self.clear();
             }
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.closed[stream] = st.closed[stream].max(seq);
             shared.cv.notify_all();
-            continue;
+            return;
         }
-        let line = String::from_utf8_lossy(&buf);
+        let line = String::from_utf8_lossy(&self.bytes).into_owned();
         let proto = shared.proto.load(Ordering::Relaxed);
         if proto != PROTO_PASS && stream == 0 {
             if let Some(table) = diagnose::proto::table_line(&line) {
@@ -370,12 +458,16 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
                 if st.proto.len() < diagnose::proto::MAX_TABLE_LINES {
                     st.proto.push(table.to_string());
                 }
+                drop(st);
                 if proto == PROTO_KEEP_QUIET {
-                    continue;
+                    self.clear();
+                    return;
                 }
             }
         }
-        let _ = out.write_all(&buf);
+        let end = self.bytes.len();
+        self.write(out, end);
+        self.clear();
         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(w) = st.window_for(&line) {
             if w.lines.len() < diagnose::MAX_LINES {
@@ -384,6 +476,13 @@ fn pump(read: File, out: &File, shared: &Shared, stream: usize) {
                 }
             }
         }
+    }
+
+    /// The pipe ended: what is left of the line goes out.
+    fn forward_rest(&mut self, out: &File) {
+        let end = self.bytes.len();
+        self.write(out, end);
+        self.clear();
     }
 }
 
@@ -553,6 +652,84 @@ mod tests {
             &buf, b"the program's own line\n",
             "only the program's line went through"
         );
+    }
+
+    /// Reads `n` bytes from `from` on a thread; `None` when they do not
+    /// all come within 5 s.
+    fn read_within(from: &File, n: usize) -> Option<Vec<u8>> {
+        let mut from = from.try_clone().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; n];
+            if from.read_exact(&mut buf).is_ok() {
+                let _ = tx.send(buf);
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    #[test]
+    fn a_line_without_its_newline_goes_through_as_it_comes() {
+        let (out_real, out_fd) = fake_stream();
+        let (err_real, err_fd) = fake_stream();
+        let _tap = install_on([out_fd, err_fd], &|_, f| {
+            std::thread::spawn(f);
+            Ok(())
+        })
+        .unwrap();
+        // A progress bar's update: no newline, ever.
+        write_fd(err_fd, b"progress 50%\r");
+        assert_eq!(read_within(&err_real, 13).as_deref(), Some(&b"progress 50%\r"[..]));
+        // Far more than a line's cap, still without a newline: all of it,
+        // in order, at once.
+        let long: Vec<u8> = (0..(2 * LINE_CAP + 100)).map(|i| b'a' + (i % 26) as u8).collect();
+        write_fd(out_fd, &long);
+        assert!(
+            read_within(&out_real, long.len()) == Some(long),
+            "the unfinished line came through whole"
+        );
+        // A marker still never reaches the program's stream, even after an
+        // unfinished line.
+        write_fd(out_fd, format!("50%\r{MARKER}3\nnext\n").as_bytes());
+        assert_eq!(read_within(&out_real, 8).as_deref(), Some(&b"50%\rnext"[..]));
+    }
+
+    #[test]
+    fn a_reader_that_fails_gives_the_fd_back_before_its_pipe_closes() {
+        let (mut real, target) = fake_stream();
+        // Safety: dup of an fd this test owns.
+        let original = Arc::new(unsafe { File::from_raw_fd(libc::dup(target)) });
+        let (read, _) = redirect_pipe_into(target);
+        let shared = Shared {
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            proto: AtomicU8::new(PROTO_PASS),
+        };
+        // The pipe's read end, made unreadable: the reader's next read fails.
+        let dev_null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+        use std::os::fd::AsRawFd;
+        // Safety: dup2 between two fds this test owns.
+        assert!(unsafe { libc::dup2(dev_null.as_raw_fd(), read.as_raw_fd()) } >= 0);
+        {
+            let read = read;
+            let _restore = Restore {
+                fd: target,
+                original: &original,
+            };
+            pump(&read, &original, &shared, 1);
+        }
+        write_fd(target, b"after\n");
+        let mut buf = [0u8; 6];
+        real.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"after\n");
+        // Safety: closing the fd this test made.
+        unsafe { libc::close(target) };
+    }
+
+    /// Points `fd` at a new pipe (as `redirect` does); the read end.
+    fn redirect_pipe_into(fd: i32) -> (File, ()) {
+        let (_, read) = redirect(fd).unwrap();
+        (read, ())
     }
 
     #[test]
