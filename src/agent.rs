@@ -347,7 +347,8 @@ impl LifecycleHandle {
         self.router.clone()
     }
 
-    /// The recorded state now (the snapshot /v1/status serves).
+    /// The recorded state now: this process's own recording, the one rank
+    /// of the /v1/status document (`ranks[0].status`).
     pub fn status(&self) -> Arc<Status> {
         self.rec.ledger().snapshot()
     }

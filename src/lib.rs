@@ -28,7 +28,8 @@ pub mod config;
 /// The Python front-end: settings from `NIXL_AGENT_*`, group names from call
 /// sites, and the process instrumentation the extension starts.
 pub mod instrument;
-/// The snapshot's shape: what /v1/status serves and every projection reads.
+/// The snapshot's shape: what every projection reads, and the /v1/status
+/// document that carries it (`status::document`, docs/status.schema.json).
 pub mod status;
 /// Every metric name and closed label value.
 pub mod names {

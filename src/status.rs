@@ -2,12 +2,16 @@
 //! every projection reads — /v1/status as it is, /readyz and /livez through
 //! [`Status::checks`] and [`Status::liveness_failure`], the metric gauges,
 //! rank files. Pure data and the derivations over it, written once:
-//! readiness ([`Status::derive_ready`]) and a group's state
-//! ([`observed_state`]).
+//! readiness ([`Status::derive_ready`]), liveness
+//! ([`Status::liveness_failure`]) and a group's state ([`observed_state`]).
+//! [`document`]: the /v1/status document that carries it, one schema for a
+//! process and a pod.
 
 use crate::event::Source;
 use crate::model::{AgentId, DirRefusal, Failure, GroupState, Phase, Reason};
 use serde::Serialize;
+
+pub mod document;
 
 /// Names of the checks /readyz?verbose lists.
 pub const CHECK_NIXL: &str = "nixl";
@@ -419,14 +423,21 @@ impl Status {
         self.groups.iter().any(|g| g.state == GroupState::Registered)
     }
 
-    /// Why /livez fails, if it does.
+    /// Why /livez fails, if it does: the one rule, which a lone process's
+    /// /livez applies to its own recording and a pod's to each live rank's
+    /// (each rank publishes this verdict in its rank file).
     pub fn liveness_failure(&self) -> Option<String> {
         if self.lifecycle_dead {
             return Some("lifecycle thread died".to_string());
         }
         self.stuck.as_ref().map(|s| {
             let group = s.group.as_deref().map(|g| format!(" of group {g}")).unwrap_or_default();
-            format!("lifecycle stuck: NIXL {}{group} past its deadline", s.operation)
+            let ran = if s.seconds >= 0.1 {
+                format!("{:.1} s", s.seconds)
+            } else {
+                format!("{:.0} ms", s.seconds * 1000.0)
+            };
+            format!("NIXL {}{group} past its deadline ({ran})", s.operation)
         })
     }
 

@@ -57,8 +57,7 @@ fn run(mode: &str) {
     // nixl-agent's routes, mounted in the process's own server, beside its own.
     assert_eq!(support::get(addr, "/generate").unwrap().status, 200);
     assert_eq!(support::get(addr, "/readyz").unwrap().status, 200);
-    support::assert_projections_agree(addr);
-    let status: serde_json::Value = serde_json::from_str(&support::get(addr, "/v1/status").unwrap().body).unwrap();
+    let status = support::assert_projections_agree(addr);
     assert_eq!(status["nixl"]["agent"], "prefill-0");
     assert_eq!(status["nixl"]["agent_owner"], "caller");
     let s = Scrape::parse(&support::get(addr, "/metrics").unwrap().body);

@@ -728,3 +728,116 @@ fn the_sidecar_logs_the_life_of_each_rank() {
     assert!(pod.wait().unwrap().success());
     said("shutting down on SIGTERM");
 }
+
+/// The top-level keys of a /v1/status document, checked against the schema.
+fn document_keys(addr: SocketAddr) -> (serde_json::Value, Vec<String>) {
+    let doc = support::status_document(addr);
+    let keys = doc.as_object().unwrap().keys().cloned().collect();
+    (doc, keys)
+}
+
+/// /v1/status is one document whatever serves it: a lone process (the
+/// binary), a zero-configuration pod of two and a sidecar pod of two each
+/// validate against docs/status.schema.json, with the same top-level keys
+/// and one rank element per rank. (Before: a lone process served its
+/// recording bare, a pod another shape.)
+#[test]
+fn status_is_one_schema_for_a_process_a_zero_config_pod_and_a_sidecar() {
+    let mut lone = support::AgentProcess::spawn(support::Spawn::default());
+    lone.wait_ready(Duration::from_secs(30));
+    let (doc, process_keys) = document_keys(lone.addr);
+    assert_eq!(doc["shape"], "process");
+    assert_eq!(doc["ranks"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["ranks"][0]["status"]["ready"], true, "{doc}");
+    assert_eq!(doc["live"], true);
+    lone.signal("TERM");
+    lone.wait_exit(Duration::from_secs(30));
+
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let tp = Tp::start(2, &[], &[("NIXL_AGENT_LISTEN", &listen)]);
+    assert!(tp.workers.iter().all(|w| w.2 == "registered"), "{:?}", tp.workers);
+    support::wait_for(Duration::from_secs(10), "two ranks, ready", || {
+        let st: serde_json::Value = serde_json::from_str(&support::get(addr, "/v1/status").ok()?.body).ok()?;
+        (st["ranks"].as_array()?.len() == 2 && st["ready"] == true).then_some(())
+    });
+    let (doc, zero_config_keys) = document_keys(addr);
+    assert_eq!(doc["shape"], "zero_config_pod");
+    assert_eq!(doc["watcher"]["stalled"], false, "{doc}");
+    assert_eq!(zero_config_keys, process_keys);
+    drop(tp);
+
+    let dir = tempfile::tempdir().unwrap();
+    let pod = PodAgent::start(dir.path(), 2);
+    let _ranks: Vec<RankProcess> = (0..2).map(|r| RankProcess::start(dir.path(), r)).collect();
+    support::wait_for(Duration::from_secs(10), "the pod ready", || {
+        (pod.readyz() == 200).then_some(())
+    });
+    let (doc, sidecar_keys) = document_keys(pod.addr);
+    assert_eq!(doc["shape"], "sidecar");
+    assert_eq!(doc["ranks"].as_array().unwrap().len(), 2);
+    assert_eq!(sidecar_keys, process_keys);
+}
+
+/// SGLang's default shape with a hung call: two instrumented processes
+/// share one address (no pod directory, no sidecar); in the second (rank
+/// 1), a NIXL deregistration runs far past `NIXL_AGENT_CALL_TIMEOUT`. The
+/// shared /livez, served by the first, is 503 while it runs and names the
+/// rank and the call; /v1/status says the same; 200 once it returned.
+/// (Before: the shared /livez stayed 200 the whole time.)
+#[test]
+fn a_hung_call_in_one_rank_fails_the_zero_config_pods_livez_naming_rank_and_call() {
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let hold = |out: &mut BufReader<std::process::ChildStdout>| {
+        let mut line = String::new();
+        while line.trim_end() != "HOLD" {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "ended before HOLD");
+        }
+    };
+    let (mut first, mut first_out) = instrumented(
+        "tests/python/serving.py",
+        &["sglang", "--hold"],
+        &[("NIXL_AGENT_LISTEN", &listen), ("NIXL_AGENT_EXPECT", "kv:DRAM,aux")],
+    );
+    hold(&mut first_out);
+    let (mut hung, mut hung_out) = instrumented(
+        "tests/python/serving.py",
+        &["hung", HUNG_REGIONS, "--hold"],
+        &[("NIXL_AGENT_LISTEN", &listen), ("NIXL_AGENT_CALL_TIMEOUT", "10ms")],
+    );
+    hold(&mut hung_out);
+    support::wait_for(Duration::from_secs(10), "two ranks, live", || {
+        let st: serde_json::Value = serde_json::from_str(&support::get(addr, "/v1/status").ok()?.body).ok()?;
+        (st["ranks"].as_array()?.len() == 2 && support::get(addr, "/livez").ok()?.status == 200).then_some(())
+    });
+    let stdin = hung.stdin.as_mut().unwrap();
+    stdin.write_all(b"\n").unwrap();
+    stdin.flush().unwrap();
+    let body = support::wait_for(Duration::from_secs(30), "the shared /livez 503", || {
+        let r = support::get(addr, "/livez").ok()?;
+        (r.status == 503).then_some(r.body)
+    });
+    assert!(
+        body.starts_with("rank 1: NIXL deregister") && body.contains("past its deadline"),
+        "{body}"
+    );
+    let doc = support::status_document(addr);
+    assert_eq!(doc["shape"], "zero_config_pod", "{doc}");
+    hold(&mut hung_out);
+    support::wait_for(
+        Duration::from_secs(10),
+        "the shared /livez 200 once it returned",
+        || (support::get(addr, "/livez").ok()?.status == 200).then_some(()),
+    );
+    for c in [&mut first, &mut hung] {
+        drop(c.stdin.take());
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Regions of the hung rank's one deregistration: NIXL removes them one by
+/// one, long past a 10 ms deadline and past the pod's passes.
+const HUNG_REGIONS: &str = "1048576";

@@ -195,7 +195,7 @@ fn a_forked_child_records_on_its_own() {
     support::wait_for(Duration::from_secs(5), "the parent's own recording, ready", || {
         let r = support::get(h.addr, "/v1/status").ok()?;
         let st: serde_json::Value = serde_json::from_str(&r.body).ok()?;
-        (st.get("groups").is_some() && h.readyz() == 200).then_some(())
+        (st["shape"] == "process" && h.readyz() == 200).then_some(())
     });
     let s = h.scrape();
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "aux"), 1.0);
@@ -263,7 +263,10 @@ fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
             .ok()
             .filter(|r| r.status == 200)
             .map(|r| serde_json::from_str::<serde_json::Value>(&r.body).unwrap())
+            .filter(|doc| doc["shape"] == "process")
     });
+    support::assert_status_schema(&status);
+    let status = support::own_status(&status).clone();
     let took = exited.elapsed();
     assert!(took <= Duration::from_secs(2), "handed over after {took:?}");
     assert_ne!(

@@ -204,7 +204,7 @@ fn every_shell_snippet_runs_here_or_says_where_it_is_covered() {
         // Output may be empty where the command writes a file (`-o`), a
         // filter selects what is wrong (nothing, on a healthy agent), or the
         // field is a canary's (`.probe`, null elsewhere).
-        let may_be_empty = c.contains(" -o ") || c.contains("select(") || c.ends_with("jq .probe");
+        let may_be_empty = c.contains(" -o ") || c.contains("select(") || c.ends_with("jq '.ranks[].status.probe'");
         let ok = out.status.success() && (may_be_empty || !stdout.trim().is_empty() && stdout.trim() != "null");
         if !ok {
             failed.push(format!(

@@ -128,7 +128,8 @@ def shutdown():
 
 
 def status():
-    """What /v1/status says, as a dict, or None before the first agent."""
+    """This process's own recording, as a dict (what /v1/status carries as
+    ``ranks[0]["status"]``), or None before the first agent."""
     import json
 
     from . import _native

@@ -40,7 +40,7 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     ),
     (
         "/v1/status",
-        "JSON: groups, backends, NIXL library, last reasons and error text",
+        "JSON (docs/status.schema.json): readiness, liveness and every rank's recording — groups, backends, NIXL library, last reasons and error text",
     ),
     (DASHBOARD_PATH, "Grafana dashboard (JSON) matching this build"),
     (ALERT_RULES_PATH, "Prometheus alerting rules (YAML) matching this build"),
@@ -130,8 +130,13 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
     (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 
+/// The /v1/status document ([`crate::status::document`]): a pod of one,
+/// this process's recording its one rank.
 async fn status(State(s): State<AppState>) -> Response {
-    let body = serde_json::to_string_pretty(&*s.ledger.snapshot()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let st = s.ledger.snapshot();
+    let liveness = st.liveness_failure();
+    let doc = crate::status::document::Document::process(&st, liveness.as_deref());
+    let body = serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

@@ -144,6 +144,7 @@ mod tests {
             held: alive,
             alive,
             ready,
+            liveness_failure: None,
             conflict,
             status: Arc::new(serde_json::Value::Null),
             metrics: Arc::from(""),

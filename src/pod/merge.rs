@@ -26,6 +26,9 @@ pub struct Rank {
     /// Held, and the file was touched recently: its process is alive.
     pub alive: bool,
     pub ready: bool,
+    /// Why its own /livez fails, as it published it
+    /// ([`crate::status::Status::liveness_failure`] of its recording).
+    pub liveness_failure: Option<Arc<str>>,
     /// The rank this process was told and could not have (another live
     /// process held it): it published here instead.
     pub conflict: Option<u32>,
@@ -53,7 +56,7 @@ impl Rank {
     /// A rank file's text; `None` when it is not one.
     pub fn parse(text: &str, alive: bool) -> Option<Rank> {
         let v: Value = serde_json::from_str(text).ok()?;
-        if v["version"].as_u64()? != u64::from(super::publish::VERSION) {
+        if v["version"].as_u64()? != u64::from(super::publish::VERSION) || !v["status"].is_object() {
             return None;
         }
         Some(Rank {
@@ -62,6 +65,7 @@ impl Rank {
             held: alive,
             alive,
             ready: v["ready"].as_bool().unwrap_or(false),
+            liveness_failure: v["liveness_failure"].as_str().map(Arc::from),
             conflict: v["conflict"]["wanted"].as_u64().and_then(|w| u32::try_from(w).ok()),
             metrics: v["metrics"].as_str()?.into(),
             openmetrics: v["openmetrics"].as_str().map(Arc::from),
@@ -367,8 +371,9 @@ mod tests {
             held: alive,
             alive,
             ready,
+            liveness_failure: None,
             conflict: None,
-            status: Arc::new(Value::Null),
+            status: Arc::new(Value::Object(Default::default())),
             openmetrics: None,
             types: Arc::default(),
             metrics: "# HELP nixl_agent_ready r\n# TYPE nixl_agent_ready gauge\nnixl_agent_ready 1\n\

@@ -262,7 +262,11 @@ fn write(
         "rank": rank,
         "pid": std::process::id(),
         "written_unix": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        // The verdicts of the one rule (`Status::derive_ready`,
+        // `Status::liveness_failure`) over this recording: the pod shows
+        // them, it never derives them again.
         "ready": status.ready,
+        "liveness_failure": status.liveness_failure(),
         "conflict": conflict,
         "status": &*status,
         "metrics": text,

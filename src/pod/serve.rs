@@ -4,13 +4,21 @@
 //! [`PodView`] in a `watch` channel); the handlers only read that view. /metrics merges the
 //! ranks' expositions with a `rank` label beside the pod's own
 //! (`nixl_agent_ready` for the pod, `nixl_agent_rank_up{rank}`), /readyz is
-//! 200 when every expected rank is alive and ready, /v1/status lists them.
+//! 200 when every expected rank is alive and ready, /livez 503 while a live
+//! rank's own /livez would be (each rank's verdict, named by rank),
+//! /v1/status is the one document ([`crate::status::document`]) with every
+//! rank. The watcher's own health is reported (/v1/status `watcher`,
+//! `nixl_agent_pod_watch_last_pass_timestamp_seconds`), never by itself a
+//! reason for /livez to fail: in a zero-configuration pod the server is a
+//! serving rank, and a slow pass over a directory is no reason to restart
+//! it.
 
 use super::merge::{self, Check, Merged, Rank};
 use super::read::{DirRead, Reader, Version};
 #[cfg(feature = "cli")]
 use crate::config::HttpConfig;
 use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
+use crate::status::document::{self, Document, RankConflict, RankEntry, RejectedFile, Shape, WatcherHealth};
 use crate::telemetry::exposition::{self, Format};
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::names::{self, Family};
@@ -39,12 +47,20 @@ pub struct PodView {
     pub rejected_left_out: usize,
     pub ready: bool,
     pub checks: Vec<Check>,
+    /// Why /livez fails: each live rank's own verdict, named by rank
+    /// ([`document::liveness_failures`]).
+    pub liveness_failures: Vec<String>,
+    /// The shape served: a sidecar (its size said) or a zero-configuration
+    /// pod.
+    pub shape: Shape,
     pub metrics: String,
     /// The same, in OpenMetrics with the ranks' exemplars (`None`: some rank
     /// published none; text is served).
     pub openmetrics: Option<String>,
     /// When the watcher completed the pass this view comes from.
     pub at: std::time::Instant,
+    /// How long that pass took.
+    pub pass_seconds: f64,
 }
 
 impl Default for PodView {
@@ -56,9 +72,12 @@ impl Default for PodView {
             rejected_left_out: 0,
             ready: false,
             checks: Vec::new(),
+            liveness_failures: Vec::new(),
+            shape: Shape::ZeroConfigPod,
             metrics: String::new(),
             openmetrics: None,
             at: std::time::Instant::now(),
+            pass_seconds: 0.0,
         }
     }
 }
@@ -78,6 +97,7 @@ struct Own {
     conflicts: prometheus::IntCounter,
     rejected: prometheus::IntCounterVec,
     watch_age: prometheus::Gauge,
+    last_pass: prometheus::Gauge,
     /// What was counted already: (file, its version) rejected, (rank, pid)
     /// in conflict.
     counted: std::sync::Mutex<Counted>,
@@ -110,6 +130,7 @@ impl Own {
             rejected.with_label_values(&[r]);
         }
         let watch_age = prometheus::Gauge::with_opts(opts(names::POD_WATCH_SECONDS)).expect("valid");
+        let last_pass = prometheus::Gauge::with_opts(opts(names::POD_WATCH_LAST_PASS)).expect("valid");
         for c in [
             Box::new(ready.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(rank_up.clone()),
@@ -118,6 +139,7 @@ impl Own {
             Box::new(conflicts.clone()),
             Box::new(rejected.clone()),
             Box::new(watch_age.clone()),
+            Box::new(last_pass.clone()),
         ] {
             registry.register(c).expect("families register once");
         }
@@ -133,6 +155,7 @@ impl Own {
             conflicts,
             rejected,
             watch_age,
+            last_pass,
             counted: Default::default(),
         }
     }
@@ -226,7 +249,18 @@ impl Watcher {
             own.conflicts.inc_by(live.difference(&counted.1).count() as u64);
             counted.1 = live;
         }
-        own.watch_age.set(t0.elapsed().as_secs_f64());
+        let pass_seconds = t0.elapsed().as_secs_f64();
+        own.watch_age.set(pass_seconds);
+        own.last_pass.set(
+            SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        let liveness_failures = document::liveness_failures(
+            ranks
+                .iter()
+                .map(|r| (Some(r.rank), r.alive, r.liveness_failure.as_deref())),
+        );
         if changed || self.merged.is_none() {
             // Only a rank whose file or liveness changed is read again.
             self.each.retain(|n, _| ranks.iter().any(|r| r.rank == *n));
@@ -258,9 +292,16 @@ impl Watcher {
             rejected_left_out: left_out,
             ready,
             checks,
+            liveness_failures,
+            shape: if self.expected.is_some() {
+                Shape::Sidecar
+            } else {
+                Shape::ZeroConfigPod
+            },
             metrics,
             openmetrics,
             at: std::time::Instant::now(),
+            pass_seconds,
         }
     }
 }
@@ -291,7 +332,8 @@ pub async fn watch_dir(dir: PathBuf, expected: Option<u32>, tx: watch::Sender<Ar
     }
 }
 
-/// A watcher that has not completed a pass for this long has stopped.
+/// A watcher that has not completed a pass for this long has stalled
+/// (reported in /v1/status, never a /livez failure by itself).
 pub const WATCH_STALLED: std::time::Duration = super::PUBLISH_EVERY.saturating_mul(3);
 
 type PodState = watch::Receiver<Arc<PodView>>;
@@ -330,20 +372,18 @@ pub fn router(view: PodState) -> Router {
         .with_state(view)
 }
 
-/// Live while the directory watcher completes its passes.
+/// 503 while a live rank's own /livez would be: each such rank named with
+/// its reason (`rank 1: NIXL register of group kv past its deadline
+/// (6.6 s)`). How fresh the watcher is plays no part (/v1/status
+/// `watcher` reports it).
 async fn livez(State(v): State<PodState>) -> Response {
-    let age = v.borrow().at.elapsed();
-    if age > WATCH_STALLED {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the pod directory watcher has not completed a pass for {:.1} s\n",
-                age.as_secs_f64()
-            ),
-        )
-            .into_response();
+    let view = v.borrow().clone();
+    if view.liveness_failures.is_empty() {
+        return "ok\n".into_response();
     }
-    "ok\n".into_response()
+    let mut body = view.liveness_failures.join("\n");
+    body.push('\n');
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }
 
 /// The merged view; OpenMetrics (with the ranks' exemplars) when asked for.
@@ -382,15 +422,54 @@ async fn readyz(State(v): State<PodState>, RawQuery(q): RawQuery) -> Response {
     (code, body).into_response()
 }
 
+/// The pod's /v1/status document: the schema a lone process serves, with
+/// every rank.
+pub fn document(view: &PodView) -> Document<'_, &serde_json::Value> {
+    let age = view.at.elapsed();
+    Document {
+        schema_version: document::SCHEMA_VERSION,
+        shape: view.shape,
+        ready: view.ready,
+        live: view.liveness_failures.is_empty(),
+        liveness_failures: view.liveness_failures.clone(),
+        dir: Some(&view.dir),
+        ranks_expected: view.checks.len(),
+        ranks: view
+            .ranks
+            .iter()
+            .map(|r| RankEntry {
+                rank: Some(r.rank),
+                pid: r.pid,
+                held: r.held,
+                alive: r.alive,
+                ready: r.ready,
+                liveness_failure: r.liveness_failure.as_deref(),
+                conflict: r.conflict.map(|wanted| RankConflict { wanted }),
+                status: &*r.status,
+            })
+            .collect(),
+        rejected: view
+            .rejected
+            .iter()
+            .map(|r| RejectedFile {
+                file: &r.file,
+                reason: r.reason,
+                detail: &r.detail,
+            })
+            .collect(),
+        rejected_left_out: view.rejected_left_out,
+        watcher: Some(WatcherHealth {
+            last_pass_age_seconds: age.as_secs_f64(),
+            last_pass_seconds: view.pass_seconds,
+            stalled: age > WATCH_STALLED,
+        }),
+    }
+}
+
 async fn status(State(v): State<PodState>) -> Response {
     let view = v.borrow().clone();
-    let ranks: Vec<serde_json::Value> = view
-        .ranks
-        .iter()
-        .map(|r| serde_json::json!({"rank": r.rank, "pid": r.pid, "alive": r.alive, "ready": r.ready, "held": r.held, "conflict": r.conflict.map(|w| serde_json::json!({"wanted": w})), "status": &*r.status}))
-        .collect();
-    let body = serde_json::json!({"dir": view.dir, "ranks_expected": view.checks.len(), "ready": view.ready, "ranks": ranks, "rejected": view.rejected, "rejected_left_out": view.rejected_left_out});
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    let body = serde_json::to_string_pretty(&document(&view)).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Serves the pod directory on `listener` until `stop` turns true.

@@ -40,6 +40,7 @@ pub const RANKS_EXPECTED: &str = "nixl_agent_ranks_expected";
 pub const RANK_CONFLICTS_TOTAL: &str = "nixl_agent_rank_conflicts_total";
 pub const POD_FILES_REJECTED_TOTAL: &str = "nixl_agent_pod_files_rejected_total";
 pub const POD_WATCH_SECONDS: &str = "nixl_agent_pod_watch_pass_seconds";
+pub const POD_WATCH_LAST_PASS: &str = "nixl_agent_pod_watch_last_pass_timestamp_seconds";
 pub const POD_DIR_REFUSED: &str = "nixl_agent_pod_dir_refused";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 pub const TRANSFERS_TOTAL: &str = "nixl_agent_transfers_total";
@@ -233,7 +234,13 @@ pub const FAMILIES: &[Family] = &[
         POD_WATCH_SECONDS,
         Type::Gauge,
         &[],
-        "Pod agent: how long the directory watcher's last pass over the rank files took (/livez fails when none completed for 3 intervals).",
+        "Pod agent: how long the directory watcher's last pass over the rank files took.",
+    ),
+    Family::new(
+        POD_WATCH_LAST_PASS,
+        Type::Gauge,
+        &[],
+        "Pod agent: when the directory watcher last completed a pass (Unix seconds); time() minus it is how stale the pod's view is. Reported only: a slow or stalled watcher never fails /livez by itself.",
     ),
     Family::new(
         ACCEPTED_INVALID_TOTAL,
@@ -434,6 +441,7 @@ pub const POD_ONLY: &[&str] = &[
     RANK_CONFLICTS_TOTAL,
     POD_FILES_REJECTED_TOTAL,
     POD_WATCH_SECONDS,
+    POD_WATCH_LAST_PASS,
 ];
 
 /// Metric type, as written on the `# TYPE` line.
@@ -544,6 +552,7 @@ mod tests {
             RANK_CONFLICTS_TOTAL,
             POD_FILES_REJECTED_TOTAL,
             POD_WATCH_SECONDS,
+            POD_WATCH_LAST_PASS,
             POD_DIR_REFUSED,
         ]
         .iter()

@@ -269,8 +269,17 @@ impl AgentProcess {
         scrape(self.addr)
     }
 
+    /// This process's own recording: the one rank of its /v1/status
+    /// document.
     pub fn status(&self) -> serde_json::Value {
-        serde_json::from_str(&self.get("/v1/status").body).expect("status is JSON")
+        own_status(&self.status_document()).clone()
+    }
+
+    /// The /v1/status document, checked against docs/status.schema.json.
+    pub fn status_document(&self) -> serde_json::Value {
+        let doc = serde_json::from_str(&self.get("/v1/status").body).expect("status is JSON");
+        assert_status_schema(&doc);
+        doc
     }
 
     pub fn wait_ready(&self, timeout: Duration) {
@@ -389,8 +398,13 @@ pub fn assert_projections_agree(addr: SocketAddr) -> serde_json::Value {
             }
         })
         .expect("the agent kept recording for 20 readings: not idle");
+    assert_status_schema(&status);
     let st = own_status(&status);
     let ready = st["ready"].as_bool().unwrap();
+    assert_eq!(
+        status["ready"], st["ready"],
+        "the document's readiness is its rank's: {status}"
+    );
     assert_eq!(
         s.metric("nixl_agent_ready").value(),
         f64::from(u8::from(ready)),
@@ -460,15 +474,6 @@ pub fn assert_projections_agree(addr: SocketAddr) -> serde_json::Value {
     st.clone()
 }
 
-/// A process's own recording in a /v1/status document: the document
-/// itself, or its one rank's `status` where the document lists ranks.
-pub fn own_status(doc: &serde_json::Value) -> &serde_json::Value {
-    match doc["ranks"].as_array() {
-        Some(r) if r.len() == 1 && r[0].get("status").is_some() => &r[0]["status"],
-        _ => doc,
-    }
-}
-
 /// The inode of the socket listening on `port` (from /proc/net/tcp).
 pub fn listening_inode(port: u16) -> Option<String> {
     let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
@@ -491,4 +496,54 @@ pub fn socket_inodes(pid: u32) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A lone process's own recording from its /v1/status document (a pod of
+/// one: `ranks[0].status`).
+pub fn own_status(doc: &serde_json::Value) -> &serde_json::Value {
+    assert_eq!(doc["shape"], "process", "a lone process's document: {doc}");
+    let ranks = doc["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 1, "one rank: {doc}");
+    &ranks[0]["status"]
+}
+
+/// The /v1/status document at `addr`, checked against the schema.
+pub fn status_document(addr: SocketAddr) -> serde_json::Value {
+    let doc = serde_json::from_str(&get(addr, "/v1/status").unwrap().body).expect("status is JSON");
+    assert_status_schema(&doc);
+    doc
+}
+
+/// Validates a /v1/status document against docs/status.schema.json with
+/// the `jsonschema` package of the project's virtualenv (installed with
+/// kubernetes-validate by scripts/setup.sh); panics naming every error.
+pub fn assert_status_schema(doc: &serde_json::Value) {
+    const CHECK: &str = "import json, sys, jsonschema\n\
+        schema = json.load(open(sys.argv[1]))\n\
+        jsonschema.Draft202012Validator.check_schema(schema)\n\
+        errors = [f'{list(e.absolute_path)}: {e.message}' for e in jsonschema.Draft202012Validator(schema).iter_errors(json.load(sys.stdin))]\n\
+        print('\\n'.join(errors))\n\
+        sys.exit(1 if errors else 0)\n";
+    let mut child = Command::new(python())
+        .arg("-c")
+        .arg(CHECK)
+        .arg(repo().join("docs/status.schema.json"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the venv python");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(doc.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "/v1/status does not validate against docs/status.schema.json:\n{}{}\ndocument: {doc:#}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

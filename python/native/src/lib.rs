@@ -324,7 +324,8 @@ fn metrics_text(py: Python<'_>) -> Option<String> {
     Some(py.detach(|| r.observer().metrics().encode(nixl_agent::Format::Text)))
 }
 
-/// What /v1/status says, as JSON.
+/// This process's own recording, as JSON: the one rank of its /v1/status
+/// document (`ranks[0].status`).
 #[pyfunction]
 fn status_json() -> Option<String> {
     let r = running()?;

@@ -199,3 +199,116 @@ fn rejects_are_bounded_and_counted_once() {
     );
     assert!(text.contains(&want), "{text}");
 }
+
+/// The pod's /livez and /v1/status for a view, through its router.
+fn get(view: PodView, path: &str) -> (u16, String) {
+    use tower::ServiceExt;
+    let (_tx, rx) = watch::channel(Arc::new(view));
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(async move {
+        let req = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+        let res = router(rx).oneshot(req).await.unwrap();
+        let code = res.status().as_u16();
+        let body = axum::body::to_bytes(res.into_body(), 1 << 24).await.unwrap();
+        (code, String::from_utf8(body.to_vec()).unwrap())
+    })
+}
+
+/// A live rank with an observed NIXL call past its deadline (its own
+/// /livez would be 503) fails the pod's /livez, which names the rank and
+/// the call; the document says the same, and it clears when the call
+/// returns. (Before: the pod's /livez looked only at its watcher.)
+#[test]
+fn a_rank_with_a_call_past_its_deadline_fails_the_pods_livez_naming_rank_and_call() {
+    use crate::model::{AgentId, Kind, MemType, Region};
+    use crate::observe::{Call, ObserveSettings, Observer, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let healthy = Observer::new(ObserveSettings::default());
+    let hung = Observer::with_probe(
+        ObserveSettings {
+            call_timeout: Some(Duration::from_millis(40)),
+            ..Default::default()
+        },
+        Box::new(crate::validate::NullProbe),
+    );
+    let _p0 = healthy.publish(dir.path(), 0).unwrap();
+    let _p1 = hung.publish(dir.path(), 1).unwrap();
+    let agent = AgentId::fresh();
+    hung.saw_agent(agent, "a", Vec::new);
+    let regions = [Region::new(0x1000, 64, 0)];
+    let call = Call {
+        agent,
+        group: "kv",
+        kind: &Kind::Kv,
+        mem_type: MemType::Dram,
+        device: 0,
+        backends: None,
+        regions: &regions,
+    };
+    let pending = hung.begin(&call);
+    let mut w = Watcher::new(dir.path().to_path_buf(), None);
+    let t0 = std::time::Instant::now();
+    let view = loop {
+        let v = w.pass(false);
+        if !v.liveness_failures.is_empty() {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never seen stuck");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let own = hung.status().liveness_failure().expect("its own /livez fails");
+    assert!(
+        own.starts_with("NIXL register of group kv past its deadline ("),
+        "{own}"
+    );
+    assert_eq!(view.liveness_failures.len(), 1, "{:?}", view.liveness_failures);
+    assert!(
+        view.liveness_failures[0].starts_with("rank 1: NIXL register of group kv past its deadline ("),
+        "{:?}",
+        view.liveness_failures
+    );
+    let (code, body) = get(view.clone(), "/livez");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.starts_with("rank 1: NIXL register of group kv past its deadline ("),
+        "{body}"
+    );
+    let (_, doc) = get(view, "/v1/status");
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["shape"], "zero_config_pod");
+    assert_eq!(doc["live"], false);
+    assert_eq!(doc["ranks"][1]["liveness_failure"].as_str(), Some(own.as_str()));
+    assert_eq!(doc["ranks"][0]["liveness_failure"], serde_json::Value::Null);
+
+    hung.end(pending, &call, None, Outcome::Registered);
+    let t0 = std::time::Instant::now();
+    let view = loop {
+        let v = w.pass(false);
+        if v.liveness_failures.is_empty() {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never cleared");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(get(view, "/livez").0, 200);
+}
+
+/// A watcher whose last pass is long ago (a slow or stalled pass) is
+/// reported in /v1/status and never fails /livez by itself while every
+/// rank is live. (Before: 503 after three intervals without a pass.)
+#[test]
+fn a_slow_watcher_is_reported_and_never_fails_livez_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = crate::observe::Observer::new(crate::observe::ObserveSettings::default());
+    let _p0 = o.publish(dir.path(), 0).unwrap();
+    let mut view = Watcher::new(dir.path().to_path_buf(), Some(1)).pass(false);
+    view.at = std::time::Instant::now() - Duration::from_secs(30);
+    let (code, body) = get(view.clone(), "/livez");
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+    let (_, doc) = get(view, "/v1/status");
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["shape"], "sidecar");
+    assert_eq!(doc["live"], true);
+    assert_eq!(doc["watcher"]["stalled"], true, "{doc}");
+    assert!(doc["watcher"]["last_pass_age_seconds"].as_f64().unwrap() >= 30.0);
+}
