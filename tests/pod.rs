@@ -750,6 +750,36 @@ fn status_is_one_schema_for_a_process_a_zero_config_pod_and_a_sidecar() {
     assert_eq!(doc["ranks"].as_array().unwrap().len(), 1);
     assert_eq!(doc["ranks"][0]["status"]["ready"], true, "{doc}");
     assert_eq!(doc["live"], true);
+    // Strict enough to catch a missing, renamed or extra key, at the top
+    // and in a rank.
+    let mutated = |f: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut d = doc.clone();
+        f(d.as_object_mut().unwrap());
+        d
+    };
+    let rank_mutated = |f: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut d = doc.clone();
+        f(d["ranks"][0].as_object_mut().unwrap());
+        d
+    };
+    for (what, bad) in [
+        ("ranks missing", mutated(&|m| drop(m.remove("ranks")))),
+        (
+            "ready renamed",
+            mutated(&|m| {
+                let v = m.remove("ready").unwrap();
+                m.insert("is_ready".into(), v);
+            }),
+        ),
+        ("an extra key", mutated(&|m| drop(m.insert("extra".into(), 1.into())))),
+        ("a rank's status missing", rank_mutated(&|m| drop(m.remove("status")))),
+        (
+            "an extra rank key",
+            rank_mutated(&|m| drop(m.insert("extra".into(), 1.into()))),
+        ),
+    ] {
+        assert!(support::status_schema_errors(&bad).is_err(), "{what} passes the schema");
+    }
     lone.signal("TERM");
     lone.wait_exit(Duration::from_secs(30));
 

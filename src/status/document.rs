@@ -63,8 +63,8 @@ pub struct Document<'a, S: Serialize> {
 /// One rank.
 #[derive(Debug, Clone, Serialize)]
 pub struct RankEntry<'a, S: Serialize> {
-    /// Its slot in the pod directory (a lone process that publishes
-    /// nowhere: `None`).
+    /// Its slot in the pod directory, the `rank` label its series carry in
+    /// this document's /metrics (a lone process: `None`, no label).
     pub rank: Option<u32>,
     pub pid: u32,
     /// A live process holds its slot.
@@ -128,9 +128,10 @@ pub fn liveness_failures<'a>(ranks: impl IntoIterator<Item = (Option<u32>, bool,
 }
 
 impl<'a> Document<'a, &'a super::Status> {
-    /// A lone process's document: a pod of one, its own recording.
+    /// A lone process's document: a pod of one, its own recording. Its
+    /// rank is `None`: its series carry no `rank` label (the slot it may
+    /// hold in a pod directory is its status's `pod.rank`).
     pub fn process(st: &'a super::Status, liveness: Option<&'a str>) -> Self {
-        let rank = st.pod.as_ref().and_then(|p| p.rank);
         Document {
             schema_version: SCHEMA_VERSION,
             shape: Shape::Process,
@@ -140,7 +141,7 @@ impl<'a> Document<'a, &'a super::Status> {
             dir: st.pod.as_ref().map(|p| p.dir.as_str()),
             ranks_expected: 1,
             ranks: vec![RankEntry {
-                rank,
+                rank: None,
                 pid: std::process::id(),
                 held: true,
                 alive: true,
