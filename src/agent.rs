@@ -30,7 +30,6 @@ use crate::datapath::MEMORY_BACKENDS;
 // Re-exported at the crate root as `nixl_agent::Router`, on purpose.
 use crate::http::{self, AppState};
 use crate::lifecycle::driver::{self, Control, DrainReport};
-use crate::lifecycle::watchdog::{Heartbeat, Watchdog};
 use crate::nixl::{self, Discovery, NixlRegistrar, NotFound, StderrTap};
 use crate::observe::{GroupConflict, ObserveSettings, Observer};
 use crate::plan::Plan;
@@ -222,12 +221,6 @@ impl Prepared {
 
         let agent_name = config.agent_name.clone();
         let groups: Vec<String> = plan.groups.iter().map(|g| g.name.clone()).collect();
-        let beat = Arc::new(Heartbeat::default());
-        let watchdog = Watchdog::new(
-            beat.clone(),
-            config.nixl_call_timeout,
-            plan.groups.iter().map(|g| g.name.clone()).collect(),
-        );
         // The canary also proves the data path, on NIXL agents of its own.
         let mover = plan
             .backends()
@@ -247,17 +240,17 @@ impl Prepared {
             Some(a) => NixlRegistrar::on_agent(a, loaded).with_tap(tap),
             None => NixlRegistrar::new(&agent_name, loaded).with_tap(tap),
         };
-        let (control, lifecycle) = match driver::spawn(make, plan, config.retry.clone(), rec.clone(), beat) {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = stop_tx.send(true);
-                if let Some((_, task)) = server {
-                    let _ = task.await;
+        let (control, lifecycle) =
+            match driver::spawn(make, plan, config.retry.clone(), rec.clone(), config.nixl_call_timeout) {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = stop_tx.send(true);
+                    if let Some((_, task)) = server {
+                        let _ = task.await;
+                    }
+                    return Err(StartError::Thread(e));
                 }
-                return Err(StartError::Thread(e));
-            }
-        };
-        tokio::spawn(watch_lifecycle(watchdog, rec.clone(), stop_tx.subscribe()));
+            };
         if let Some(every) = config.probe_interval {
             let ticker = canary.as_ref().and_then(Canary::ticker);
             tokio::spawn(probe(control.clone(), ticker, every, stop_tx.subscribe()));
@@ -302,18 +295,6 @@ async fn probe(
                     }
                 }
             }
-            _ = stop.changed() => return,
-        }
-    }
-}
-
-/// Looks at the lifecycle's heartbeat until the handle stops.
-async fn watch_lifecycle(mut watchdog: Watchdog, rec: Recorder, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(watchdog.period());
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => watchdog.check(Instant::now(), &rec),
             _ = stop.changed() => return,
         }
     }
@@ -507,6 +488,8 @@ impl DrainWait {
                 "dropped before the drain finished"
             );
         }
+        // The server stops only now (the recording's watchdog, while the
+        // drain runs on the lifecycle thread's recorder).
         let _ = self.stop.send(true);
         drop(self.canary);
     }

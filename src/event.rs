@@ -104,6 +104,14 @@ impl CallKind {
     }
 }
 
+/// Which NIXL call in flight an event is about: the slot of the thread
+/// that made it and when it started there (never two calls alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallKey {
+    pub slot: u64,
+    pub started: u64,
+}
+
 /// How the program learned a posted transfer ended.
 #[derive(Debug, Clone, Copy)]
 pub enum XferEnd<'a> {
@@ -189,6 +197,8 @@ pub enum Event<'a> {
     /// A NIXL call outlived `nixl_call_timeout`. Not a failure: the call
     /// is counted once, when it ends, with the reason it ends with.
     Stuck {
+        /// The call: its episode ends only with its own `Unstuck`.
+        call: CallKey,
         operation: CallKind,
         /// The group whose call it is, if any.
         group: Option<&'a str>,
@@ -196,11 +206,13 @@ pub enum Event<'a> {
     },
     /// That call returned at last.
     Unstuck {
+        call: CallKey,
         operation: CallKind,
         elapsed: Duration,
     },
-    /// Observed calls in flight, as the watchdog last saw them: the oldest
-    /// per operation (empty: none in flight).
+    /// NIXL calls in flight (the lifecycle's and observed ones), as the
+    /// recording's watchdog last saw them: the oldest per operation (empty:
+    /// none in flight).
     CallsInFlight {
         oldest: &'a [(CallKind, Duration)],
     },

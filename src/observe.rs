@@ -60,8 +60,10 @@ pub struct ObserveSettings {
     /// unless the operator said `NIXL_AGENT_EXPECT=none`).
     pub require_registration: bool,
     /// A deadline on every observed NIXL call: a call past it makes /livez
-    /// fail and `nixl_agent_lifecycle_stuck` 1 until it returns (a watchdog
-    /// thread looks). `None`: no watchdog.
+    /// fail and `nixl_agent_lifecycle_stuck` 1 until it returns (the
+    /// recording's one watchdog thread looks: a lifecycle's, when the
+    /// observer shares its recording). `None`: no deadline for this
+    /// observer's calls.
     pub call_timeout: Option<Duration>,
     /// A transfer in flight longer than this counts as stalled (once); the
     /// transfer watchdog starts with the first transfer posted.
@@ -126,8 +128,6 @@ struct Inner {
     /// The backends each agent was seen creating (its calls' `backend`
     /// label when a call does not name them).
     agent_backends: Mutex<HashMap<AgentId, Arc<[String]>>>,
-    /// The observed calls in flight, for the watchdog.
-    inflight: Arc<InFlight>,
     /// Set once an agent reported a backend (then `agent_backends` is read).
     any_agent_backends: AtomicBool,
     default_backends: Vec<String>,
@@ -175,13 +175,13 @@ pub struct Pending {
     labels: Arc<GroupLabels>,
     attempt: record::Attempted,
     /// The call in flight, for the watchdog, until it ends.
-    _mark: inflight::Mark,
+    _mark: record::Mark,
 }
 
 /// An observed NIXL call in flight (a deregistration), for the watchdog:
 /// the call is watched until this is dropped.
 #[must_use = "the call is watched until the mark is dropped"]
-pub struct CallMark(#[allow(dead_code)] inflight::Mark);
+pub struct CallMark(#[allow(dead_code)] record::Mark);
 
 /// A group name an observer cannot take: a group of the lifecycle's plan
 /// already has it.
@@ -243,7 +243,6 @@ impl Observer {
             capture: std::sync::OnceLock::new(),
             hook_failures: Mutex::new(HashSet::new()),
             agent_backends: Mutex::new(HashMap::new()),
-            inflight: Arc::new(InFlight::new()),
             any_agent_backends: AtomicBool::new(false),
             default_backends: settings_backends,
             xfer_watch: AtomicBool::new(false),
@@ -255,8 +254,10 @@ impl Observer {
         if o.0.settings.require_registration && o.0.settings.expect.is_empty() {
             o.0.rec.emit(&Event::AwaitRegistration);
         }
+        // The recording's one watchdog (a lifecycle's, when shared) holds
+        // this observer's calls to its deadline.
         if let Some(timeout) = o.0.settings.call_timeout {
-            inflight::watch(&o.0.inflight, o.0.rec.clone(), timeout);
+            o.0.rec.watch_calls(timeout);
         }
         // The stall threshold is part of the recording from the start.
         o.0.rec.emit(&Event::XferTick {
@@ -472,7 +473,7 @@ impl Observer {
         // An expected group is declared already (without labels); its
         // first call fixes them.
         self.declare(name, &kind, Some((*labels).clone()), false);
-        let flight = self.0.inflight.group_index(name);
+        let flight = self.0.rec.calls().group_index(name);
         names.push(Named {
             name: name.to_string(),
             flight,
@@ -493,7 +494,11 @@ impl Observer {
         let mut a = record::attempt(&labels, attempt, call.regions.len(), bytes, self.capture());
         // Timed like a lifecycle attempt: validation plus NIXL.
         let t0 = a.start_clock();
-        let mark = self.0.inflight.begin(CallKind::Register, Some(flight), t0);
+        let mark = self
+            .0
+            .rec
+            .calls()
+            .begin(CallKind::Register, Some(flight), t0, self.0.settings.call_timeout);
         Pending {
             labels,
             attempt: a,
@@ -611,7 +616,12 @@ impl Observer {
     /// call, then drop the mark and record it with
     /// [`Observer::deregistered`].
     pub fn deregistration_started(&self) -> CallMark {
-        CallMark(self.0.inflight.begin(CallKind::Deregister, None, Instant::now()))
+        CallMark(
+            self.0
+                .rec
+                .calls()
+                .begin(CallKind::Deregister, None, Instant::now(), self.0.settings.call_timeout),
+        )
     }
 
     /// Records a deregistration call of what one registration call on
@@ -657,7 +667,6 @@ fn joined(label: &str, backends: &[String]) -> bool {
     backends.iter().all(|b| parts.next() == Some(b.as_str())) && parts.next().is_none()
 }
 
-mod inflight;
 #[cfg(test)]
 mod tests;
 mod transports;
@@ -665,5 +674,3 @@ mod xfer_calls;
 
 pub use crate::model::Transfer;
 pub use xfer_calls::{XferPoll, DEFAULT_STALL_AFTER};
-
-use inflight::InFlight;

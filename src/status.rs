@@ -7,7 +7,7 @@
 //! [`document`]: the /v1/status document that carries it, one schema for a
 //! process and a pod.
 
-use crate::event::Source;
+use crate::event::{CallKey, Source};
 use crate::model::{AgentId, DirRefusal, Failure, GroupState, Phase, Reason};
 use serde::Serialize;
 
@@ -134,14 +134,17 @@ pub struct GroupStatus {
 /// A NIXL call past its deadline.
 #[derive(Debug, Clone, Serialize)]
 pub struct Stuck {
+    /// Which call: its episode ends only when this call returns.
+    #[serde(skip)]
+    pub(crate) call: CallKey,
     pub operation: String,
     pub group: Option<String>,
     /// How long it had run when the deadline passed.
     pub seconds: f64,
 }
 
-/// The oldest observed NIXL call in flight of one operation, as the
-/// watchdog last saw it (at most a second ago).
+/// The oldest NIXL call in flight of one operation, the lifecycle's or an
+/// observed one, as the watchdog last saw it (at most a second ago).
 #[derive(Debug, Clone, Serialize)]
 pub struct InFlightCall {
     pub operation: &'static str,
@@ -160,10 +163,12 @@ pub struct Status {
     pub time_to_ready_seconds: Option<f64>,
     pub memlock_limit_bytes: Option<u64>,
     pub nixl: NixlStatus,
-    /// A NIXL call past `nixl_call_timeout`, the lifecycle's or an observed
-    /// one (/livez fails).
-    pub stuck: Option<Stuck>,
-    /// Observed calls in flight (oldest per operation).
+    /// Every NIXL call past its deadline (`nixl_call_timeout`), the
+    /// lifecycle's or an observed one, in the order they passed it (/livez
+    /// fails, naming each).
+    pub stuck: Vec<Stuck>,
+    /// NIXL calls in flight, the lifecycle's and observed ones (oldest per
+    /// operation).
     pub in_flight: Vec<InFlightCall>,
     /// The lifecycle thread died (/livez fails).
     pub lifecycle_dead: bool,
@@ -385,7 +390,7 @@ impl Status {
             time_to_ready_seconds: None,
             memlock_limit_bytes: None,
             nixl: NixlStatus::default(),
-            stuck: None,
+            stuck: Vec::new(),
             in_flight: Vec::new(),
             lifecycle_dead: false,
             awaits_registration: false,
@@ -407,7 +412,7 @@ impl Status {
     /// registered. Derived from the snapshot, never stored apart from it.
     pub fn derive_ready(&self) -> bool {
         self.nixl.available
-            && self.stuck.is_none()
+            && self.stuck.is_empty()
             && !self.lifecycle_dead
             && self.phase == Phase::Running
             && self
@@ -430,15 +435,24 @@ impl Status {
         if self.lifecycle_dead {
             return Some("lifecycle thread died".to_string());
         }
-        self.stuck.as_ref().map(|s| {
-            let group = s.group.as_deref().map(|g| format!(" of group {g}")).unwrap_or_default();
-            let ran = if s.seconds >= 0.1 {
-                format!("{:.1} s", s.seconds)
-            } else {
-                format!("{:.0} ms", s.seconds * 1000.0)
-            };
-            format!("NIXL {}{group} past its deadline ({ran})", s.operation)
-        })
+        if self.stuck.is_empty() {
+            return None;
+        }
+        // One line, every stuck call (a pod prefixes it with the rank).
+        let calls: Vec<String> = self
+            .stuck
+            .iter()
+            .map(|s| {
+                let group = s.group.as_deref().map(|g| format!(" of group {g}")).unwrap_or_default();
+                let ran = if s.seconds >= 0.1 {
+                    format!("{:.1} s", s.seconds)
+                } else {
+                    format!("{:.0} ms", s.seconds * 1000.0)
+                };
+                format!("NIXL {}{group} past its deadline ({ran})", s.operation)
+            })
+            .collect();
+        Some(calls.join("; "))
     }
 
     /// The checks /readyz reports, in order.
@@ -488,7 +502,7 @@ impl Status {
                 fix: None,
             });
         }
-        if self.stuck.is_some() || self.lifecycle_dead {
+        if !self.stuck.is_empty() || self.lifecycle_dead {
             out.push(Check {
                 name: CHECK_LIFECYCLE.to_string(),
                 failure: Some(

@@ -553,15 +553,19 @@ impl State {
                 }
             }
             Event::Stuck {
+                call,
                 operation,
                 group,
                 elapsed,
             } => {
-                s.stuck = Some(Stuck {
-                    operation: operation.as_str().to_string(),
-                    group: group.map(str::to_string),
-                    seconds: elapsed.as_secs_f64(),
-                });
+                if !s.stuck.iter().any(|x| x.call == *call) {
+                    s.stuck.push(Stuck {
+                        call: *call,
+                        operation: operation.as_str().to_string(),
+                        group: group.map(str::to_string),
+                        seconds: elapsed.as_secs_f64(),
+                    });
+                }
                 if let Some(i) = group.and_then(|g| self.group_index(g)) {
                     out.group = Some(i);
                     // The reason the group is not ready while the call runs;
@@ -578,7 +582,8 @@ impl State {
                     }
                 }
             }
-            Event::Unstuck { .. } => s.stuck = None,
+            // Only its own call's episode ends.
+            Event::Unstuck { call, .. } => s.stuck.retain(|x| x.call != *call),
             Event::CallsInFlight { oldest } => {
                 s.in_flight = oldest
                     .iter()

@@ -11,16 +11,14 @@
 
 use super::machine::{Action, Input, Machine, Phase};
 use super::registration::{declaration, Backends, Registration};
-use super::watchdog::{Heartbeat, Operation};
 use super::Registrar;
 use crate::config::RetryConfig;
-use crate::event::{Event, GroupProgress};
+use crate::event::{CallKind as Operation, Event, GroupProgress};
 use crate::model::{MemType, Reason};
 use crate::plan::Plan;
-use crate::record::Recorder;
+use crate::record::{Mark, Recorder};
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
 
@@ -57,18 +55,23 @@ pub struct Driver<R: Registrar> {
     backends: Backends,
     timers: Vec<(Instant, usize)>,
     control: Receiver<Control>,
-    beat: Arc<Heartbeat>,
+    /// Each NIXL call is marked in the recording's in-flight table, held
+    /// to this deadline by the recording's watchdog.
+    deadline: Option<Duration>,
+    /// Each group's name index in that table.
+    flight: Vec<u32>,
 }
 
 /// Starts the lifecycle thread. `make_registrar` runs on that thread, so the
 /// registrar need not be `Send`.
-/// `beat` is marked around every NIXL call, for the watchdog.
+/// Every NIXL call is held to `deadline` by the recording's watchdog; a
+/// thread that panics is recorded as [`Event::LifecycleDied`].
 pub fn spawn<R, F>(
     make_registrar: F,
     plan: Plan,
     retry: RetryConfig,
     rec: Recorder,
-    beat: Arc<Heartbeat>,
+    deadline: Duration,
 ) -> std::io::Result<(Sender<Control>, std::thread::JoinHandle<DrainReport>)>
 where
     R: Registrar,
@@ -79,19 +82,22 @@ where
     for spec in &plan.groups {
         rec.emit(&Event::GroupDeclared(&declaration(spec)));
     }
+    rec.watch_calls(deadline);
     let (tx, rx) = std::sync::mpsc::channel();
     let handle = std::thread::Builder::new()
         .name("nixl-lifecycle".into())
         .spawn(move || {
-            let died = beat.clone();
+            let died = rec.clone();
             let run = std::panic::AssertUnwindSafe(move || {
                 let registrar = make_registrar();
-                Driver::new(registrar, plan, retry, rec, rx).with_heartbeat(beat).run()
+                Driver::new(registrar, plan, retry, rec, rx)
+                    .with_deadline(deadline)
+                    .run()
             });
             match std::panic::catch_unwind(run) {
                 Ok(report) => report,
                 Err(panic) => {
-                    died.died();
+                    died.emit(&Event::LifecycleDied);
                     std::panic::resume_unwind(panic)
                 }
             }
@@ -103,6 +109,7 @@ impl<R: Registrar> Driver<R> {
     /// Declares the plan's groups to the recorder (idempotent).
     pub fn new(registrar: R, plan: Plan, retry: RetryConfig, rec: Recorder, control: Receiver<Control>) -> Self {
         let required: Vec<bool> = plan.groups.iter().map(|g| g.required).collect();
+        let flight = plan.groups.iter().map(|g| rec.calls().group_index(&g.name)).collect();
         let slots = plan
             .groups
             .iter()
@@ -120,14 +127,22 @@ impl<R: Registrar> Driver<R> {
             backends: Backends::default(),
             timers: Vec::new(),
             control,
-            beat: Arc::default(),
+            deadline: None,
+            flight,
         }
     }
 
-    /// Marks NIXL calls in `beat` (a watchdog reads it).
-    pub fn with_heartbeat(mut self, beat: Arc<Heartbeat>) -> Self {
-        self.beat = beat;
+    /// Holds every NIXL call to `deadline` (the recording's watchdog looks;
+    /// without it calls are marked in flight, with no deadline).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
         self
+    }
+
+    /// Marks a NIXL call in flight until the mark drops.
+    fn mark(&self, operation: Operation, group: Option<usize>) -> Mark {
+        let group = group.and_then(|g| self.flight.get(g).copied());
+        self.rec.calls().begin(operation, group, Instant::now(), self.deadline)
     }
 
     /// Runs until shutdown is requested (or the control channel closes) and
@@ -153,17 +168,17 @@ impl<R: Registrar> Driver<R> {
                 }
                 match action {
                     Action::Preflight => {
-                        self.beat.begin(Operation::Preflight, None);
+                        let mark = self.mark(Operation::Preflight, None);
                         let r = self.preflight();
-                        self.beat.end();
+                        drop(mark);
                         queue.extend(self.step(Input::PreflightFinished(r)));
                     }
                     Action::Register { group, attempt } => {
                         // Whatever timer was pending for the group is stale now.
                         self.timers.retain(|(_, g)| *g != group);
-                        self.beat.begin(Operation::Register, Some(group));
+                        let mark = self.mark(Operation::Register, Some(group));
                         let result = self.attempt(group, attempt);
-                        self.beat.end();
+                        drop(mark);
                         queue.extend(self.step(Input::AttemptFinished { group, result }));
                     }
                     Action::ScheduleRetry { group, after } => {
@@ -178,14 +193,14 @@ impl<R: Registrar> Driver<R> {
                     }
                     Action::Deregister { group } => {
                         self.timers.retain(|(_, g)| *g != group);
-                        self.beat.begin(Operation::Deregister, Some(group));
+                        let mark = self.mark(Operation::Deregister, Some(group));
                         self.deregister(group);
-                        self.beat.end();
+                        drop(mark);
                     }
                     Action::Drain => {
-                        self.beat.begin(Operation::Drain, None);
+                        let mark = self.mark(Operation::Drain, None);
                         report = self.drain();
-                        self.beat.end();
+                        drop(mark);
                         queue.extend(self.step(Input::DrainFinished));
                     }
                     Action::Stop => return report,

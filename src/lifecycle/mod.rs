@@ -9,7 +9,6 @@ pub mod driver;
 pub mod group;
 pub mod machine;
 pub mod registration;
-pub mod watchdog;
 
 pub use crate::model::{Failure, RuntimeFacts};
 use crate::plan::{GroupSpec, Region};

@@ -11,8 +11,10 @@
 //! recorded state, a metric update or a log line.
 
 mod attempt;
+pub(crate) mod watchdog;
 
 pub use attempt::{attempt, Attempted, Capture, NoCapture};
+pub(crate) use watchdog::{InFlight, Mark};
 
 use crate::event::Event;
 use crate::ledger::{Applied, Bounds, Ledger};
@@ -23,11 +25,13 @@ use crate::telemetry::{events as log, Metrics};
 use std::time::Instant;
 
 /// Applies events to the ledger and projects them. Cheap to clone; every
-/// clone records into the same ledger and registry.
+/// clone records into the same ledger and registry, and marks its NIXL
+/// calls in the same in-flight table (one watchdog per recording).
 #[derive(Clone)]
 pub struct Recorder {
     metrics: Metrics,
     ledger: Ledger,
+    calls: InFlight,
 }
 
 impl Recorder {
@@ -44,7 +48,11 @@ impl Recorder {
         };
         let ledger = Ledger::new(status, started, bounds);
         let metrics = Metrics::new(build, &ledger);
-        Recorder { metrics, ledger }
+        Recorder {
+            metrics,
+            ledger,
+            calls: InFlight::new(),
+        }
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -53,6 +61,19 @@ impl Recorder {
 
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// The NIXL calls in flight of this recording: the lifecycle's and
+    /// every observer's, marked in one table.
+    pub(crate) fn calls(&self) -> &InFlight {
+        &self.calls
+    }
+
+    /// Watches this recording's calls, looking often enough for
+    /// `deadline` (each call is held to the deadline it was marked with):
+    /// one watchdog thread per recording, started by the first caller.
+    pub(crate) fn watch_calls(&self, deadline: std::time::Duration) {
+        watchdog::watch(self, deadline);
     }
 
     /// Records one event: applied to the ledger and projected onto the

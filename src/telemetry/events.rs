@@ -185,6 +185,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             operation,
             group,
             elapsed,
+            ..
         } => tracing::error!(
             operation = operation.as_str(),
             group = *group,
@@ -192,7 +193,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             reason = Reason::Timeout.as_str(),
             "a NIXL call is past its deadline: not ready, /livez failing until it returns"
         ),
-        Event::Unstuck { operation, elapsed } => tracing::warn!(
+        Event::Unstuck { operation, elapsed, .. } => tracing::warn!(
             operation = operation.as_str(),
             elapsed_ms = elapsed.as_millis() as u64,
             "the NIXL call past its deadline returned"

@@ -217,7 +217,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
     let mut nixl = Out::new(names::NIXL_AVAILABLE, GAUGE);
     nixl.gauge(Vec::new(), f64::from(u8::from(s.nixl.available)));
     let mut stuck = Out::new(names::LIFECYCLE_STUCK, GAUGE);
-    stuck.gauge(Vec::new(), f64::from(u8::from(s.stuck.is_some() || s.lifecycle_dead)));
+    stuck.gauge(Vec::new(), f64::from(u8::from(!s.stuck.is_empty() || s.lifecycle_dead)));
     let mut memlock = Out::new(names::MEMLOCK_LIMIT_BYTES, GAUGE);
     memlock.gauge(Vec::new(), s.memlock_limit_bytes.map_or(f64::INFINITY, |b| b as f64));
     let mut exempt = Out::new(names::MEMLOCK_EXEMPT, GAUGE);

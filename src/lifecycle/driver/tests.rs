@@ -9,7 +9,7 @@ use crate::status::NixlStatus;
 use crate::telemetry::metrics::BuildInfo;
 use crate::validate::{MemoryProbe, NullProbe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A registrar whose every registration takes `delay`, is counted, and
 /// fails when `fail` says so.
@@ -192,7 +192,7 @@ fn the_duration_excludes_allocation_and_attempts_that_never_reached_nixl() {
 /// succeeds, 1 when it then fails.
 #[test]
 fn a_stuck_call_is_counted_once_when_it_ends() {
-    use crate::lifecycle::watchdog::{Heartbeat, Watchdog};
+    use crate::record::watchdog::Watchdog;
     for fail in [false, true] {
         let plan = Plan {
             groups: vec![
@@ -206,23 +206,22 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
             max_attempts: 1,
         };
         let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
-        let beat = Arc::new(Heartbeat::default());
-        let mut watchdog = Watchdog::new(beat.clone(), Duration::from_millis(50), vec!["kv".into()]);
+        let mut watchdog = Watchdog::default();
         let registrar = Scripted {
             calls: Arc::default(),
             delay: Duration::from_millis(400),
             fail,
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        let driver = Driver::new(registrar, plan, retry, rec.clone(), rx).with_heartbeat(beat);
+        let driver = Driver::new(registrar, plan, retry, rec.clone(), rx).with_deadline(Duration::from_millis(50));
         let thread = std::thread::spawn(move || driver.run());
         let t0 = Instant::now();
         let mut saw_stuck = false;
         let mut checked_while_running = false;
         loop {
-            watchdog.check(Instant::now(), &rec);
+            watchdog.check(rec.calls(), Instant::now(), &rec);
             let s = rec.ledger().snapshot();
-            if s.stuck.is_some() {
+            if !s.stuck.is_empty() {
                 saw_stuck = true;
                 assert!(!s.ready);
                 assert_eq!(
@@ -245,7 +244,7 @@ fn a_stuck_call_is_counted_once_when_it_ends() {
                     );
                 }
             }
-            if s.groups[0].attempts == 1 && s.groups[0].state != GroupState::Registering && s.stuck.is_none() {
+            if s.groups[0].attempts == 1 && s.groups[0].state != GroupState::Registering && s.stuck.is_empty() {
                 break;
             }
             assert!(t0.elapsed() < Duration::from_secs(10), "{s:#?}");

@@ -1,0 +1,220 @@
+//! The one watchdog of a recording, driven with explicit instants: stuck
+//! episodes keyed by call, slots freed with their threads.
+
+use super::*;
+use crate::status::NixlStatus;
+use crate::telemetry::exposition::Format;
+use crate::telemetry::metrics::BuildInfo;
+use std::sync::mpsc;
+
+fn recorder() -> Recorder {
+    Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now())
+}
+
+fn stuck_gauge(rec: &Recorder) -> String {
+    let text = rec.metrics().encode(Format::Text);
+    text.lines()
+        .find(|l| l.starts_with("nixl_agent_lifecycle_stuck "))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A call held on a thread of its own until told to return.
+struct Held {
+    done: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Held {
+    fn start(calls: &InFlight, op: CallKind, group: Option<&str>, at: Instant, deadline: Duration) -> Held {
+        let calls = calls.clone();
+        let group = group.map(|g| calls.group_index(g));
+        let (done, wait) = mpsc::channel::<()>();
+        let (marked, is_marked) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let mark = calls.begin(op, group, at, Some(deadline));
+            marked.send(()).unwrap();
+            let _ = wait.recv();
+            drop(mark);
+        });
+        is_marked.recv().unwrap();
+        Held { done, thread }
+    }
+
+    fn returns(self) {
+        self.done.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
+/// The lifecycle's call and an observed one are both past their deadlines;
+/// the observed one returns: /livez still fails, naming the lifecycle's.
+/// (Two watchdogs writing one field let the observed call's end clear the
+/// lifecycle's episode: /livez was 200 while the lifecycle was wedged.)
+#[test]
+fn one_stuck_call_ending_leaves_the_other_stuck_and_named() {
+    let rec = recorder();
+    let calls = rec.calls().clone();
+    let t0 = Instant::now();
+    // The lifecycle thread's registration of its planned group `kv`, and
+    // an observed deregistration (no group), each on its own thread.
+    let lifecycle = Held::start(&calls, CallKind::Register, Some("kv"), t0, Duration::from_millis(100));
+    let observed = Held::start(&calls, CallKind::Deregister, None, t0, Duration::from_millis(40));
+    let mut dog = Watchdog::default();
+    dog.check(&calls, t0 + Duration::from_millis(50), &rec);
+    let s = rec.ledger().snapshot();
+    assert_eq!(
+        s.stuck.len(),
+        1,
+        "only the observed call is past its deadline: {:?}",
+        s.stuck
+    );
+    dog.check(&calls, t0 + Duration::from_millis(150), &rec);
+    let s = rec.ledger().snapshot();
+    let why = s.liveness_failure().expect("both stuck");
+    assert!(why.contains("NIXL register of group kv past its deadline"), "{why}");
+    assert!(why.contains("NIXL deregister past its deadline"), "{why}");
+    assert_eq!(s.stuck.len(), 2);
+    assert!(!s.ready);
+    assert_eq!(stuck_gauge(&rec), "nixl_agent_lifecycle_stuck 1");
+
+    observed.returns();
+    dog.check(&calls, t0 + Duration::from_millis(300), &rec);
+    let s = rec.ledger().snapshot();
+    let why = s.liveness_failure().expect("the lifecycle's call is still stuck");
+    assert!(why.starts_with("NIXL register of group kv past its deadline ("), "{why}");
+    assert!(!why.contains("deregister"), "only the call still stuck: {why}");
+    assert!(s.checks().iter().any(|c| c.name == crate::status::CHECK_LIFECYCLE));
+    assert_eq!(
+        stuck_gauge(&rec),
+        "nixl_agent_lifecycle_stuck 1",
+        "one stuck call is enough"
+    );
+    // Looking again reports nothing twice.
+    dog.check(&calls, t0 + Duration::from_millis(400), &rec);
+    assert_eq!(rec.ledger().snapshot().stuck.len(), 1);
+
+    lifecycle.returns();
+    dog.check(&calls, t0 + Duration::from_millis(500), &rec);
+    let s = rec.ledger().snapshot();
+    assert!(s.liveness_failure().is_none(), "{:?}", s.stuck);
+    assert!(s.in_flight.is_empty());
+    assert_eq!(stuck_gauge(&rec), "nixl_agent_lifecycle_stuck 0");
+}
+
+/// A thread's next call is a new episode with a deadline of its own, even
+/// when the watchdog never saw the slot idle in between.
+#[test]
+fn a_threads_next_call_is_a_new_episode() {
+    let rec = recorder();
+    let calls = rec.calls().clone();
+    let mut dog = Watchdog::default();
+    let t0 = Instant::now();
+    let first = calls.begin(CallKind::Register, None, t0, Some(Duration::from_millis(10)));
+    dog.check(&calls, t0 + Duration::from_millis(20), &rec);
+    let key = rec.ledger().snapshot().stuck[0].call;
+    drop(first);
+    // Started at the same instant: still another call.
+    let second = calls.begin(CallKind::Register, None, t0, Some(Duration::from_secs(3600)));
+    dog.check(&calls, t0 + Duration::from_millis(30), &rec);
+    let s = rec.ledger().snapshot();
+    assert!(s.stuck.is_empty(), "the first call's episode ended: {:?}", s.stuck);
+    assert_eq!(s.in_flight.len(), 1, "the second call is in flight");
+    drop(second);
+    let third = calls.begin(CallKind::Register, None, Instant::now(), Some(Duration::from_millis(1)));
+    dog.check(&calls, Instant::now() + Duration::from_millis(5), &rec);
+    assert_ne!(rec.ledger().snapshot().stuck[0].call, key);
+    drop(third);
+}
+
+/// A call with no deadline is in flight, never stuck.
+#[test]
+fn a_call_without_a_deadline_is_shown_never_stuck() {
+    let rec = recorder();
+    let calls = rec.calls().clone();
+    let mut dog = Watchdog::default();
+    let t0 = Instant::now();
+    let m = calls.begin(CallKind::Drain, None, t0, None);
+    dog.check(&calls, t0 + Duration::from_secs(3600), &rec);
+    let s = rec.ledger().snapshot();
+    assert!(s.stuck.is_empty());
+    assert_eq!(s.in_flight[0].operation, "drain");
+    drop(m);
+}
+
+/// Thread-pool churn: every thread that ever made a call took a slot; the
+/// slots of threads that ended are freed, so the table the watchdog scans
+/// stays as large as the threads alive.
+#[test]
+fn slots_of_ended_threads_are_freed() {
+    let calls = InFlight::new();
+    for round in 0..20 {
+        let threads: Vec<_> = (0..10)
+            .map(|_| {
+                let calls = calls.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..3 {
+                        drop(calls.begin(CallKind::Register, None, Instant::now(), None));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(calls.slots(), 0, "round {round}: no thread alive holds a slot");
+    }
+    // A live thread keeps its one slot across calls.
+    drop(calls.begin(CallKind::Register, None, Instant::now(), None));
+    drop(calls.begin(CallKind::Deregister, None, Instant::now(), None));
+    assert_eq!(calls.slots(), 1);
+    assert!(calls.look(Instant::now()).is_empty());
+}
+
+/// A thread that made calls under many recordings keeps no slot of those
+/// that are gone.
+#[test]
+fn a_threads_slots_of_dropped_tables_are_freed() {
+    for _ in 0..100 {
+        let calls = InFlight::new();
+        drop(calls.begin(CallKind::Register, None, Instant::now(), None));
+    }
+    let kept = SLOTS.with(|s| s.borrow().len());
+    assert!(kept <= 1, "{kept} slots kept for dropped tables");
+}
+
+/// The watchdog thread runs once per recording and ends with it.
+#[test]
+fn the_watchdog_thread_ends_with_the_recording() {
+    let rec = recorder();
+    watch(&rec, Duration::from_millis(20));
+    watch(&rec, Duration::from_millis(40));
+    let ledger = rec.ledger().clone();
+    let m = rec.calls().begin(
+        CallKind::Register,
+        None,
+        Instant::now(),
+        Some(Duration::from_millis(20)),
+    );
+    let t0 = Instant::now();
+    while ledger.snapshot().stuck.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never flagged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(m);
+    while !ledger.snapshot().stuck.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never cleared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let weak = Arc::downgrade(&rec.calls.0);
+    drop(rec);
+    // The watchdog holds the table only during a look.
+    let t0 = Instant::now();
+    while weak.strong_count() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the table outlived its recording"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
