@@ -227,8 +227,11 @@ impl Prepared {
             .into_iter()
             .find(|b| MEMORY_BACKENDS.contains(&b.as_str()));
         let canary = match (&agent, config.probe_interval, loaded.is_ok(), mover.as_ref()) {
-            (None, Some(_), true, Some(backend)) => match Canary::spawn(rec.clone(), backend.clone()) {
-                Ok(c) => Some(c),
+            (None, Some(every), true, Some(backend)) => match Canary::spawn(rec.clone(), backend.clone()) {
+                Ok(c) => {
+                    rec.emit(&crate::event::Event::CanaryStarted { interval: every });
+                    Some(c)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "canary transfers off: cannot start their thread");
                     None

@@ -117,3 +117,65 @@ fn rounds(rec: Recorder, backend: &str, ticks: Receiver<()>, stop: &AtomicBool) 
         }));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Failure, Reason};
+    use crate::status::NixlStatus;
+    use crate::telemetry::exposition::Format;
+    use crate::telemetry::metrics::BuildInfo;
+
+    fn sample(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// Freshness: the interval from the round thread's start, the time of
+    /// the last round that ended (ok or not) from the first round — what
+    /// NixlCanaryRoundsStopped compares.
+    #[test]
+    fn each_round_that_ends_stamps_its_time() {
+        let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+        let text = rec.metrics().encode(Format::Text);
+        assert_eq!(
+            sample(&text, "nixl_agent_probe_interval_seconds"),
+            None,
+            "not a canary yet"
+        );
+        rec.emit(&Event::CanaryStarted {
+            interval: Duration::from_secs(60),
+        });
+        let text = rec.metrics().encode(Format::Text);
+        assert_eq!(sample(&text, "nixl_agent_probe_interval_seconds"), Some(60.0));
+        assert_eq!(sample(&text, "nixl_agent_probe_transfer_up"), None, "no round yet");
+        assert_eq!(
+            sample(&text, "nixl_agent_probe_transfer_last_round_timestamp_seconds"),
+            None
+        );
+        let probe = rec.ledger().snapshot().probe.clone().expect("a canary");
+        assert_eq!((probe.up, probe.last_round_unix_seconds), (None, None));
+
+        for failure in [
+            None,
+            Some(Failure::new(Reason::Timeout, "a transfer stayed in progress")),
+        ] {
+            let before = crate::ledger::counts::unix_now();
+            rec.emit(&Event::ProbeTransfer(&ProbeRound {
+                failure: failure.clone(),
+                bytes_per_second: [0.0; 2],
+                elapsed: Duration::from_millis(3),
+            }));
+            let text = rec.metrics().encode(Format::Text);
+            let stamp = sample(&text, "nixl_agent_probe_transfer_last_round_timestamp_seconds").expect("stamped");
+            assert!(stamp >= before && stamp <= crate::ledger::counts::unix_now(), "{stamp}");
+            let up = if failure.is_none() { 1.0 } else { 0.0 };
+            assert_eq!(sample(&text, "nixl_agent_probe_transfer_up"), Some(up));
+            let probe = rec.ledger().snapshot().probe.clone().unwrap();
+            let said = probe.last_round_unix_seconds.expect("/v1/status says it too");
+            assert!((said - stamp).abs() < 1e-3, "{said} vs {stamp}");
+            assert_eq!(probe.interval_seconds, 60.0);
+        }
+    }
+}

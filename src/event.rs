@@ -138,6 +138,11 @@ pub enum Event<'a> {
     GroupDeclared(&'a GroupDecl),
     /// The node canary's loopback round ended.
     ProbeTransfer(&'a ProbeRound),
+    /// The node canary's round thread started: a round is due every
+    /// `interval` from now on (its freshness is judged against it).
+    CanaryStarted {
+        interval: Duration,
+    },
     MemlockObserved {
         soft_limit: Option<u64>,
         exempt: bool,

@@ -181,8 +181,8 @@ pub struct Status {
     pub agents: Vec<AgentStatus>,
     /// The data path: transfers, peers, notifications.
     pub transfers: TransferStatus,
-    /// The node canary's loopback rounds (`None` before the first, and
-    /// outside a canary).
+    /// The node canary's loopback rounds (`None` outside a canary, and
+    /// before its round thread started).
     pub probe: Option<ProbeStatus>,
     /// The pod directory this process publishes to, or was given and
     /// refused (`None` outside a pod).
@@ -204,8 +204,14 @@ pub struct PodStatus {
 /// The node canary's loopback transfer rounds.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ProbeStatus {
-    /// The last round moved its bytes and they compared equal.
-    pub up: bool,
+    /// The last round moved its bytes and they compared equal (`None`
+    /// before the first round).
+    pub up: Option<bool>,
+    /// A round is due every this many seconds (`probe_interval`).
+    pub interval_seconds: f64,
+    /// Unix time the last round ended, whatever its outcome (`None` before
+    /// the first): a canary whose thread hangs or died stops moving it.
+    pub last_round_unix_seconds: Option<f64>,
     pub rounds_ok: u64,
     pub rounds_failed: u64,
     /// Failed rounds by reason, in the order first seen.
@@ -226,9 +232,11 @@ pub struct ProbeFailures {
 
 impl ProbeStatus {
     /// Applies one round (the ledger's only writer of it).
-    pub fn apply(&mut self, failure: Option<&Failure>, bytes_per_second: [f64; 2], seconds: f64) {
-        self.up = failure.is_none();
+    /// `now_unix`: when it ended.
+    pub fn apply(&mut self, failure: Option<&Failure>, bytes_per_second: [f64; 2], seconds: f64, now_unix: f64) {
+        self.up = Some(failure.is_none());
         self.last_seconds = seconds;
+        self.last_round_unix_seconds = Some(now_unix);
         match failure {
             None => {
                 self.rounds_ok += 1;

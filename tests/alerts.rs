@@ -17,7 +17,7 @@ const RULES: &str = "alerts/nixl-agent.rules.yml";
 const RUNBOOKS: &str = "docs/runbooks.md";
 
 /// The alerts the issue asks for, at least.
-const REQUIRED: [&str; 17] = [
+const REQUIRED: [&str; 18] = [
     "NixlRegistrationFailing",
     "NixlAgentNotReady",
     "NixlAgentDown",
@@ -34,6 +34,7 @@ const REQUIRED: [&str; 17] = [
     "NixlPeerLost",
     "NixlPeerMetadataRejected",
     "NixlCanaryDataPathBroken",
+    "NixlCanaryRoundsStopped",
     "NixlTransferTcpFallback",
 ];
 

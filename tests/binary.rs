@@ -419,9 +419,21 @@ fn canary_reregisters_every_probe_interval_and_says_it_is_a_canary() {
             .value();
         assert!(bps > 1e6, "{op}: {bps} B/s for a 1 MiB loopback transfer");
     }
+    // Freshness: the interval, and when the last round ended (now-ish).
+    assert_eq!(s.metric("nixl_agent_probe_interval_seconds").value(), 1.0);
+    let stamp = s
+        .metric("nixl_agent_probe_transfer_last_round_timestamp_seconds")
+        .value();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(stamp > now - 10.0 && stamp <= now + 1.0, "{stamp} vs now {now}");
     // /v1/status says the same: the one record the families render from.
     let probe = &agent.status()["probe"];
     assert_eq!(probe["up"], true, "{probe}");
+    assert_eq!(probe["interval_seconds"], 1.0, "{probe}");
+    assert!(probe["last_round_unix_seconds"].as_f64().unwrap() >= stamp, "{probe}");
     assert!(probe["rounds_ok"].as_u64().unwrap() >= 2, "{probe}");
     assert!(probe["last_error"].is_null(), "{probe}");
     // The canary moves no KV: no data-path families of a serving process.
@@ -489,6 +501,7 @@ fn a_canary_whose_loopback_fails_says_so_by_reason() {
     plain.wait_ready(READY);
     let s = plain.scrape();
     assert!(s.metric("nixl_agent_probe_transfer_up").samples().is_empty());
+    assert!(s.metric("nixl_agent_probe_interval_seconds").samples().is_empty());
     assert!(plain.status()["probe"].is_null());
 }
 

@@ -546,7 +546,11 @@ impl State {
                 r.failure.as_ref(),
                 r.bytes_per_second,
                 r.elapsed.as_secs_f64(),
+                counts::unix_now(),
             ),
+            Event::CanaryStarted { interval } => {
+                s.probe.get_or_insert_with(Default::default).interval_seconds = interval.as_secs_f64();
+            }
             Event::DrainStarted => {
                 if s.phase != Phase::Stopped {
                     s.phase = Phase::Draining;

@@ -324,6 +324,10 @@ fn line(e: &Event<'_>, applied: &Applied) {
                 "canary loopback transfer failed: this node's data path is broken"
             ),
         },
+        Event::CanaryStarted { interval } => tracing::info!(
+            interval_ms = interval.as_millis() as u64,
+            "canary transfers: a loopback round every probe interval, half an interval after the registrations"
+        ),
         Event::DrainStarted => tracing::info!("shutdown requested: not ready, deregistering"),
         Event::DrainFinished {
             deregistered,

@@ -60,6 +60,8 @@ pub const PROBE_TRANSFER_UP: &str = "nixl_agent_probe_transfer_up";
 pub const PROBE_TRANSFERS_TOTAL: &str = "nixl_agent_probe_transfers_total";
 pub const PROBE_TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_probe_transfer_failures_total";
 pub const PROBE_TRANSFER_BYTES_PER_SECOND: &str = "nixl_agent_probe_transfer_bytes_per_second";
+pub const PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS: &str = "nixl_agent_probe_transfer_last_round_timestamp_seconds";
+pub const PROBE_INTERVAL_SECONDS: &str = "nixl_agent_probe_interval_seconds";
 
 /// The labels every per-group family carries, in this order (some add one
 /// more: `reason` or `state`), so that any two can be joined on them.
@@ -356,6 +358,18 @@ pub const FAMILIES: &[Family] = &[
         &["op"],
         "Node canary only: the last successful round's bandwidth of the 1 MiB transfer, by op (read, write).",
     ),
+    Family::new(
+        PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS,
+        Type::Gauge,
+        &[],
+        "Node canary only: Unix time the last loopback round ended, ok or not; absent before the first round. It stops moving when the canary's round thread hangs or dies.",
+    ),
+    Family::new(
+        PROBE_INTERVAL_SECONDS,
+        Type::Gauge,
+        &[],
+        "Node canary only: probe_interval, the time between two loopback rounds; present from when the round thread starts.",
+    ),
 ];
 
 /// Families whose series appear with their first event instead of at 0
@@ -398,12 +412,15 @@ pub const DATA_PATH: &[&str] = &[
     TRANSFER_TRANSPORT,
 ];
 
-/// The node canary's loopback round: exported once the first round ran.
+/// The node canary's loopback round: the interval once its round thread
+/// started, the rest once the first round ran.
 pub const PROBE: &[&str] = &[
     PROBE_TRANSFER_UP,
     PROBE_TRANSFERS_TOTAL,
     PROBE_TRANSFER_FAILURES_TOTAL,
     PROBE_TRANSFER_BYTES_PER_SECOND,
+    PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS,
+    PROBE_INTERVAL_SECONDS,
 ];
 
 /// The `reason` of `nixl_agent_pod_files_rejected_total`: why a file of a

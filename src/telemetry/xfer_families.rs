@@ -112,16 +112,25 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     .collect()
 }
 
-/// The node canary's loopback round (`names::PROBE`): nothing before its
-/// first round; then whether the last one passed, rounds by outcome,
-/// failures by reason (on first use) and the last bandwidth.
+/// The node canary's loopback round (`names::PROBE`): the interval from
+/// its round thread's start; from its first round, whether the last one
+/// passed, when it ended, rounds by outcome, failures by reason (on first
+/// use) and the last bandwidth.
 pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
     let Some(p) = &st.status.probe else {
         return Vec::new();
     };
+    // From the round thread's start: what freshness is judged against.
+    let mut interval = Out::new(names::PROBE_INTERVAL_SECONDS, GAUGE);
+    interval.gauge(Vec::new(), p.interval_seconds);
+    let (Some(ok), Some(last)) = (p.up, p.last_round_unix_seconds) else {
+        return vec![interval.mf];
+    };
     let mut up = Out::new(names::PROBE_TRANSFER_UP, GAUGE);
-    up.gauge(Vec::new(), if p.up { 1.0 } else { 0.0 });
+    up.gauge(Vec::new(), if ok { 1.0 } else { 0.0 });
+    let mut last_round = Out::new(names::PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS, GAUGE);
+    last_round.gauge(Vec::new(), last);
     let mut rounds = Out::new(names::PROBE_TRANSFERS_TOTAL, COUNTER);
     rounds.counter(vec![pair("outcome", OUTCOME_OK)], p.rounds_ok);
     rounds.counter(vec![pair("outcome", OUTCOME_ERROR)], p.rounds_failed);
@@ -132,5 +141,8 @@ pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
     let mut bandwidth = Out::new(names::PROBE_TRANSFER_BYTES_PER_SECOND, GAUGE);
     bandwidth.gauge(vec![pair("op", XferOp::Read.as_str())], p.read_bytes_per_second);
     bandwidth.gauge(vec![pair("op", XferOp::Write.as_str())], p.write_bytes_per_second);
-    [up, rounds, failures, bandwidth].into_iter().map(|o| o.mf).collect()
+    [up, rounds, failures, bandwidth, last_round, interval]
+        .into_iter()
+        .map(|o| o.mf)
+        .collect()
 }
