@@ -415,3 +415,100 @@ fn a_vram_call_is_labelled_by_the_pointers_own_device() {
     // One question for the label; validation stops at the descriptor's id.
     assert_eq!(asked.load(Ordering::SeqCst), 1);
 }
+
+/// A registrar whose registrations take a while (and are counted).
+struct Slow(std::sync::Arc<std::sync::atomic::AtomicUsize>, Duration);
+
+impl crate::lifecycle::Registrar for Slow {
+    type Handle = ();
+    type Backing = ();
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        Ok(RuntimeFacts::default())
+    }
+    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
+        Ok(None)
+    }
+    fn allocate(&mut self, _: &crate::plan::GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
+        Ok((vec![], ()))
+    }
+    fn probe(&self) -> &dyn MemoryProbe {
+        &NullProbe
+    }
+    fn register(&mut self, _: &crate::plan::GroupSpec, _: &[Region]) -> Result<(), crate::lifecycle::ListFailure> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(self.1);
+        Ok(())
+    }
+    fn deregister(&mut self, _: ()) -> Result<(), crate::lifecycle::Unreleased<()>> {
+        Ok(())
+    }
+}
+
+/// The lifecycle's registration and an observer's deregistration on the
+/// same recording (what `LifecycleHandle::observer` hands out) are both
+/// past their deadlines; the observed one returns: the recording's one
+/// watchdog keeps the lifecycle's call stuck and /livez names it.
+#[test]
+fn an_observed_call_returning_never_clears_the_lifecycles_stuck_call() {
+    use crate::config::RetryConfig;
+    use crate::lifecycle::driver::{spawn, Control};
+    use crate::plan::{GroupSpec, Plan};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let plan = Plan {
+        groups: vec![
+            GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![Region::new(0x1000, 64, 0)]).with_validate(false),
+        ],
+    };
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let make = move || Slow(seen, Duration::from_secs(3));
+    let deadline = Duration::from_millis(40);
+    let (tx, thread) = spawn(make, plan, RetryConfig::default(), rec.clone(), deadline).unwrap();
+    let observer = Observer::with_recorder(
+        rec.clone(),
+        ObserveSettings {
+            call_timeout: Some(deadline),
+            ..Default::default()
+        },
+        Box::new(NullProbe),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    while calls.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the registration never started");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let observed = observer.deregistration_started();
+    let wait = |what: &str, done: &dyn Fn(&crate::status::Status) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            let s = rec.ledger().snapshot();
+            if done(&s) {
+                return s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(2), "{what}: {:?}", s.stuck);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let s = wait("both stuck", &|s| s.stuck.len() == 2);
+    let why = s.liveness_failure().unwrap();
+    assert!(
+        why.contains("register of group kv") && why.contains("NIXL deregister past"),
+        "{why}"
+    );
+    drop(observed);
+    let s = wait("the observed call returned", &|s| s.stuck.len() == 1);
+    assert_eq!(
+        s.liveness_failure().as_deref(),
+        Some("lifecycle stuck: NIXL register of group kv past its deadline"),
+        "the lifecycle's call is still stuck"
+    );
+    assert!(!s.ready);
+    assert_eq!(s.groups[0].state, GroupState::Registering, "still in its first call");
+    tx.send(Control::Shutdown).unwrap();
+    thread.join().unwrap();
+    let s = wait("everything returned", &|s| s.stuck.is_empty());
+    assert!(s.liveness_failure().is_none());
+}
