@@ -500,10 +500,10 @@ fn an_observed_call_returning_never_clears_the_lifecycles_stuck_call() {
     );
     drop(observed);
     let s = wait("the observed call returned", &|s| s.stuck.len() == 1);
-    assert_eq!(
-        s.liveness_failure().as_deref(),
-        Some("lifecycle stuck: NIXL register of group kv past its deadline"),
-        "the lifecycle's call is still stuck"
+    let why = s.liveness_failure().unwrap_or_default();
+    assert!(
+        why.starts_with("NIXL register of group kv past its deadline (") && !why.contains("deregister"),
+        "the lifecycle's call is still stuck, alone: {why}"
     );
     assert!(!s.ready);
     assert_eq!(s.groups[0].state, GroupState::Registering, "still in its first call");

@@ -82,7 +82,10 @@ fn one_stuck_call_ending_leaves_the_other_stuck_and_named() {
     dog.check(&calls, t0 + Duration::from_millis(300), &rec);
     let s = rec.ledger().snapshot();
     let why = s.liveness_failure().expect("the lifecycle's call is still stuck");
-    assert!(why.starts_with("NIXL register of group kv past its deadline ("), "{why}");
+    assert!(
+        why.starts_with("NIXL register of group kv past its deadline ("),
+        "{why}"
+    );
     assert!(!why.contains("deregister"), "only the call still stuck: {why}");
     assert!(s.checks().iter().any(|c| c.name == crate::status::CHECK_LIFECYCLE));
     assert_eq!(
