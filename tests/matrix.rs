@@ -334,30 +334,6 @@ fn support_path(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel).display().to_string()
 }
 
-/// `nixl-agent pod` serving `dir` for `ranks` ranks.
-fn pod_server(dir: &Path, ranks: u32) -> (Child, SocketAddr) {
-    let addr = support::free_port();
-    let child = support::binary()
-        .args([
-            "pod",
-            "--ranks",
-            &ranks.to_string(),
-            "--listen",
-            &addr.to_string(),
-            "--dir",
-        ])
-        .arg(dir)
-        .env_remove("NIXL_AGENT_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    support::wait_for(Duration::from_secs(20), "the pod server", || {
-        support::get(addr, "/livez").ok().filter(|r| r.status == 200)
-    });
-    (child, addr)
-}
-
 struct Killed(Child);
 
 impl Drop for Killed {
@@ -426,7 +402,7 @@ fn disagreements(c: &Cell) -> Vec<String> {
         Ok(v) => v,
         Err(e) => return vec![format!("/v1/status is not JSON: {e}")],
     };
-    if let Err(e) = schema::check(&doc) {
+    if let Err(e) = support::status_schema_errors(&doc) {
         bad.push(format!("/v1/status against docs/status.schema.json: {e}"));
     }
     let (rank, st) = match scenario_status(c, &doc) {
@@ -547,49 +523,6 @@ fn disagreements(c: &Cell) -> Vec<String> {
         }
     }
     bad
-}
-
-/// /v1/status against its schema in docs/, when the schema is there.
-mod schema {
-    use serde_json::Value;
-
-    pub fn check(doc: &Value) -> Result<(), String> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/status.schema.json");
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            return Ok(());
-        };
-        let schema: Value = serde_json::from_str(&text).map_err(|e| format!("schema is not JSON: {e}"))?;
-        super::validate(&schema, doc)
-    }
-}
-
-/// Validates with the virtualenv's `jsonschema` when it is installed there.
-fn validate(schema: &Value, doc: &Value) -> Result<(), String> {
-    let dir = tempfile::tempdir().unwrap();
-    let (s, d) = (dir.path().join("schema.json"), dir.path().join("doc.json"));
-    std::fs::write(&s, schema.to_string()).unwrap();
-    std::fs::write(&d, doc.to_string()).unwrap();
-    let out = Command::new(support::python())
-        .args([
-            "-c",
-            "import json,sys,jsonschema\n\
-             s=json.load(open(sys.argv[1])); d=json.load(open(sys.argv[2]))\n\
-             e=sorted(jsonschema.Draft202012Validator(s).iter_errors(d), key=str)\n\
-             print('\\n'.join(f'{list(x.absolute_path)}: {x.message}' for x in e[:5])); sys.exit(1 if e else 0)",
-        ])
-        .arg(&s)
-        .arg(&d)
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
 }
 
 // ---- what Prometheus makes of it ------------------------------------------------
@@ -832,7 +765,7 @@ fn python_shape(shape: Shape) {
                 (a, vec![("NIXL_AGENT_LISTEN".into(), a.to_string())])
             }
             Shape::Sidecar => {
-                let (child, a) = pod_server(dir.path(), 2);
+                let (child, a) = support::pod_server(dir.path(), 2);
                 servers.push(Killed(child));
                 (
                     a,
@@ -1175,7 +1108,7 @@ fn rust_lifecycle_and_observe() {
     for front in [Front::Lifecycle, Front::Observe] {
         for sc in [Scenario::Healthy, Scenario::Seed] {
             let dir = d.next().unwrap().path();
-            let (child, addr) = pod_server(dir, 2);
+            let (child, addr) = support::pod_server(dir, 2);
             servers.push(Killed(child));
             for (rank, rsc) in [(0u32, sc), (1, Scenario::Healthy)] {
                 let name = format!("{front:?}-pod-{sc:?}-{rank}").to_lowercase();

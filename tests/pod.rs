@@ -128,25 +128,7 @@ struct PodAgent {
 
 impl PodAgent {
     fn start(dir: &Path, ranks: u32) -> PodAgent {
-        let addr = support::free_port();
-        let child = support::binary()
-            .args([
-                "pod",
-                "--ranks",
-                &ranks.to_string(),
-                "--listen",
-                &addr.to_string(),
-                "--dir",
-            ])
-            .arg(dir)
-            .env_remove("NIXL_AGENT_CONFIG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        support::wait_for(Duration::from_secs(10), "the pod agent", || {
-            support::get(addr, "/livez").ok().filter(|r| r.status == 200)
-        });
+        let (child, addr) = support::pod_server(dir, ranks);
         PodAgent { child, addr }
     }
 

@@ -322,6 +322,31 @@ impl Drop for AgentProcess {
     }
 }
 
+/// `nixl-agent pod` serving the pod directory `dir` for `ranks` ranks on
+/// a free loopback port, once its /livez answers.
+pub fn pod_server(dir: &std::path::Path, ranks: u32) -> (Child, SocketAddr) {
+    let addr = free_port();
+    let child = binary()
+        .args([
+            "pod",
+            "--ranks",
+            &ranks.to_string(),
+            "--listen",
+            &addr.to_string(),
+            "--dir",
+        ])
+        .arg(dir)
+        .env_remove("NIXL_AGENT_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the pod agent", || {
+        get(addr, "/livez").ok().filter(|r| r.status == 200)
+    });
+    (child, addr)
+}
+
 /// An example binary built beside this test (cargo test and nextest build
 /// examples with the tests); built here when a filtered run skipped it.
 pub fn example_binary(name: &str) -> PathBuf {
