@@ -18,8 +18,9 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin nixl-agent
 
-# 2. The nixl_agent_instrument wheel (abi3: one wheel for CPython >= 3.9),
-#    for serving images (docs/image.md).
+# 2. The nixl_agent_instrument wheel for the stage's python3 (Debian
+#    bookworm: CPython 3.11; one wheel per CPython version, `make wheels`
+#    builds 3.10-3.13), for serving images (docs/image.md).
 FROM build AS wheel-build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \

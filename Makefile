@@ -32,6 +32,14 @@ python: setup
 wheel: setup
 	bash "$(CURDIR)/scripts/python.sh" release --build-only
 
+# One wheel per CPython the frameworks support (3.10-3.13) that is installed
+# here, into target/wheels/all; each is installed into a fresh virtualenv
+# of its interpreter and imported. PYTHONS='python3.12 ...' to choose.
+PYTHONS ?= python3.10 python3.11 python3.12 python3.13
+.PHONY: wheels
+wheels: setup
+	bash "$(CURDIR)/scripts/wheels.sh" $(PYTHONS)
+
 # The agent on its embedded default plan; extra arguments: make run ARGS='...'
 run: setup
 	$(CARGO) run --release -- run $(ARGS)

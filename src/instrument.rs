@@ -6,13 +6,16 @@
 //!   environment (an instrumented program has no config file of ours),
 //! - [`name_call`]: the group and kind of a call, from its call site,
 //! - [`reason_of_exception`]: the closed reason of what the call raised,
-//! - [`default_expect`]: the groups readiness waits for, per framework.
+//! - [`default_expect`]: the groups readiness waits for, per framework,
+//! - [`read_dlist_state`]: a NIXL descriptor list from its serialised form.
 //!
 //! The recording itself is [`crate::Observer`]'s, the same path as every
 //! other front-end.
 
+mod dlist_state;
 mod process;
 pub use crate::pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, LOCAL_RANK};
+pub use dlist_state::{read_dlist_state, DlistHeader};
 pub use process::Instrumentation;
 
 use crate::config::{self, Config, ConfigError, Env};

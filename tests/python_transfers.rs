@@ -299,3 +299,53 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
             && s.attrs.get("nixl.peer").map(String::as_str) == Some("nobody")
     });
 }
+
+fn lists_program() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python/xfer_lists.py")
+        .display()
+        .to_string()
+}
+
+/// `shape: STATE moved=… items_read=… expected=B recorded=R` lines.
+fn list_lines(out: &std::process::Output) -> Vec<String> {
+    assert!(out.status.success(), "xfer_lists.py failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" moved="))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn every_shape_of_transfer_list_is_read_in_bulk_and_counts_its_bytes() {
+    let run = |instrumented: bool| {
+        let out = command(&lists_program(), instrumented, &[], &[("NIXL_AGENT_LISTEN", "off")])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        list_lines(&out)
+    };
+    let (bare, inst) = (run(false), run(true));
+    assert_eq!(bare.len(), 7, "{bare:?}");
+    let without_recorded = |l: &str| l.split(" recorded=").next().unwrap_or_default().to_string();
+    // The program sees the same: every request DONE, every byte moved (NIXL's
+    // own proof), and no list read one descriptor at a time.
+    assert_eq!(
+        bare.iter().map(|l| without_recorded(l)).collect::<Vec<_>>(),
+        inst.iter().map(|l| without_recorded(l)).collect::<Vec<_>>()
+    );
+    for (b, i) in bare.iter().zip(&inst) {
+        assert!(b.contains(": DONE moved=True"), "{b}");
+        assert!(!b.contains("items_read=") || b.contains("items_read=0"), "{b}");
+        assert!(b.ends_with("recorded=bare"), "{b}");
+        let field = |k: &str| {
+            i.split(&format!(" {k}="))
+                .nth(1)
+                .and_then(|v| v.split(' ').next())
+                .map(String::from)
+        };
+        assert_eq!(field("expected"), field("recorded"), "the recording's bytes of {i}");
+    }
+}

@@ -10,6 +10,10 @@ hold a transfer in flight on demand: the peer is stopped with SIGSTOP).
      call, loopback within an agent on UCX's default transports (shared
      memory: the wrapper's cost with the least noise) and to the peer.
   3. A 64 MiB WRITE loop: create, post, poll until DONE, release; wall time.
+  4. A request over 4,096 descriptors of 1 KiB (SGLang's shape: the lists
+     made from N×3 uint64 arrays by get_xfer_descs, then initialize_xfer;
+     vLLM's: make_prepped_xfer of 4,096 indices into prepared lists), in
+     the loopback agent: each call timed alone, and the request whole.
 """
 
 import os
@@ -143,6 +147,9 @@ def run(agent, cls, python, local):
                 for name in names:
                     loop_ms[name].append(pair[name])
                 ratios.append(pair["instrumented"] / pair["bare"])
+
+        # 4. Requests over 4,096 descriptors (creation only: not posted).
+        wide = wide_requests(local, bare, names)
     finally:
         if peer.poll() is None:
             peer.kill()
@@ -153,7 +160,54 @@ def run(agent, cls, python, local):
         "transfer_ns": post_ns,
         "write_64mib_ms": {n: statistics.median(v) for n, v in loop_ms.items()},
         "write_64mib_paired_ratio": statistics.median(ratios),
+        "wide": wide,
     }
+
+
+WIDE = 4096
+
+
+def wide_requests(local, bare, names):
+    """µs per call, bare vs instrumented, interleaved: get_xfer_descs of an
+    N×3 array, initialize_xfer over two such lists, the two together (what
+    SGLang pays a request), and make_prepped_xfer of N indices."""
+    cls = type(local)
+    calls = {
+        "bare": (bare["get_xfer_descs"], bare["initialize_xfer"], bare["make_prepped_xfer"]),
+        "instrumented": (cls.get_xfer_descs, cls.initialize_xfer, cls.make_prepped_xfer),
+    }
+    buf = np.zeros(2 * WIDE * 1024, dtype=np.uint8)
+    local.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+    rows = lambda base: np.array([(base + i * 1024, 1024, 0) for i in range(WIDE)], dtype=np.uint64)
+    src, dst = rows(buf.ctypes.data), rows(buf.ctypes.data + WIDE * 1024)
+    near = local.prep_xfer_dlist("NIXL_INIT_AGENT", local.get_xfer_descs(src, "DRAM"))
+    far = local.prep_xfer_dlist(local.name, local.get_xfer_descs(dst, "DRAM"))
+    idx = np.arange(WIDE, dtype=np.int64)
+    out = {n: {"get_xfer_descs": [], "initialize_xfer": [], "request": [], "make_prepped_xfer": []} for n in names}
+    for rep in range(101):
+        for name in names if rep % 2 == 0 else reversed(names):
+            descs, init, prepped = calls[name]
+            t0 = time.perf_counter_ns()
+            a = descs(local, src, "DRAM")
+            t1 = time.perf_counter_ns()
+            b = descs(local, dst, "DRAM")
+            t2 = time.perf_counter_ns()
+            h = init(local, "WRITE", a, b, local.name)
+            t3 = time.perf_counter_ns()
+            h.release()
+            t4 = time.perf_counter_ns()
+            p = prepped(local, "WRITE", near, idx, far, idx)
+            t5 = time.perf_counter_ns()
+            p.release()
+            if rep > 0:
+                r = out[name]
+                r["get_xfer_descs"].append((t1 - t0) / 1e3)
+                r["initialize_xfer"].append((t3 - t2) / 1e3)
+                r["request"].append((t3 - t0) / 1e3)
+                r["make_prepped_xfer"].append((t5 - t4) / 1e3)
+    near.release()
+    far.release()
+    return {n: {k: statistics.median(v) for k, v in r.items()} for n, r in out.items()}
 
 
 def report(x, p=print):
@@ -169,6 +223,16 @@ def report(x, p=print):
     b, i = x["write_64mib_ms"]["bare"], x["write_64mib_ms"]["instrumented"]
     r = x["write_64mib_paired_ratio"]
     p(f"| 64 MiB WRITE to the peer: create, post, poll to DONE, release (ms) | {b:.2f} | {i:.2f} | {i - b:+.2f} | {r:.3f}× (paired) |")
+    w = x.get("wide")
+    if w:
+        for key, label in (
+            ("get_xfer_descs", "get_xfer_descs of a 4,096×3 array"),
+            ("initialize_xfer", "initialize_xfer over two 4,096-descriptor lists"),
+            ("request", "the request whole: two get_xfer_descs + initialize_xfer"),
+            ("make_prepped_xfer", "make_prepped_xfer of 4,096 indices"),
+        ):
+            b, i = w["bare"][key], w["instrumented"][key]
+            p(f"| {label}, loopback (µs) | {b:.1f} | {i:.1f} | {i - b:+.1f} | {i / b:.2f}× |")
     b, i = x["poll_blocks_per_call"]["bare"], x["poll_blocks_per_call"]["instrumented"]
     p()
     p(f"Python heap blocks allocated per in-flight poll: bare {b:.3f}, instrumented {i:.3f} (`sys.getallocatedblocks`, over 100,000 calls).")

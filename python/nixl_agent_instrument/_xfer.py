@@ -21,6 +21,9 @@ def wrap(cls, native):
 
     originals = {}
     ns = time.monotonic_ns
+    # The hot paths' native calls, looked up once (not an attribute of the
+    # module per call).
+    xfer_posted, xfer_state = native.xfer_posted, native.xfer_state
 
     def have(name):
         f = getattr(cls, name, None)
@@ -44,9 +47,9 @@ def wrap(cls, native):
                 try:
                     state = transfer(self, handle, notif_msg)
                 except Exception as e:
-                    native.xfer_posted(handle, t0, None, e)
+                    xfer_posted(handle, t0, None, e)
                     raise
-                native.xfer_posted(handle, t0, state, None)
+                xfer_posted(handle, t0, state, None)
                 return state
 
         else:
@@ -57,9 +60,9 @@ def wrap(cls, native):
                 try:
                     state = transfer(self, handle, *args, **kwargs)
                 except Exception as e:
-                    native.xfer_posted(handle, t0, None, e)
+                    xfer_posted(handle, t0, None, e)
                     raise
-                native.xfer_posted(handle, t0, state, None)
+                xfer_posted(handle, t0, state, None)
                 return state
 
         cls.transfer = transfer_
@@ -77,11 +80,11 @@ def wrap(cls, native):
                 try:
                     state = check_xfer_state(self, handle)
                 except Exception as e:
-                    native.xfer_state(self, handle, None, e)
+                    xfer_state(self, handle, None, e)
                     raise
                 if state == "PROC":
                     return state
-                native.xfer_state(self, handle, state, None)
+                xfer_state(self, handle, state, None)
                 return state
 
         else:
@@ -91,11 +94,11 @@ def wrap(cls, native):
                 try:
                     state = check_xfer_state(self, handle, *args, **kwargs)
                 except Exception as e:
-                    native.xfer_state(self, handle, None, e)
+                    xfer_state(self, handle, None, e)
                     raise
                 if state == "PROC":
                     return state
-                native.xfer_state(self, handle, state, None)
+                xfer_state(self, handle, state, None)
                 return state
 
         cls.check_xfer_state = check_xfer_state_
@@ -119,6 +122,21 @@ def wrap(cls, native):
 
     creation("initialize_xfer")
     creation("make_prepped_xfer")
+
+    f = have("get_xfer_descs")
+    if f is not None:
+        get_xfer_descs = f
+
+        # The list NIXL made is summarised now, from the same input NIXL
+        # read (an N×3 array in place, else the list's serialised form): a
+        # request over it then costs a lookup, whatever its length.
+        @functools.wraps(get_xfer_descs)
+        def get_xfer_descs_(self, *args, **kwargs):
+            made = get_xfer_descs(self, *args, **kwargs)
+            native.xfer_descs_made(made, args, kwargs)
+            return made
+
+        cls.get_xfer_descs = get_xfer_descs_
 
     f = have("prep_xfer_dlist")
     if f is not None:

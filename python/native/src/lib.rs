@@ -18,6 +18,7 @@
 
 #![deny(unsafe_code)]
 
+mod dlists;
 mod prepped;
 mod xfer_args;
 
@@ -27,7 +28,7 @@ use nixl_agent::{AgentId, Call, Failure, Hooked, Kind, MemType, Observer, Outcom
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -61,6 +62,8 @@ struct Running {
     /// Prepared descriptor lists by NIXL's handle (`make_prepped_xfer`
     /// indexes into them).
     prepped: prepped::PreppedLists,
+    /// Transfer lists `get_xfer_descs` made, summarised when made.
+    made: dlists::MadeLists,
     /// The agents that capture NIXL's transfer telemetry.
     telemetry: Mutex<std::collections::HashSet<AgentId>>,
     pid: u32,
@@ -265,6 +268,7 @@ fn start_running(py: Python<'_>, frameworks: &[String], rank_hint: Option<u32>) 
         inst,
         agents: Mutex::new(HashMap::new()),
         prepped: prepped::PreppedLists::default(),
+        made: dlists::MadeLists::default(),
         telemetry: Mutex::new(std::collections::HashSet::new()),
         pid: me,
     }));
@@ -501,8 +505,13 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
     if let Ok(l) = reg_list.cast::<PyList>() {
         return Some(list_regions(l, mem, named_type.is_some()));
     }
-    // A nixlRegDList carries its own type.
+    // A nixlRegDList (or nixlXferDList) carries its own type: read from its
+    // serialised form in one call, else item by item.
     if soft(reg_list.hasattr(intern!(py, "descCount"))).unwrap_or(false) {
+        let mut out = scratch(0);
+        if let Some(mem) = dlists::state_regions(reg_list, &mut out) {
+            return Some((mem?, out));
+        }
         let t = reg_list
             .call_method0(intern!(py, "getType"))
             .soft()?
@@ -521,7 +530,7 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
             .soft()?
             .extract()
             .soft()?;
-        let mut out = Vec::with_capacity(n);
+        out.reserve(n);
         for i in 0..n {
             match reg_list.get_item(i).soft().and_then(|d| tuple_region(&d)) {
                 Some(r) => out.push(r),
@@ -534,10 +543,12 @@ fn regions_of(reg_list: &Bound<'_, PyAny>, mem_type: Option<&Bound<'_, PyAny>>) 
         let (mem, r) = tensor_region(reg_list)?;
         return Some((mem, vec![r]));
     }
-    // An N×3 array (numpy): read as bytes, never as Python objects.
-    if let Some(regions) = array_regions(reg_list) {
-        return Some((mem, regions));
+    // An N×3 array (numpy): read in place, never as Python objects.
+    let mut out = scratch(0);
+    if dlists::array_regions(reg_list, &mut out).is_some() {
+        return Some((mem, out));
     }
+    recycle(out);
     if let Ok(t) = reg_list.cast::<PyTuple>() {
         return Some(list_regions(
             &PyList::new(py, t.iter()).soft()?,
@@ -572,48 +583,6 @@ fn recycle(v: Vec<Region>) {
     if v.capacity() <= SCRATCH_KEPT {
         SCRATCH.with(|s| s.set(v));
     }
-}
-
-/// The rows of an N×3 array, read the way NIXL's binding takes one: only a
-/// C-contiguous, native-endian uint64 or int64 array of shape (N, 3), copied
-/// once as bytes (`tobytes`, a memcpy) and parsed here — no Python object
-/// per row. Any other array NIXL refuses (it says why); it is recorded with
-/// no regions and not read further. `None`: not an array.
-fn array_regions(obj: &Bound<'_, PyAny>) -> Option<Vec<Region>> {
-    let py = obj.py();
-    let interface = obj.getattr(intern!(py, "__array_interface__")).soft()?;
-    let readable = || -> Option<()> {
-        let shape: (usize, usize) = interface.get_item("shape").soft()?.extract().soft()?;
-        let typestr: String = interface.get_item("typestr").soft()?.extract().soft()?;
-        // `strides` is None exactly when the array is C-contiguous.
-        let contiguous = interface.get_item("strides").soft().is_none_or(|s| s.is_none());
-        let native = if cfg!(target_endian = "little") { '<' } else { '>' };
-        let word = typestr.len() == 3 && typestr.starts_with(native) && matches!(&typestr[1..], "u8" | "i8");
-        (shape.1 == 3 && shape.0 > 0 && word && contiguous).then_some(())
-    };
-    if readable().is_none() {
-        return Some(Vec::new());
-    }
-    let bytes = obj.call_method0(intern!(py, "tobytes")).soft();
-    let Some(bytes) = bytes.as_ref().and_then(|b| b.cast::<PyBytes>().ok()) else {
-        return Some(Vec::new());
-    };
-    Some(rows_of(bytes.as_bytes()))
-}
-
-/// `(addr, len, dev)` rows of native-endian 64-bit words.
-fn rows_of(bytes: &[u8]) -> Vec<Region> {
-    let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
-    let mut out = scratch(bytes.len() / 24);
-    out.extend(bytes.chunks_exact(24).map(|row| {
-        let dev = word(&row[16..24]) as i64;
-        Region::new(
-            word(&row[0..8]) as usize,
-            word(&row[8..16]) as usize,
-            u32::try_from(dev.max(0)).unwrap_or(u32::MAX),
-        )
-    }));
-    out
 }
 
 /// The regions of a list of tuples (or rows, or tensors).
@@ -659,8 +628,24 @@ fn tuple_region(item: &Bound<'_, PyAny>) -> Option<Region> {
 
 /// The fast path: a tuple's first three items, borrowed.
 fn tuple_fields(t: &Bound<'_, PyTuple>) -> Option<Region> {
-    if t.len() < 3 {
-        return None;
+    // The common shapes, (addr, len, dev) and (addr, len, dev, meta), in one
+    // extraction (items read in place); anything else (an address past
+    // i64::MAX, an int-like object) by the general path below. What the
+    // fast path raised is kept if it is an interrupt ([`soft`]).
+    let fast = match t.len() {
+        3 => t.extract::<(i64, i64, i64)>(),
+        4 => t
+            .extract::<(i64, i64, i64, Bound<'_, PyAny>)>()
+            .map(|(a, l, d, _)| (a, l, d)),
+        n if n < 3 => return None,
+        _ => Err(pyo3::exceptions::PyTypeError::new_err("")),
+    };
+    match fast {
+        Ok((a, l, d)) if a >= 0 && l >= 0 => return fields(a as u64, l as u64, d),
+        Ok(_) => {}
+        Err(e) => {
+            soft::<()>(Err(e));
+        }
     }
     let (addr, len, dev) = (
         t.get_borrowed_item(0).soft()?,
@@ -900,6 +885,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(xfer_args::xfer_created, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_create_failed, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::dlist_prepped, m)?)?;
+    m.add_function(wrap_pyfunction!(dlists::xfer_descs_made, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_released, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::dlist_released, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::peer, m)?)?;

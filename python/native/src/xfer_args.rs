@@ -104,7 +104,13 @@ pub(crate) fn xfer_posted(
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
-        let posted = t0_ns.extract::<u64>().map_or_else(|_| Instant::now(), instant_of);
+        // `PyLong_AsLong` (a monotonic reading fits i64): the unsigned path
+        // goes through a byte array.
+        let posted = t0_ns
+            .extract::<i64>()
+            .ok()
+            .and_then(|n| u64::try_from(n).ok())
+            .map_or_else(Instant::now, instant_of);
         let poll = poll_of(state, error);
         r.observer().transfer_posted(h, posted, &poll);
         // NIXL_AGENT_TRANSPORTS=1: the first posting to a peer for an op
@@ -199,19 +205,19 @@ fn local_side(
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> (usize, u64, Option<MemType>, Option<MemType>) {
     if method == "initialize_xfer" {
-        let local = arg(args, kwargs, 1, "local_descs");
+        // Lists `get_xfer_descs` made were summarised then: a lookup here,
+        // whatever the request's descriptor count. Any other list is read
+        // from its serialised form, one call.
+        let local = arg(args, kwargs, 1, "local_descs").and_then(|l| r.made.summary(&l));
         let remote = arg(args, kwargs, 2, "remote_descs");
-        let (n, bytes, mem) = match local.as_ref().and_then(|l| regions_of(l, None)) {
-            // A nixlXferDList: its own type (`getType`), read by regions_of.
-            Some((mem, regions)) => {
-                let bytes = regions.iter().fold(0u64, |a, x| a.saturating_add(x.len as u64));
-                let n = regions.len();
-                recycle(regions);
-                (n, bytes, Some(mem))
-            }
-            None => (0, 0, None),
+        let remote_mem = remote
+            .as_ref()
+            .and_then(|l| r.made.known(l).map(|s| s.mem).or_else(|| Some(dlist_mem(l))))
+            .flatten();
+        return match local {
+            Some(s) => (s.descriptors, s.bytes, s.mem, remote_mem),
+            None => (0, 0, None, remote_mem),
         };
-        return (n, bytes, mem, remote.as_ref().and_then(dlist_mem));
     }
     let prepped = |i: usize, name: &str| {
         arg(args, kwargs, i, name)
@@ -238,67 +244,26 @@ fn local_side(
     )
 }
 
-/// The rows of an N×5 strided array (`prep_xfer_dlist` only), read as
-/// NIXL reads them: a C-contiguous native-endian 64-bit integer array of
-/// shape (N, 5), copied once as bytes; each row (addr, len, dev, stride,
-/// count) is `count` descriptors of `len` bytes. `None`: not such an array.
+/// The rows of an N×5 strided array (`prep_xfer_dlist` only), read in
+/// place as NIXL reads them: each row (addr, len, dev, stride, count) is
+/// `count` descriptors of `len` bytes. `None`: not such an integer array.
 fn strided_runs(obj: &Bound<'_, PyAny>) -> Option<Vec<(u64, u64)>> {
-    let py = obj.py();
-    let interface = obj.getattr(intern!(py, "__array_interface__")).soft()?;
-    let shape: (usize, usize) = interface.get_item("shape").soft()?.extract().ok()?;
-    if shape.1 != 5 {
-        return None;
+    let mut runs = Vec::new();
+    let read = crate::dlists::array_rows(obj, 5, |r| runs.push((r[4], r[1])))?;
+    if !read {
+        runs.clear();
     }
-    let typestr: String = interface.get_item("typestr").ok()?.extract().ok()?;
-    let contiguous = interface.get_item("strides").ok().is_none_or(|s| s.is_none());
-    let native = if cfg!(target_endian = "little") { '<' } else { '>' };
-    let word = typestr.len() == 3 && typestr.starts_with(native) && matches!(&typestr[1..], "u8" | "i8");
-    if !(word && contiguous) {
-        return Some(Vec::new());
-    }
-    let bytes = obj.call_method0(intern!(py, "tobytes")).soft()?;
-    let bytes = bytes.cast::<PyBytes>().ok()?;
-    let w = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
-    Some(
-        bytes
-            .as_bytes()
-            .chunks_exact(40)
-            .map(|row| (w(&row[32..40]), w(&row[8..16])))
-            .collect(),
-    )
+    Some(runs)
 }
 
-/// Indices as a list of ints or an integer array (read as bytes).
+/// Indices as a list of ints or an integer array (read in place).
 fn indices_of(v: &Bound<'_, PyAny>) -> Vec<usize> {
-    let py = v.py();
     if let Ok(l) = v.cast::<PyList>() {
         return l.iter().filter_map(|i| i.extract::<usize>().ok()).collect();
     }
-    if let Some(interface) = v.getattr(intern!(py, "__array_interface__")).soft() {
-        let typestr: Option<String> = interface.get_item("typestr").soft().and_then(|t| t.extract().ok());
-        let contiguous = interface.get_item("strides").soft().is_none_or(|s| s.is_none());
-        let width = match typestr.as_deref() {
-            Some("<i4" | "<u4") if cfg!(target_endian = "little") => Some(4),
-            Some("<i8" | "<u8") if cfg!(target_endian = "little") => Some(8),
-            _ => None,
-        };
-        if let (Some(w), true) = (width, contiguous) {
-            if let Some(b) = v.call_method0(intern!(py, "tobytes")).soft() {
-                if let Ok(b) = b.cast::<PyBytes>() {
-                    return b
-                        .as_bytes()
-                        .chunks_exact(w)
-                        .map(|c| {
-                            if w == 4 {
-                                i32::from_ne_bytes(c.try_into().unwrap_or([0; 4])).max(0) as usize
-                            } else {
-                                i64::from_ne_bytes(c.try_into().unwrap_or([0; 8])).max(0) as usize
-                            }
-                        })
-                        .collect();
-                }
-            }
-        }
+    let mut out = Vec::new();
+    if crate::dlists::array_rows(v, 1, |r| out.push(usize::try_from(r[0]).unwrap_or(usize::MAX))).is_some() {
+        return out;
     }
     match v.try_iter() {
         Ok(it) => it.filter_map(|i| i.ok()?.extract::<usize>().ok()).collect(),
