@@ -316,6 +316,14 @@ impl Observer {
         };
     }
 
+    /// The backend a request of `agent` can only have been made on: the one
+    /// backend the agent created, when it created exactly one (a front-end
+    /// then need not ask NIXL which it chose).
+    pub fn sole_backend(&self, agent: AgentId) -> Option<Arc<[String]>> {
+        let map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&agent).filter(|l| l.len() == 1).cloned()
+    }
+
     /// A failure inside a front-end's own wrapping of a call (never the
     /// call's): counted every time, logged the first time per operation.
     pub fn hook_failed(&self, operation: Hooked, message: &str) {

@@ -171,6 +171,11 @@ impl Summary {
 #[derive(Default)]
 pub(crate) struct MadeLists(Mutex<HashMap<usize, (Py<PyWeakrefReference>, Summary)>>);
 
+/// A list of tuples up to this long is summarised from its items (a few
+/// calls each); a longer one from NIXL's serialised list (one call, a few
+/// nanoseconds a descriptor in C++).
+const SHORT_LIST: usize = 32;
+
 /// Lists remembered at once (a request's two lists live for the request).
 pub(crate) const MADE_KEPT: usize = 4096;
 
@@ -204,7 +209,19 @@ impl MadeLists {
                 mem: named,
             })
         };
-        let Some(summary) = from_array().or_else(|| Summary::of_state(list)) else {
+        // A short list of tuples: its items cost less than a serialisation.
+        let from_tuples = || {
+            let l = descs?.cast::<PyList>().ok().filter(|l| l.len() <= SHORT_LIST)?;
+            let (_, regions) = crate::list_regions(l, named.unwrap_or(MemType::Dram), true);
+            let s = (regions.len() == l.len()).then(|| Summary {
+                descriptors: regions.len(),
+                bytes: regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64)),
+                mem: named,
+            });
+            crate::recycle(regions);
+            s
+        };
+        let Some(summary) = from_array().or_else(from_tuples).or_else(|| Summary::of_state(list)) else {
             return;
         };
         let Some(weak) = PyWeakrefReference::new(list).soft() else {

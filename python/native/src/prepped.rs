@@ -31,21 +31,33 @@ pub(crate) struct Prepped {
 impl Prepped {
     /// A list of `runs`: (descriptors, length of each).
     pub(crate) fn new(runs: impl IntoIterator<Item = (u64, u64)>, mem: Option<MemType>, peer: String) -> Prepped {
-        let mut end = 0u64;
-        let runs = runs
-            .into_iter()
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, len)| {
-                end = end.saturating_add(n);
-                (end, len)
-            })
-            .collect();
+        // Adjacent runs of one length are one run: a list of equal blocks
+        // (vLLM's, SGLang's) is a single run, whatever its length.
+        let given = runs;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for (n, len) in given.into_iter().filter(|(n, _)| *n > 0) {
+            match runs.last_mut() {
+                Some((end, l)) if *l == len => *end = end.saturating_add(n),
+                last => {
+                    let end = last.map_or(0, |(end, _)| *end).saturating_add(n);
+                    runs.push((end, len));
+                }
+            }
+        }
         Prepped {
             runs,
             mem,
             peer,
             prepared: Instant::now(),
             last_used: AtomicU64::new(0),
+        }
+    }
+
+    /// The one length of every descriptor, when they are all alike.
+    pub(crate) fn uniform(&self) -> Option<u64> {
+        match self.runs.as_slice() {
+            [(_, len)] => Some(*len),
+            _ => None,
         }
     }
 

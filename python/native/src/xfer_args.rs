@@ -226,22 +226,43 @@ fn local_side(
     };
     let local = prepped(1, "local_xfer_side");
     let remote = prepped(3, "remote_xfer_side");
-    let indices = arg(args, kwargs, 2, "local_indices")
-        .map(|v| indices_of(&v))
-        .unwrap_or_default();
-    let bytes = match &local {
-        Some(p) => indices
-            .iter()
-            .filter_map(|i| p.len_of(*i))
-            .fold(0u64, |a, b| a.saturating_add(b)),
-        None => 0,
+    let (descriptors, bytes) = match (arg(args, kwargs, 2, "local_indices"), &local) {
+        (Some(v), Some(p)) => indexed(&v, p),
+        (Some(v), None) => (indices_of(&v).len(), 0),
+        (None, _) => (0, 0),
     };
     (
-        indices.len(),
+        descriptors,
         bytes,
         local.and_then(|p| p.mem),
         remote.and_then(|p| p.mem),
     )
+}
+
+/// The descriptors and bytes `indices` pick from prepared list `p`. A list
+/// of equal descriptors (one run) needs only the count of indices, which
+/// NIXL checked (a request it made names only descriptors the list has);
+/// any other is read in place (arrays) or item by item (lists).
+fn indexed(indices: &Bound<'_, PyAny>, p: &Prepped) -> (usize, u64) {
+    if let (Some(len), Some(n)) = (p.uniform(), indices.len().ok()) {
+        return (n, len.saturating_mul(n as u64));
+    }
+    let (mut n, mut bytes) = (0usize, 0u64);
+    let read = crate::dlists::array_rows(indices, 1, |r| {
+        n += 1;
+        if let Some(len) = usize::try_from(r[0]).ok().and_then(|i| p.len_of(i)) {
+            bytes = bytes.saturating_add(len);
+        }
+    });
+    if read.is_some() {
+        return (n, bytes);
+    }
+    let all = indices_of(indices);
+    let bytes = all
+        .iter()
+        .filter_map(|i| p.len_of(*i))
+        .fold(0u64, |a, b| a.saturating_add(b));
+    (all.len(), bytes)
 }
 
 /// The rows of an N×5 strided array (`prep_xfer_dlist` only), read in
@@ -287,20 +308,32 @@ pub(crate) fn xfer_created(
         let op = op_of(args, kwargs)?;
         let peer = peer_of(&r, method, args, kwargs);
         let (descriptors, bytes, local, remote) = local_side(&r, method, args, kwargs);
-        // The backend NIXL chose: a lookup in NIXL's own table, no transfer.
-        let backend = agent
-            .call_method1(intern!(agent.py(), "query_xfer_backend"), (handle,))
-            .ok()
-            .and_then(|b| b.extract::<String>().ok());
+        let id = r.agent_id(agent);
+        // The backend NIXL chose: the agent's only one, else a lookup in
+        // NIXL's own table (a microsecond through its Python API), no
+        // transfer.
+        let sole = r.observer().sole_backend(id);
+        let asked = match sole {
+            Some(_) => None,
+            None => agent
+                .call_method1(intern!(agent.py(), "query_xfer_backend"), (handle,))
+                .ok()
+                .and_then(|b| b.extract::<String>().ok()),
+        };
+        let backend = sole
+            .as_ref()
+            .and_then(|l| l.first())
+            .or(asked.as_ref())
+            .map(String::as_str);
         r.observer().transfer_created(&Transfer {
-            agent: r.agent_id(agent),
+            agent: id,
             handle: h,
             op,
             descriptors,
             bytes,
             local,
             remote,
-            backend: backend.as_deref(),
+            backend,
             peer: &peer,
         });
         Some(())
