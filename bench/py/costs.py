@@ -1,0 +1,74 @@
+"""What the figures in docs/python.md's targets are made of, each measured
+apart (timeit, best of 5), in one process under the instrumentation:
+
+  .deps/venv/bin/python bench/py/costs.py
+
+- one post: the clock read that stamps it, the extension's recording of it
+  (`_native.xfer_posted` of a real request), a Python frame of the
+  wrapper's shape around nothing;
+- a list of N descriptors: NIXL building an xfer list from an N×3 array
+  (its own copy), the instrumentation's summary of that array (read in
+  place), numpy's own column sum of the same array, and NIXL serialising
+  the list (`__getstate__`, what a list made otherwise is read from).
+"""
+
+import os
+import time
+import timeit
+
+os.environ.setdefault("NIXL_AGENT_LISTEN", "off")
+import numpy as np  # noqa: E402
+
+import nixl_agent_instrument as nai  # noqa: E402
+
+nai.instrument()
+from nixl._api import nixl_agent, nixl_agent_config  # noqa: E402
+from nixl_agent_instrument import _native  # noqa: E402
+
+
+def best(f, number):
+    return min(timeit.repeat(f, number=number, repeat=5)) / number * 1e9
+
+
+def main():
+    bare = nixl_agent.__nixl_agent_originals__
+    agent = nixl_agent("costs", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
+    buf = np.ones(4 * 4096, dtype=np.uint8)
+    agent.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+    one = lambda a: agent.get_xfer_descs([(a, 4096, 0)], "DRAM")  # noqa: E731
+    h = agent.initialize_xfer("WRITE", one(buf.ctypes.data), one(buf.ctypes.data + 8192), agent.name)
+    state = agent.transfer(h)
+    while state == "PROC":
+        state = agent.check_xfer_state(h)
+    ns = time.monotonic_ns
+    n = 200_000
+    empty = best(lambda: None, n)
+    print("One post, ns (a lambda's own call subtracted):")
+    print(f"  time.monotonic_ns(): {best(lambda: ns(), n) - empty:.0f}")
+    print(f"  _native.xfer_posted of a request DONE: {best(lambda: _native.xfer_posted(h, 123456789, 'DONE', None), n) - empty:.0f}")
+
+    def frame(self, handle, notif_msg=b""):
+        try:
+            s = "DONE"
+        except Exception:
+            raise
+        return s
+
+    print(f"  a Python frame of the wrapper's shape around nothing: {best(lambda: frame(agent, h), n) - empty:.0f}")
+    h.release()
+    print("A list of N descriptors (N×3 uint64 array), ns a descriptor:")
+    print("| N | NIXL builds the list | the summary (in place) | numpy column sum | NIXL serialises the list |")
+    print("|---:|---:|---:|---:|---:|")
+    for rows in (64, 1024, 4096, 16384):
+        arr = np.array([(0x10000 + i * 4096, 4096, 0) for i in range(rows)], dtype=np.uint64)
+        made = bare["get_xfer_descs"](agent, arr, "DRAM")
+        k = 2000
+        build = best(lambda: bare["get_xfer_descs"](agent, arr, "DRAM"), k)
+        summary = best(lambda: _native.xfer_descs_made(made, (arr, "DRAM"), None), k)
+        column = best(lambda: arr[:, 1].sum(), k)
+        state = best(lambda: made.__getstate__(), k)
+        print(f"| {rows} | {build / rows:.2f} | {summary / rows:.2f} | {column / rows:.2f} | {state / rows:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
