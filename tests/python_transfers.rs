@@ -328,7 +328,7 @@ fn every_shape_of_transfer_list_is_read_in_bulk_and_counts_its_bytes() {
         list_lines(&out)
     };
     let (bare, inst) = (run(false), run(true));
-    assert_eq!(bare.len(), 7, "{bare:?}");
+    assert_eq!(bare.len(), 9, "{bare:?}");
     let without_recorded = |l: &str| l.split(" recorded=").next().unwrap_or_default().to_string();
     // The program sees the same: every request DONE, every byte moved (NIXL's
     // own proof), and no list read one descriptor at a time.

@@ -3,7 +3,8 @@ takes, each read in bulk by the instrumentation (one call whatever its
 length): lists `get_xfer_descs` made from an N×3 uint64 array, an int64
 array and a list of 3-tuples (summarised when made), a `nixlXferDList`
 built directly (read from its serialised form), a list handed back by
-`get_xfer_descs` as it came, and a `prep_xfer_dlist` of such a list.
+`get_xfer_descs` as it came, and `prep_xfer_dlist` of such a list, of an
+N×3 array and of an N×5 strided array of runs.
 
 One agent, loopback (UCX within the process), 4,096 descriptors of 1 KiB
 (or a few): each request is posted and polled to DONE, the destination
@@ -83,21 +84,29 @@ def main():
         recorded = "bare" if before is None else after - before
         print(f"{name}: {state} moved={moved} items_read={Counting.items} expected={n * DESC} recorded={recorded}")
 
-    # A prepared list of a list NIXL made, then a request by index.
-    local = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(rows(src.ctypes.data, N), "DRAM"))
-    remote = agent.prep_xfer_dlist(agent.name, agent.get_xfer_descs(rows(dst.ctypes.data, N), "DRAM"))
-    dst[:] = 0
-    before = write_bytes()
-    idx = np.arange(0, N, 2, dtype=np.int64)
-    h = agent.make_prepped_xfer("WRITE", local, idx, remote, idx)
-    state = agent.transfer(h)
-    while state == "PROC":
-        state = agent.check_xfer_state(h)
-    h.release()
-    moved = bool(all((dst[i * DESC : (i + 1) * DESC] == src[i * DESC : (i + 1) * DESC]).all() for i in idx))
-    after = write_bytes()
-    recorded = "bare" if before is None else after - before
-    print(f"prepped_dlist: {state} moved={moved} expected={len(idx) * DESC} recorded={recorded}")
+    # Prepared lists (of a list NIXL made, of an N×3 array, of an N×5
+    # strided array of runs), then a request by index: every other one.
+    strided = lambda b: np.array([(b, DESC, 0, DESC, N)], dtype=np.uint64)  # noqa: E731
+    prepared = {
+        "prepped_dlist": lambda b: agent.get_xfer_descs(rows(b, N), "DRAM"),
+        "prepped_array": lambda b: rows(b, N),
+        "prepped_strided": strided,
+    }
+    for name, make in prepared.items():
+        local = agent.prep_xfer_dlist("NIXL_INIT_AGENT", make(src.ctypes.data), "DRAM")
+        remote = agent.prep_xfer_dlist(agent.name, make(dst.ctypes.data), "DRAM")
+        dst[:] = 0
+        before = write_bytes()
+        idx = np.arange(0, N, 2, dtype=np.int64)
+        h = agent.make_prepped_xfer("WRITE", local, idx, remote, idx)
+        state = agent.transfer(h)
+        while state == "PROC":
+            state = agent.check_xfer_state(h)
+        h.release()
+        moved = bool(all((dst[i * DESC : (i + 1) * DESC] == src[i * DESC : (i + 1) * DESC]).all() for i in idx))
+        after = write_bytes()
+        recorded = "bare" if before is None else after - before
+        print(f"{name}: {state} moved={moved} expected={len(idx) * DESC} recorded={recorded}")
     sys.stdout.flush()
 
 

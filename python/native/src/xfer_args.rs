@@ -267,14 +267,11 @@ fn indexed(indices: &Bound<'_, PyAny>, p: &Prepped) -> (usize, u64) {
 
 /// The rows of an N×5 strided array (`prep_xfer_dlist` only), read in
 /// place as NIXL reads them: each row (addr, len, dev, stride, count) is
-/// `count` descriptors of `len` bytes. `None`: not such an integer array.
+/// `count` descriptors of `len` bytes. `None`: not such an array (an N×3
+/// one is read as descriptors by the caller).
 fn strided_runs(obj: &Bound<'_, PyAny>) -> Option<Vec<(u64, u64)>> {
     let mut runs = Vec::new();
-    let read = crate::dlists::array_rows(obj, 5, |r| runs.push((r[4], r[1])))?;
-    if !read {
-        runs.clear();
-    }
-    Some(runs)
+    crate::dlists::array_rows(obj, 5, |r| runs.push((r[4], r[1])))?.then_some(runs)
 }
 
 /// Indices as a list of ints or an integer array (read in place).
