@@ -139,7 +139,10 @@ mod tests {
         out
     }
 
-    fn read(b: &[u8]) -> Option<(DlistHeader, Vec<(u64, u64, u64)>)> {
+    /// (address, length, device) of each descriptor read.
+    type Descs = Vec<(u64, u64, u64)>;
+
+    fn read(b: &[u8]) -> Option<(DlistHeader, Descs)> {
         let mut seen = Vec::new();
         read_dlist_state(b, |a, l, d| seen.push((a, l, d))).map(|h| (h, seen))
     }
