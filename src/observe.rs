@@ -130,6 +130,9 @@ struct Inner {
     agent_backends: Mutex<HashMap<AgentId, Arc<[String]>>>,
     /// Set once an agent reported a backend (then `agent_backends` is read).
     any_agent_backends: AtomicBool,
+    /// Agents that created a backend whose name cannot be a label (not in
+    /// `agent_backends`): what they created is not known whole.
+    unlabelled_backends: Mutex<HashSet<AgentId>>,
     default_backends: Vec<String>,
     /// Set once the transfer watchdog was started.
     xfer_watch: AtomicBool,
@@ -244,6 +247,7 @@ impl Observer {
             hook_failures: Mutex::new(HashSet::new()),
             agent_backends: Mutex::new(HashMap::new()),
             any_agent_backends: AtomicBool::new(false),
+            unlabelled_backends: Mutex::new(HashSet::new()),
             default_backends: settings_backends,
             xfer_watch: AtomicBool::new(false),
             transports: transports::Learned::default(),
@@ -295,6 +299,13 @@ impl Observer {
     /// follows the label rules, else it is not recorded.
     pub fn backend(&self, agent: AgentId, name: &str, result: Result<Duration, Failure>) {
         if config::validate_backends(&[name.to_string()], "backend").is_err() {
+            if result.is_ok() {
+                self.0
+                    .unlabelled_backends
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(agent);
+            }
             return;
         }
         match &result {
@@ -318,8 +329,18 @@ impl Observer {
 
     /// The backend a request of `agent` can only have been made on: the one
     /// backend the agent created, when it created exactly one (a front-end
-    /// then need not ask NIXL which it chose).
+    /// then need not ask NIXL which it chose). `None` too when the agent
+    /// also created one whose name could not be recorded.
     pub fn sole_backend(&self, agent: AgentId) -> Option<Arc<[String]>> {
+        if self
+            .0
+            .unlabelled_backends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&agent)
+        {
+            return None;
+        }
         let map = self.0.agent_backends.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&agent).filter(|l| l.len() == 1).cloned()
     }
@@ -374,6 +395,11 @@ impl Observer {
     pub fn agent_released(&self, agent: AgentId) {
         self.0
             .agent_backends
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&agent);
+        self.0
+            .unlabelled_backends
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&agent);

@@ -512,3 +512,25 @@ fn an_observed_call_returning_never_clears_the_lifecycles_stuck_call() {
     let s = wait("everything returned", &|s| s.stuck.is_empty());
     assert!(s.liveness_failure().is_none());
 }
+
+#[test]
+fn the_sole_backend_is_the_one_an_agent_created_and_only_then() {
+    let o = observer(&[]);
+    let (a, b, c) = (AgentId(91), AgentId(92), AgentId(93));
+    let ok = || Ok(Duration::from_millis(1));
+    assert!(o.sole_backend(a).is_none(), "nothing created yet");
+    o.backend(a, "UCX", ok());
+    assert_eq!(o.sole_backend(a).as_deref(), Some(&["UCX".to_string()][..]));
+    o.backend(a, "POSIX", ok());
+    assert!(o.sole_backend(a).is_none(), "two backends: NIXL chose one");
+    // A backend whose name cannot be a label is still a backend NIXL may choose.
+    o.backend(b, "UCX", ok());
+    o.backend(b, "not a label!", ok());
+    assert!(o.sole_backend(b).is_none());
+    // One that failed to be created is none.
+    o.backend(c, "UCX", ok());
+    o.backend(c, "GDS", Err(Failure::new(Reason::BackendInitFailed, "no GDS")));
+    assert_eq!(o.sole_backend(c).as_deref(), Some(&["UCX".to_string()][..]));
+    o.agent_released(c);
+    assert!(o.sole_backend(c).is_none(), "a released agent has none");
+}

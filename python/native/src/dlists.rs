@@ -65,43 +65,6 @@ pub(crate) fn array_rows(obj: &Bound<'_, PyAny>, width: usize, mut row: impl FnM
     None
 }
 
-/// The rows and the sum of column `col` of an N×`width` integer array read
-/// as [`array_rows`] reads it, in one tight pass (`None`, `Some(None)`: as
-/// there).
-fn column_sum(obj: &Bound<'_, PyAny>, width: usize, col: usize) -> Option<Option<(usize, u64)>> {
-    let py = obj.py();
-    macro_rules! sum {
-        ($t:ty) => {
-            if let Ok(buf) = PyBuffer::<$t>::get(obj) {
-                let fits = matches!(buf.shape(), [n, w] if *w == width && *n > 0);
-                let out = buf.as_slice(py).filter(|_| fits).map(|cells| {
-                    // Without a branch a row; saturated only if it wrapped
-                    // (possible only when the largest value times the rows
-                    // exceeds 2^64).
-                    let (mut total, mut most) = (0u64, 0u64);
-                    for row in cells.chunks_exact(width) {
-                        let v = row[col].get().max(0) as u64;
-                        total = total.wrapping_add(v);
-                        most = most.max(v);
-                    }
-                    let rows = cells.len() / width;
-                    if most.checked_mul(rows as u64).is_none() {
-                        total = cells
-                            .chunks_exact(width)
-                            .fold(0u64, |a, r| a.saturating_add(r[col].get().max(0) as u64));
-                    }
-                    (rows, total)
-                });
-                buf.release(py);
-                return Some(out);
-            }
-        };
-    }
-    sum!(u64);
-    sum!(i64);
-    None
-}
-
 /// The `(addr, len, dev)` regions of an N×3 array (`None`: not such an
 /// integer buffer; an empty vector: one NIXL would refuse).
 pub(crate) fn array_regions(obj: &Bound<'_, PyAny>, out: &mut Vec<Region>) -> Option<()> {
@@ -126,12 +89,17 @@ fn mem_of_code(code: u32) -> Option<MemType> {
     }
 }
 
+/// A NIXL list's serialised form (`__getstate__`, one call).
+fn state_of<'py>(list: &Bound<'py, PyAny>) -> Option<Bound<'py, PyBytes>> {
+    let state = list.call_method0(intern!(list.py(), "__getstate__")).soft()?;
+    state.cast_into::<PyBytes>().ok()
+}
+
 /// A NIXL list's regions and memory type from its serialised form, one call.
 /// `None`: not a list that serialises (or a layout this reader does not
 /// know); the caller asks it item by item.
 pub(crate) fn state_regions(list: &Bound<'_, PyAny>, out: &mut Vec<Region>) -> Option<Option<MemType>> {
-    let state = list.call_method0(intern!(list.py(), "__getstate__")).soft()?;
-    let bytes = state.cast::<PyBytes>().ok()?;
+    let bytes = state_of(list)?;
     out.clear();
     match read_dlist_state(bytes.as_bytes(), |a, l, d| out.push(region(a, l, d))) {
         Some(h) => Some(mem_of_code(h.mem_code)),
@@ -152,8 +120,7 @@ pub(crate) struct Summary {
 
 impl Summary {
     fn of_state(list: &Bound<'_, PyAny>) -> Option<Summary> {
-        let state = list.call_method0(intern!(list.py(), "__getstate__")).soft()?;
-        let bytes = state.cast::<PyBytes>().ok()?;
+        let bytes = state_of(list)?;
         let mut total = 0u64;
         let h = read_dlist_state(bytes.as_bytes(), |_, l, _| total = total.saturating_add(l))?;
         Some(Summary {
@@ -202,8 +169,12 @@ impl MadeLists {
         // A list of tuples is no buffer: not asked to be one.
         let from_array = || {
             let descs = descs.filter(|d| !d.is_instance_of::<PyList>())?;
-            let (n, bytes) = column_sum(descs, 3, 1)??;
-            Some(Summary {
+            let (mut n, mut bytes) = (0usize, 0u64);
+            let read = array_rows(descs, 3, |r| {
+                n += 1;
+                bytes = bytes.saturating_add(r[1]);
+            })?;
+            read.then_some(Summary {
                 descriptors: n,
                 bytes,
                 mem: named,

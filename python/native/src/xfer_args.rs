@@ -228,7 +228,7 @@ fn local_side(
     let remote = prepped(3, "remote_xfer_side");
     let (descriptors, bytes) = match (arg(args, kwargs, 2, "local_indices"), &local) {
         (Some(v), Some(p)) => indexed(&v, p),
-        (Some(v), None) => (indices_of(&v).len(), 0),
+        (Some(v), None) => (v.len().soft().unwrap_or_else(|| indices_of(&v).len()), 0),
         (None, _) => (0, 0),
     };
     (
@@ -244,7 +244,7 @@ fn local_side(
 /// NIXL checked (a request it made names only descriptors the list has);
 /// any other is read in place (arrays) or item by item (lists).
 fn indexed(indices: &Bound<'_, PyAny>, p: &Prepped) -> (usize, u64) {
-    if let (Some(len), Some(n)) = (p.uniform(), indices.len().ok()) {
+    if let (Some(len), Some(n)) = (p.uniform(), indices.len().soft()) {
         return (n, len.saturating_mul(n as u64));
     }
     let (mut n, mut bytes) = (0usize, 0u64);
