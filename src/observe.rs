@@ -184,7 +184,18 @@ pub struct Pending {
 /// An observed NIXL call in flight (a deregistration), for the watchdog:
 /// the call is watched until this is dropped.
 #[must_use = "the call is watched until the mark is dropped"]
-pub struct CallMark(#[allow(dead_code)] record::Mark);
+pub struct CallMark {
+    _mark: record::Mark,
+    started: Instant,
+}
+
+impl CallMark {
+    /// When the call was marked: the clock its duration is measured from,
+    /// so a recorded call reads the clock once on each side.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+}
 
 /// A group name an observer cannot take: a group of the lifecycle's plan
 /// already has it.
@@ -650,12 +661,15 @@ impl Observer {
     /// call, then drop the mark and record it with
     /// [`Observer::deregistered`].
     pub fn deregistration_started(&self) -> CallMark {
-        CallMark(
-            self.0
+        let started = Instant::now();
+        CallMark {
+            _mark: self
+                .0
                 .rec
                 .calls()
-                .begin(CallKind::Deregister, None, Instant::now(), self.0.settings.call_timeout),
-        )
+                .begin(CallKind::Deregister, None, started, self.0.settings.call_timeout),
+            started,
+        }
     }
 
     /// Records a deregistration call of what one registration call on

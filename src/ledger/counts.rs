@@ -96,3 +96,60 @@ pub fn unix_now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+/// How long one wall-clock reading stands for the instants after it.
+const REANCHOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The Unix time of instants already read: one wall-clock reading a second
+/// stands for every stamp within it, so what a hot call stamps costs no
+/// clock read beyond the one that timed the call. A stamp is at most
+/// [`REANCHOR`] behind a step of the wall clock.
+#[derive(Debug, Clone, Copy)]
+pub struct WallAnchor {
+    at: std::time::Instant,
+    unix: f64,
+}
+
+impl Default for WallAnchor {
+    fn default() -> WallAnchor {
+        WallAnchor {
+            at: std::time::Instant::now(),
+            unix: unix_now(),
+        }
+    }
+}
+
+impl WallAnchor {
+    /// The Unix time (seconds) of `at`.
+    pub fn unix_at(&mut self, at: std::time::Instant) -> f64 {
+        if at.saturating_duration_since(self.at) > REANCHOR {
+            *self = WallAnchor::default();
+        }
+        match at.checked_duration_since(self.at) {
+            Some(d) => self.unix + d.as_secs_f64(),
+            None => self.unix - self.at.duration_since(at).as_secs_f64(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A stamp derived from an instant is that instant's wall time: within
+    /// the anchor's second, before it, and past it (the anchor is read
+    /// again).
+    #[test]
+    fn an_instant_already_read_is_stamped_with_its_wall_time() {
+        let mut wall = WallAnchor::default();
+        let now = Instant::now();
+        let close = |a: f64, b: f64| (a - b).abs() < 0.05;
+        assert!(close(wall.unix_at(now), unix_now()));
+        assert!(close(wall.unix_at(now - Duration::from_millis(300)), unix_now() - 0.3));
+        std::thread::sleep(REANCHOR + Duration::from_millis(20));
+        let later = Instant::now();
+        assert!(close(wall.unix_at(later), unix_now()));
+        assert!(wall.at >= later, "read again after its second");
+    }
+}

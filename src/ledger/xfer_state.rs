@@ -111,6 +111,8 @@ pub struct Transfers {
     /// The recording follows a caller's NIXL agent (or saw a data-path
     /// event): its data-path families are exported.
     pub observing: bool,
+    /// Stamps a transfer's end from the instant that timed it.
+    wall: super::counts::WallAnchor,
 }
 
 fn outcome_index(ok: bool) -> usize {
@@ -356,7 +358,10 @@ impl Transfers {
         }
         match failure {
             Some(f) => self.failed(s, m.agent, m.op, &m.peer, f, stage),
-            None => peers::ended_with_peer(s, m.agent, &m.peer, outcome, m.bytes),
+            None => {
+                let unix = self.wall.unix_at(at);
+                peers::ended_with_peer(s, m.agent, &m.peer, outcome, m.bytes, unix);
+            }
         }
         true
     }

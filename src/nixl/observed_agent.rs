@@ -197,9 +197,8 @@ impl ObservedRegistration {
             return self.handle.deregister();
         };
         let mark = observer.deregistration_started();
-        let t0 = std::time::Instant::now();
         let result = self.handle.deregister();
-        let elapsed = t0.elapsed();
+        let elapsed = mark.started().elapsed();
         drop(mark);
         observer.deregistered(agent, region, 1, elapsed, result.as_ref().err().map(failure));
         result

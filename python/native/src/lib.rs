@@ -24,7 +24,7 @@ mod xfer_args;
 
 use nixl_agent::config::ProcessEnv;
 use nixl_agent::instrument::{self, CallSite, Instrumentation, Settings};
-use nixl_agent::{AgentId, Call, Failure, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
+use nixl_agent::{AgentId, Call, CallMark, Failure, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -838,7 +838,7 @@ fn deregister<'py>(
         return Err(e);
     }
     let mark = prepared.as_ref().map(|(r, _)| r.observer().deregistration_started());
-    let t0 = Instant::now();
+    let t0 = mark.as_ref().map_or_else(Instant::now, CallMark::started);
     let result = call_through(func, self_, args, kwargs);
     let elapsed = t0.elapsed();
     drop(mark);
@@ -881,6 +881,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(deregister, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::clock_base, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_posted, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_args::post, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_state, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_created, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_create_failed, m)?)?;

@@ -181,12 +181,20 @@ pub(super) fn failure_of_peer(p: &mut PeerStatus, f: &Failure, unix: f64) {
 }
 
 /// A transfer with `peer` that ended without a failure.
-pub(super) fn ended_with_peer(s: &mut TransferStatus, agent: AgentId, peer: &str, outcome: XferOutcome, bytes: u64) {
+/// `unix`: when it ended.
+pub(super) fn ended_with_peer(
+    s: &mut TransferStatus,
+    agent: AgentId,
+    peer: &str,
+    outcome: XferOutcome,
+    bytes: u64,
+    unix: f64,
+) {
     if peer.is_empty() {
         return;
     }
     let p = peer_entry(s, agent, peer);
-    p.unix_seconds = unix_now();
+    p.unix_seconds = unix;
     p.last_event = "transfer";
     p.ok = true;
     p.reason = None;
