@@ -46,11 +46,14 @@ pub const CONTENDERS: &[&str] = &[
     "batched_capi",
     "python",
     "agent_group_only",
+    "batched_capi_in_agent",
 ];
 
 /// What runs by default; `agent_group_only` (the agent's `NixlRegistrar`
 /// through `group::register_all`/`release_all`, no driver, no validation)
-/// is a diagnostic that splits the agent's overhead.
+/// and `batched_capi_in_agent` (the batched C API call on a second NIXL
+/// agent inside the agent's worker process) are diagnostics that split
+/// the agent's overhead: our code, or the process it runs in.
 pub const DEFAULT_CONTENDERS: &[&str] = &[
     "raw",
     "raw_reverse",
@@ -439,6 +442,7 @@ pub fn worker_main(kind: &str) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let _guard = nixl_agent::cli::init_logs(&nixl_agent::Config::default(), Some(std::sync::Arc::new(devnull)));
             let mut agent = AgentPath::new()?;
+            let mut here: Option<BatchAgent> = None;
             worker::serve(ready, |m| {
                 if m.get("cmd").and_then(|c| c.as_str()) == Some("probe") {
                     return serde_json::to_value(probe_cost()).map_err(|e| e.to_string());
@@ -446,6 +450,15 @@ pub fn worker_main(kind: &str) -> Result<(), String> {
                 let (variant, n, size) = args(m)?;
                 rep(&variant, n, size, &mut |v, r| match v {
                     "agent_group_only" => agent.group_only(r),
+                    "batched_capi_in_agent" => {
+                        if here.is_none() {
+                            here = Some(BatchAgent::new(
+                                &nixl_lib_dir().join("libnixl_capi.so"),
+                                "bench-batched-here",
+                            )?);
+                        }
+                        batched_rep(here.as_ref().expect("made above"), r)
+                    }
                     _ => agent.rep(r, v == "agent"),
                 })
             })
@@ -454,24 +467,27 @@ pub fn worker_main(kind: &str) -> Result<(), String> {
             let batch = BatchAgent::new(&nixl_lib_dir().join("libnixl_capi.so"), "bench-batched")?;
             worker::serve(ready, |m| {
                 let (variant, n, size) = args(m)?;
-                rep(&variant, n, size, &mut |_, r| {
-                    let t0 = Instant::now();
-                    let b = batch.register(r)?;
-                    let t1 = Instant::now();
-                    batch.deregister(b)?;
-                    Ok((ms(t1 - t0), ms(t1.elapsed())))
-                })
+                rep(&variant, n, size, &mut |_, r| batched_rep(&batch, r))
             })
         }
         other => Err(format!("no worker kind {other:?}")),
     }
 }
 
+/// One batched registration and deregistration of `regions`, timed apart.
+fn batched_rep(batch: &BatchAgent, regions: &[Region]) -> Result<(f64, f64), String> {
+    let t0 = Instant::now();
+    let b = batch.register(regions)?;
+    let t1 = Instant::now();
+    batch.deregister(b)?;
+    Ok((ms(t1 - t0), ms(t1.elapsed())))
+}
+
 /// The worker process serving a contender.
 fn worker_of(contender: &str) -> &'static str {
     match contender {
         "raw" | "raw_reverse" => "raw",
-        "agent" | "agent_novalidate" | "agent_group_only" => "agent",
+        "agent" | "agent_novalidate" | "agent_group_only" | "batched_capi_in_agent" => "agent",
         "batched_capi" => "batched",
         _ => "python",
     }

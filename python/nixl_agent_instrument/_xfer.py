@@ -1,10 +1,8 @@
 """Wrapping the data path of NIXL's Python ``nixl_agent``: transfer
 requests, posts and status polls, the release of transfer handles, peers and
 notifications. Each wrapper calls NIXL's method first and hands what it was
-given and what it returned (or raised) to the extension (``_native``) after
-(``transfer`` with NIXL's own signature: the extension's ``post`` makes the
-call, timed, and records it); what NIXL returned or raised reaches the
-caller unchanged. A poll that says
+given and what it returned (or raised) to the extension (``_native``) after;
+what NIXL returned or raised reaches the caller unchanged. A poll that says
 "in progress" returns from the wrapper's own frame.
 """
 
@@ -25,7 +23,7 @@ def wrap(cls, native):
     ns = time.monotonic_ns
     # The hot paths' native calls, looked up once (not an attribute of the
     # module per call).
-    xfer_posted, xfer_state, post = native.xfer_posted, native.xfer_state, native.post
+    xfer_posted, xfer_state = native.xfer_posted, native.xfer_state
 
     def have(name):
         f = getattr(cls, name, None)
@@ -45,8 +43,14 @@ def wrap(cls, native):
             # per call, and the default is NIXL's own object.
             @functools.wraps(transfer)
             def transfer_(self, handle, notif_msg=default):
-                # Timed, called and recorded in one native call.
-                return post(transfer, self, handle, notif_msg)
+                t0 = ns()
+                try:
+                    state = transfer(self, handle, notif_msg)
+                except Exception as e:
+                    xfer_posted(handle, t0, None, e)
+                    raise
+                xfer_posted(handle, t0, state, None)
+                return state
 
         else:
 

@@ -881,7 +881,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(deregister, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::clock_base, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_posted, m)?)?;
-    m.add_function(wrap_pyfunction!(xfer_args::post, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_state, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_created, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_create_failed, m)?)?;

@@ -2,9 +2,7 @@
 //! methods hand what they were given and what they returned here
 //! (`_xfer.wrap`), after the call; this module turns it into the
 //! library's words and records it on the observer. Nothing here is called
-//! before NIXL's own method — but for [`post`], which makes NIXL's
-//! `transfer` call itself so that a post is timed and recorded in one
-//! native call — and an "in progress" poll never reaches it.
+//! before NIXL's own method, and an "in progress" poll never reaches it.
 //! Nothing here raises but a signal handler's exception (`KeyboardInterrupt`,
 //! `SystemExit`) that landed while the arguments were read: it is raised
 //! from the call it landed in, as the bare call would have been
@@ -102,8 +100,7 @@ fn instant_of(ns: u64) -> Instant {
 }
 
 /// `transfer(handle)`, begun at `t0_ns` (`time.monotonic_ns()`), returned
-/// `state` (or raised `error`): the wrapper of a `transfer` whose signature
-/// is not NIXL's own (see [`post`]).
+/// `state` (or raised `error`).
 #[pyfunction]
 pub(crate) fn xfer_posted(
     handle: &Bound<'_, PyAny>,
@@ -111,54 +108,16 @@ pub(crate) fn xfer_posted(
     state: &Bound<'_, PyAny>,
     error: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    // `PyLong_AsLong` (a monotonic reading fits i64): the unsigned path
-    // goes through a byte array.
-    let posted = t0_ns
-        .extract::<i64>()
-        .ok()
-        .and_then(|n| u64::try_from(n).ok())
-        .map_or_else(Instant::now, instant_of);
-    record_post(handle, posted, state, error);
-    finish()
-}
-
-/// `transfer(self_, handle, notif_msg)` — NIXL's own method, called with
-/// NIXL's own signature — timed from here and recorded: the wrapper is one
-/// Python frame and this one call (the clock read here, not through
-/// `time.monotonic_ns`). What NIXL returned reaches the caller as it is; an
-/// `Exception` it raised is recorded and re-raised, the same object; any
-/// other `BaseException` passes unrecorded, as the Python wrapper's
-/// `except Exception` lets it.
-#[pyfunction]
-pub(crate) fn post<'py>(
-    transfer: &Bound<'py, PyAny>,
-    self_: &Bound<'py, PyAny>,
-    handle: &Bound<'py, PyAny>,
-    notif_msg: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = transfer.py();
-    let posted = Instant::now();
-    let result = transfer.call1((self_, handle, notif_msg));
-    match &result {
-        Ok(state) => record_post(handle, posted, state, &py.None().into_bound(py)),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
-            record_post(handle, posted, &py.None().into_bound(py), e.value(py).as_any())
-        }
-        Err(_) => return result,
-    }
-    // A signal handler's exception that landed while the recording read
-    // the handle: raised from this call, as the bare call would have been
-    // interrupted (the transfer itself is posted either way).
-    finish()?;
-    result
-}
-
-/// Records a post of `handle` begun at `posted` that returned `state` (or
-/// raised `error`).
-fn record_post(handle: &Bound<'_, PyAny>, posted: Instant, state: &Bound<'_, PyAny>, error: &Bound<'_, PyAny>) {
     guarded(Hooked::Transfer, || {
         let r = running()?;
         let h = handle_of(handle)?;
+        // `PyLong_AsLong` (a monotonic reading fits i64): the unsigned path
+        // goes through a byte array.
+        let posted = t0_ns
+            .extract::<i64>()
+            .ok()
+            .and_then(|n| u64::try_from(n).ok())
+            .map_or_else(Instant::now, instant_of);
         let poll = poll_of(state, error);
         r.observer().transfer_posted(h, posted, &poll);
         // NIXL_AGENT_TRANSPORTS=1: the first posting to a peer for an op
@@ -168,6 +127,7 @@ fn record_post(handle: &Bound<'_, PyAny>, posted: Instant, state: &Bound<'_, PyA
         }
         Some(())
     });
+    finish()
 }
 
 /// `check_xfer_state(handle)` returned `state` (not "PROC") or raised.
