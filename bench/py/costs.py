@@ -17,10 +17,20 @@ apart (timeit, best of 5), in one process under the instrumentation:
   the list (`__getstate__`, what a list made otherwise is read from);
 - a registration list of N tuples: NIXL serialising the `nixlRegDList` it
   builds from them (what reading NIXL's list instead of the tuples would
-  cost).
+  cost);
+- `register_memory` of 64 tuples, bare vs instrumented (validation at its
+  default), interleaved medians: in this process, and in a child without
+  CAP_IPC_LOCK under a finite memlock limit (`setpriv`, when run as root) —
+  a non-root pod, where validation must also know what the process holds
+  locked (/proc/self/status, read at most every 100 ms).
 """
 
 import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
 import time
 import timeit
 
@@ -85,6 +95,54 @@ def in_place(agent, h, bare):
     print(f"  instrumented (the wrapper): {m[instrumented] - base:+.0f}")
 
 
+def registration(agent, bare, n=64):
+    """`register_memory` of `n` tuples bare vs instrumented, interleaved:
+    median microseconds of each."""
+    buf = np.ones(n * 4096, dtype=np.uint8)
+    tuples = [(buf.ctypes.data + i * 4096, 4096, 0, "") for i in range(n)]
+    contenders = {
+        "bare": (bare["register_memory"], bare["deregister_memory"]),
+        "instrumented": (nixl_agent.register_memory, nixl_agent.deregister_memory),
+    }
+    times = {k: [] for k in contenders}
+    for rep in range(301):
+        for k in list(contenders) if rep % 2 == 0 else list(contenders)[::-1]:
+            reg, dereg = contenders[k]
+            t0 = time.perf_counter_ns()
+            descs = reg(agent, tuples, "DRAM")
+            t1 = time.perf_counter_ns()
+            dereg(agent, descs)
+            if rep:
+                times[k].append(t1 - t0)
+    return {k: statistics.median(v) / 1000 for k, v in times.items()}
+
+
+def registration_line(where, m):
+    return f"  {where}: bare {m['bare']:.1f}, instrumented {m['instrumented']:.1f} ({m['instrumented'] / m['bare']:.2f}×)"
+
+
+def registration_child():
+    """The child of `registration_as_a_container`: a finite memlock soft
+    limit (the hard one, or 64 MiB under an unlimited one), then the rows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    limit = hard if hard != resource.RLIM_INFINITY else 64 << 20
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, hard))
+    bare = nixl_agent.__nixl_agent_originals__
+    agent = nixl_agent("costs-pod", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
+    print(registration_line(f"without CAP_IPC_LOCK, memlock {limit >> 10} KiB", registration(agent, bare)))
+
+
+def registration_as_a_container():
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        print("  (not root, or no setpriv: this process is the container case already)")
+        return
+    subprocess.run(
+        [setpriv, "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", sys.executable, __file__, "--registration-child"],
+        check=True,
+    )
+
+
 def main():
     bare = nixl_agent.__nixl_agent_originals__
     agent = nixl_agent("costs", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
@@ -130,7 +188,14 @@ def main():
     for rows in (64, 1024, 4096):
         reg = nixlRegDList(DRAM_SEG, [(0x10000 + i * 4096, 4096, 0, "") for i in range(rows)])
         print(f"  N={rows}: {best(lambda: reg.__getstate__(), 200) / rows:.1f}")
+    print("register_memory of 64 tuples, µs (interleaved medians, validation at its default):")
+    print(registration_line("this process" + (" (root: CAP_IPC_LOCK)" if os.geteuid() == 0 else ""), registration(agent, bare)))
+    sys.stdout.flush()
+    registration_as_a_container()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--registration-child"]:
+        registration_child()
+    else:
+        main()

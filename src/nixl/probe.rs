@@ -4,6 +4,46 @@
 use super::cuda;
 use crate::model::Reason;
 use crate::validate::{self, DevicePointer, Memlock, MemoryProbe};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long one reading of what the process holds locked (VmLck + VmPin of
+/// /proc/self/status, ~20 us on a 2-core VM) stands for the validations
+/// after it. A process registering block by block (thousands of calls at
+/// start-up) reads it once per this, not once per call; what nixl-agent
+/// itself registered since is counted by the caller either way
+/// (`pinned_bytes`), and NIXL's own failure names a limit the estimate
+/// missed.
+const LOCKED_READ_EVERY: Duration = Duration::from_millis(100);
+
+/// The last reading of what the process holds locked, and when.
+static LOCKED: Mutex<Recent<Option<u64>>> = Mutex::new(Recent::new(LOCKED_READ_EVERY));
+
+/// A value read at most once per `every`.
+#[derive(Debug)]
+struct Recent<T> {
+    every: Duration,
+    last: Option<(Instant, T)>,
+}
+
+impl<T: Copy> Recent<T> {
+    const fn new(every: Duration) -> Recent<T> {
+        Recent { every, last: None }
+    }
+
+    /// The last reading when it is younger than `every` at `now`, else a
+    /// new one.
+    fn get(&mut self, now: Instant, read: impl FnOnce() -> T) -> T {
+        match self.last {
+            Some((at, v)) if now.saturating_duration_since(at) < self.every && now >= at => v,
+            _ => {
+                let v = read();
+                self.last = Some((now, v));
+                v
+            }
+        }
+    }
+}
 
 /// Reads facts about this process's memory.
 #[derive(Debug, Default, Clone, Copy)]
@@ -82,9 +122,14 @@ impl MemoryProbe for SystemProbe {
             .get_or_init(|| std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s)));
         // What the process holds is only worth a read when a limit applies.
         let locked_bytes = match (soft_limit, exempt) {
-            (Some(_), false) => std::fs::read_to_string("/proc/self/status")
-                .ok()
-                .and_then(|s| validate::locked_bytes(&s)),
+            (Some(_), false) => LOCKED
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(Instant::now(), || {
+                    std::fs::read_to_string("/proc/self/status")
+                        .ok()
+                        .and_then(|s| validate::locked_bytes(&s))
+                }),
             _ => None,
         };
         Memlock {
@@ -92,5 +137,30 @@ impl MemoryProbe for SystemProbe {
             exempt,
             locked_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Read on first use, reused while young, read again once `every` has
+    /// passed; an instant before the last reading reads again too.
+    #[test]
+    fn a_reading_stands_for_its_interval_and_no_longer() {
+        let mut r = Recent::new(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let mut reads = 0;
+        let mut get = |r: &mut Recent<u32>, at: Instant| {
+            r.get(at, || {
+                reads += 1;
+                reads
+            })
+        };
+        assert_eq!(get(&mut r, t0), 1);
+        assert_eq!(get(&mut r, t0 + Duration::from_millis(99)), 1);
+        assert_eq!(get(&mut r, t0 + Duration::from_millis(100)), 2);
+        assert_eq!(get(&mut r, t0 + Duration::from_millis(150)), 2);
+        assert_eq!(get(&mut r, t0), 3, "earlier than the reading: read again");
     }
 }
