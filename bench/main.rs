@@ -9,7 +9,7 @@
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
 //!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle,check,canary]
 //!            [--embed-procs 6]
-//!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only]]
+//!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only,batched_capi_in_agent]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
 //! nixl-bench worker raw|agent|batched               (internal: a contender process)
 //! nixl-bench embed-worker direct|observe SIZES REPS  (internal: an embedding process)
