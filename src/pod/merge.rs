@@ -364,6 +364,26 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
 mod tests {
     use super::*;
 
+    /// What a rank file says reaches the pod's document exactly: JSON is
+    /// read with round-trip precision (serde_json's `float_roundtrip`).
+    /// Its default reading is off by an ULP for some values — a Unix time
+    /// in microseconds, as the canary's last round is stamped — so a pod
+    /// (or a test) comparing /v1/status with /metrics saw them disagree.
+    #[test]
+    fn a_ranks_floats_reach_the_pod_exactly() {
+        for text in [
+            "1796301816.6334605",
+            "1796301495.196416",
+            "4406762850.550753",
+            "0.073786389",
+            "0.1",
+        ] {
+            let want: f64 = text.parse().unwrap();
+            let v: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(v.as_f64().map(f64::to_bits), Some(want.to_bits()), "{text}");
+        }
+    }
+
     fn rank(n: u32, alive: bool, ready: bool) -> Rank {
         Rank {
             rank: n,
