@@ -51,8 +51,6 @@ def best(f, number):
 def in_place(agent, h, bare):
     """A post of `h` (DONE when it returns: loopback, shared memory) with
     what follows it, interleaved, median ns of single calls over bare."""
-    import statistics
-
     post, poll = bare["transfer"], bare["check_xfer_state"]
     ns = time.monotonic_ns
 
@@ -124,7 +122,7 @@ def registration_line(where, m):
 def registration_child():
     """The child of `registration_as_a_container`: a finite memlock soft
     limit (the hard one, or 64 MiB under an unlimited one), then the rows."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     limit = hard if hard != resource.RLIM_INFINITY else 64 << 20
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, hard))
     bare = nixl_agent.__nixl_agent_originals__

@@ -148,60 +148,14 @@ impl Visit for Fields {
     }
 }
 
-/// A text line's fields, written straight into the line as they are
-/// visited (no value built per field): ` key=value`, a string with a space
-/// (or empty) JSON-quoted, a float as JSON writes it; the message kept for
-/// the end of the line.
-struct TextFields {
-    line: String,
-    message: String,
-}
-
-impl TextFields {
-    fn word(&mut self, f: &Field, v: &str) {
-        if !v.contains(' ') && !v.is_empty() {
-            let _ = write!(self.line, " {}={v}", f.name());
-        } else {
-            let _ = write!(self.line, " {}={}", f.name(), serde_json::Value::from(v));
-        }
-    }
-}
-
-impl Visit for TextFields {
-    fn record_str(&mut self, f: &Field, v: &str) {
-        if f.name() == "message" {
-            self.message = v.to_string();
-        } else {
-            self.word(f, v);
-        }
-    }
-    fn record_u64(&mut self, f: &Field, v: u64) {
-        let _ = write!(self.line, " {}={v}", f.name());
-    }
-    fn record_i64(&mut self, f: &Field, v: i64) {
-        let _ = write!(self.line, " {}={v}", f.name());
-    }
-    fn record_bool(&mut self, f: &Field, v: bool) {
-        let _ = write!(self.line, " {}={v}", f.name());
-    }
-    fn record_f64(&mut self, f: &Field, v: f64) {
-        let _ = write!(self.line, " {}={}", f.name(), serde_json::Value::from(v));
-    }
-    fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
-        if f.name() == "message" {
-            self.message = format!("{v:?}");
-        } else {
-            self.word(f, &format!("{v:?}"));
-        }
-    }
-}
-
 impl<S, N> FormatEvent<S, N> for LineFormat
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
         let ids = ctx.lookup_current().and_then(|span| {
             let cx = tracing::dispatcher::get_default(|d| tracing_opentelemetry::get_otel_context(&span.id(), d))?;
             super::traces::ids_of(&cx)
@@ -210,8 +164,6 @@ where
         let now = humantime_now();
         match self.format {
             LogFormat::Json => {
-                let mut fields = Fields::default();
-                event.record(&mut fields);
                 let mut obj = serde_json::Map::new();
                 obj.insert("timestamp".into(), now.into());
                 obj.insert("level".into(), meta.level().as_str().into());
@@ -227,20 +179,24 @@ where
                 writeln!(w, "{}", serde_json::Value::Object(obj))
             }
             LogFormat::Text => {
-                let mut line = String::with_capacity(256);
+                let mut line = String::new();
                 let level = meta.level().as_str();
                 let level = if self.ansi { paint(level) } else { level.to_string() };
                 let _ = write!(line, "{now} {level:>5} {}:", meta.target());
-                let mut fields = TextFields {
-                    line,
-                    message: String::new(),
-                };
-                event.record(&mut fields);
-                let TextFields { mut line, message } = fields;
+                for (k, v) in &fields.pairs {
+                    match v {
+                        serde_json::Value::String(s) if !s.contains(' ') && !s.is_empty() => {
+                            let _ = write!(line, " {k}={s}");
+                        }
+                        other => {
+                            let _ = write!(line, " {k}={other}");
+                        }
+                    }
+                }
                 if let Some((t, s)) = ids {
                     let _ = write!(line, " trace_id={t} span_id={s}");
                 }
-                writeln!(w, "{line} {message}")
+                writeln!(w, "{line} {}", fields.message)
             }
         }
     }
