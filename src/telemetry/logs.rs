@@ -148,24 +148,89 @@ impl Visit for Fields {
     }
 }
 
+/// A text line's fields, written as they are visited (`key=value`, the
+/// value quoted when it would not read back as one token); the sentence is
+/// kept for the end of the line.
+struct TextFields<'a, 'w> {
+    w: &'a mut Writer<'w>,
+    message: String,
+    scratch: String,
+}
+
+impl TextFields<'_, '_> {
+    fn pair(&mut self, key: &str, value: &str) {
+        let _ = if is_token(value) {
+            write!(self.w, " {key}={value}")
+        } else {
+            // JSON's quoting: escapes quotes, backslashes and line breaks,
+            // so that one event stays one line.
+            write!(self.w, " {key}={}", serde_json::Value::from(value))
+        };
+    }
+}
+
+/// Whether a text value reads back as one token unquoted.
+fn is_token(v: &str) -> bool {
+    !v.is_empty() && !v.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"')
+}
+
+impl Visit for TextFields<'_, '_> {
+    fn record_str(&mut self, f: &Field, v: &str) {
+        if f.name() == "message" {
+            self.message.push_str(v);
+        } else {
+            self.pair(f.name(), v);
+        }
+    }
+    fn record_u64(&mut self, f: &Field, v: u64) {
+        let _ = write!(self.w, " {}={v}", f.name());
+    }
+    fn record_i64(&mut self, f: &Field, v: i64) {
+        let _ = write!(self.w, " {}={v}", f.name());
+    }
+    fn record_bool(&mut self, f: &Field, v: bool) {
+        let _ = write!(self.w, " {}={v}", f.name());
+    }
+    fn record_f64(&mut self, f: &Field, v: f64) {
+        // As JSON writes it (NaN and infinities are `null`), like the
+        // JSON format's value.
+        let _ = write!(self.w, " {}={}", f.name(), serde_json::Value::from(v));
+    }
+    fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
+        if f.name() == "message" {
+            let _ = write!(self.message, "{v:?}");
+        } else {
+            let mut s = std::mem::take(&mut self.scratch);
+            s.clear();
+            let _ = write!(s, "{v:?}");
+            self.pair(f.name(), &s);
+            self.scratch = s;
+        }
+    }
+}
+
 impl<S, N> FormatEvent<S, N> for LineFormat
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut w: Writer<'_>, event: &Event<'_>) -> std::fmt::Result {
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        let ids = ctx.lookup_current().and_then(|span| {
-            let cx = tracing::dispatcher::get_default(|d| tracing_opentelemetry::get_otel_context(&span.id(), d))?;
-            super::traces::ids_of(&cx)
-        });
+        // Only a process exporting spans has ids to give a line.
+        let ids = if super::traces::exporting() {
+            ctx.lookup_current().and_then(|span| {
+                let cx = tracing::dispatcher::get_default(|d| tracing_opentelemetry::get_otel_context(&span.id(), d))?;
+                super::traces::ids_of(&cx)
+            })
+        } else {
+            None
+        };
         let meta = event.metadata();
-        let now = humantime_now();
         match self.format {
             LogFormat::Json => {
+                let mut fields = Fields::default();
+                event.record(&mut fields);
                 let mut obj = serde_json::Map::new();
-                obj.insert("timestamp".into(), now.into());
+                obj.insert("timestamp".into(), humantime_now().into());
                 obj.insert("level".into(), meta.level().as_str().into());
                 obj.insert("message".into(), fields.message.into());
                 for (k, v) in fields.pairs {
@@ -179,24 +244,24 @@ where
                 writeln!(w, "{}", serde_json::Value::Object(obj))
             }
             LogFormat::Text => {
-                let mut line = String::new();
+                write_timestamp(&mut w)?;
                 let level = meta.level().as_str();
-                let level = if self.ansi { paint(level) } else { level.to_string() };
-                let _ = write!(line, "{now} {level:>5} {}:", meta.target());
-                for (k, v) in &fields.pairs {
-                    match v {
-                        serde_json::Value::String(s) if !s.contains(' ') && !s.is_empty() => {
-                            let _ = write!(line, " {k}={s}");
-                        }
-                        other => {
-                            let _ = write!(line, " {k}={other}");
-                        }
-                    }
+                if self.ansi {
+                    write!(w, " {:>5} {}:", paint(level), meta.target())?;
+                } else {
+                    write!(w, " {level:>5} {}:", meta.target())?;
                 }
+                let mut fields = TextFields {
+                    w: &mut w,
+                    message: String::new(),
+                    scratch: String::new(),
+                };
+                event.record(&mut fields);
+                let message = fields.message;
                 if let Some((t, s)) = ids {
-                    let _ = write!(line, " trace_id={t} span_id={s}");
+                    write!(w, " trace_id={t} span_id={s}")?;
                 }
-                writeln!(w, "{line} {}", fields.message)
+                writeln!(w, " {message}")
             }
         }
     }
@@ -214,19 +279,38 @@ fn paint(level: &str) -> String {
 
 /// RFC 3339 UTC with microseconds, without a date-time dependency.
 fn humantime_now() -> String {
+    let mut s = String::with_capacity(27);
+    let _ = write_timestamp(&mut s);
+    s
+}
+
+/// [`humantime_now`] written into `w`; the date and time of day are worked
+/// out once a second per thread, the microseconds on every line.
+fn write_timestamp(w: &mut impl std::fmt::Write) -> std::fmt::Result {
+    use std::cell::RefCell;
+    thread_local! {
+        static SECOND: RefCell<(i64, String)> = const { RefCell::new((i64::MIN, String::new())) };
+    }
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, day) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    SECOND.with_borrow_mut(|(at, prefix)| {
+        if *at != secs {
+            let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+            let (y, m, day) = civil_from_days(days);
+            prefix.clear();
+            let _ = write!(
+                prefix,
+                "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}",
+                rem / 3600,
+                rem % 3600 / 60,
+                rem % 60
+            );
+            *at = secs;
+        }
+        write!(w, "{prefix}.{:06}Z", d.subsec_micros())
+    })
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
@@ -245,6 +329,101 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines of `f` formatted by [`LineFormat`], the timestamp cut off.
+    fn lines(format: LogFormat, f: impl FnOnce()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .fmt_fields(NoSpanFields)
+            .event_format(LineFormat { format, ansi: false })
+            .with_writer(move || buf.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| match format {
+                LogFormat::Text => l.split_once(' ').unwrap().1.to_string(),
+                LogFormat::Json => {
+                    let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    let ts = v.as_object_mut().unwrap().remove("timestamp").unwrap();
+                    assert_eq!(ts.as_str().unwrap().len(), "2026-12-03T14:00:21.119512Z".len());
+                    v.to_string()
+                }
+            })
+            .collect()
+    }
+
+    fn sample() {
+        let error = "NIXL: backend error \"x\"";
+        tracing::info!(
+            group = %"kv",
+            kind = %"kv",
+            mem_type = "DRAM",
+            attempt = 3u32,
+            bytes = 4_194_304u64,
+            delta = -2i64,
+            ok = true,
+            ratio = 0.5f64,
+            whole = 2.0f64,
+            empty = "",
+            error = %error,
+            reason = Some("timeout"),
+            "group registered"
+        );
+        tracing::warn!(peer = %"p", seconds = 1e21f64, "transfer stalled: {}", "in flight");
+        tracing::error!(diagnostics = %"a\nb", nan = f64::NAN, "line with spaces");
+    }
+
+    #[test]
+    fn text_lines_are_fields_then_the_sentence() {
+        assert_eq!(
+            lines(LogFormat::Text, sample),
+            [
+                " INFO nixl_agent::telemetry::logs::tests: group=kv kind=kv mem_type=DRAM attempt=3 bytes=4194304 \
+                 delta=-2 ok=true ratio=0.5 whole=2.0 empty=\"\" error=\"NIXL: backend error \\\"x\\\"\" \
+                 reason=timeout group registered",
+                " WARN nixl_agent::telemetry::logs::tests: peer=p seconds=1e+21 transfer stalled: in flight",
+                "ERROR nixl_agent::telemetry::logs::tests: diagnostics=\"a\\nb\" nan=null line with spaces",
+            ]
+        );
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each() {
+        let l = lines(LogFormat::Json, sample);
+        assert_eq!(l.len(), 3);
+        let v: serde_json::Value = serde_json::from_str(&l[0]).unwrap();
+        assert_eq!(v["message"], "group registered");
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["bytes"], 4_194_304u64);
+        assert_eq!(v["ratio"], 0.5);
+        assert_eq!(v["error"], "NIXL: backend error \"x\"");
+        assert_eq!(v["reason"], "timeout");
+        let w: serde_json::Value = serde_json::from_str(&l[1]).unwrap();
+        assert_eq!(w["message"], "transfer stalled: in flight");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_microseconds() {
+        let t = humantime_now();
+        assert_eq!(t.len(), 27, "{t}");
+        assert!(
+            t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T" && &t[19..20] == ".",
+            "{t}"
+        );
+    }
 
     #[test]
     fn civil_dates() {

@@ -61,6 +61,12 @@ pub fn current_ids() -> Option<(TraceId, SpanId)> {
     ids_of(&cx)
 }
 
+/// Whether this process exports spans (an OpenTelemetry layer is
+/// installed and not forked away from).
+pub(crate) fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) fn ids_of(cx: &Context) -> Option<(TraceId, SpanId)> {
     let span = cx.span();
     let sc = span.span_context();
