@@ -44,6 +44,9 @@ pub struct Report {
     pub observer_rss_kib: f64,
     /// The recording alone: one observed call of N regions, no NIXL call.
     pub recording: Vec<Recording>,
+    /// Two `Instant::now` reads (a call's start and its elapsed time), ns:
+    /// the least any recording that times a call adds to it.
+    pub clock_pair_ns: f64,
 }
 
 /// What observe mode adds to one call of `n` regions, NIXL left out.
@@ -52,6 +55,22 @@ pub struct Recording {
     pub n: usize,
     pub ns_per_call: f64,
     pub ns_per_region: f64,
+}
+
+/// Median ns of a start stamp and its elapsed time, in batches.
+fn clock_pair_ns() -> f64 {
+    let batch = 100_000;
+    let v: Vec<f64> = (0..7)
+        .map(|_| {
+            let t0 = Instant::now();
+            for _ in 0..batch {
+                let t = Instant::now();
+                std::hint::black_box(t.elapsed());
+            }
+            t0.elapsed().as_nanos() as f64 / batch as f64
+        })
+        .collect();
+    median(&v)
 }
 
 /// One observed call of N regions with no NIXL call in it, warm, median of
@@ -242,5 +261,6 @@ pub fn run(sizes: &[usize], reps: usize, processes: usize) -> Result<Report, Str
             of("observe") - of("direct")
         },
         recording: recording(sizes, reps),
+        clock_pair_ns: clock_pair_ns(),
     })
 }
