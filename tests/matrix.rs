@@ -334,14 +334,7 @@ fn support_path(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel).display().to_string()
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::Killed;
 
 // ---- what a cell says of itself -----------------------------------------------
 
@@ -766,7 +759,7 @@ fn python_shape(shape: Shape) {
             }
             Shape::Sidecar => {
                 let (child, a) = support::pod_server(dir.path(), 2);
-                servers.push(Killed(child));
+                servers.push(child);
                 (
                     a,
                     vec![("NIXL_AGENT_MULTIPROC_DIR".into(), dir.path().display().to_string())],
@@ -1109,7 +1102,7 @@ fn rust_lifecycle_and_observe() {
         for sc in [Scenario::Healthy, Scenario::Seed] {
             let dir = d.next().unwrap().path();
             let (child, addr) = support::pod_server(dir, 2);
-            servers.push(Killed(child));
+            servers.push(child);
             for (rank, rsc) in [(0u32, sc), (1, Scenario::Healthy)] {
                 let name = format!("{front:?}-pod-{sc:?}-{rank}").to_lowercase();
                 let observer = match front {

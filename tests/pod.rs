@@ -122,25 +122,19 @@ fn wait_not_ready_alert(prom: &prom::Prometheus, pod: &PodAgent) {
 }
 
 struct PodAgent {
-    child: Child,
+    /// Held for its drop: the pod agent is killed with the test.
+    _child: support::Killed,
     addr: SocketAddr,
 }
 
 impl PodAgent {
     fn start(dir: &Path, ranks: u32) -> PodAgent {
         let (child, addr) = support::pod_server(dir, ranks);
-        PodAgent { child, addr }
+        PodAgent { _child: child, addr }
     }
 
     fn readyz(&self) -> u16 {
         support::get(self.addr, "/readyz").unwrap().status
-    }
-}
-
-impl Drop for PodAgent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -641,7 +635,7 @@ fn the_sidecar_logs_the_life_of_each_rank() {
     let log_dir = tempfile::tempdir().unwrap();
     let log_path = log_dir.path().join("pod.log");
     let addr = support::free_port();
-    let mut pod = support::binary()
+    let pod = support::binary()
         .args([
             "pod",
             "--ranks",
@@ -659,6 +653,7 @@ fn the_sidecar_logs_the_life_of_each_rank() {
         .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .unwrap();
+    let mut pod = support::Killed(pod);
     let messages = || -> Vec<String> {
         std::fs::read_to_string(&log_path)
             .unwrap_or_default()

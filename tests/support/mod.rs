@@ -322,9 +322,33 @@ impl Drop for AgentProcess {
     }
 }
 
+/// A child process killed and reaped when dropped, so that a test that
+/// fails half-way leaves nothing running behind it.
+pub struct Killed(pub Child);
+
+impl std::ops::Deref for Killed {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `nixl-agent pod` serving the pod directory `dir` for `ranks` ranks on
-/// a free loopback port, once its /livez answers.
-pub fn pod_server(dir: &std::path::Path, ranks: u32) -> (Child, SocketAddr) {
+/// a free loopback port, once its /livez answers (killed when dropped).
+pub fn pod_server(dir: &std::path::Path, ranks: u32) -> (Killed, SocketAddr) {
     let addr = free_port();
     let child = binary()
         .args([
@@ -341,6 +365,7 @@ pub fn pod_server(dir: &std::path::Path, ranks: u32) -> (Child, SocketAddr) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let child = Killed(child);
     wait_for(Duration::from_secs(20), "the pod agent", || {
         get(addr, "/livez").ok().filter(|r| r.status == 200)
     });
