@@ -495,13 +495,16 @@ fn every_dashboard_query_returns_data_from_a_live_prometheus() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut pod = support::binary()
-        .args(["pod", "--ranks", "1", "--listen", &pod_addr.to_string(), "--dir"])
-        .arg(pod_dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // Killed when dropped, the test failing or not.
+    let _pod = support::Killed(
+        support::binary()
+            .args(["pod", "--ranks", "1", "--listen", &pod_addr.to_string(), "--dir"])
+            .arg(pod_dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     support::wait_for(Duration::from_secs(10), "the pod agent", || {
         support::get(pod_addr, "/metrics")
             .ok()
@@ -579,8 +582,6 @@ fn every_dashboard_query_returns_data_from_a_live_prometheus() {
         "ready and up"
     );
     assert!(values("rank").contains("0"), "rank variable");
-    let _ = pod.kill();
-    let _ = pod.wait();
     assert_eq!(value("Ready", &[("instance", &h)]), [1.0]);
     assert_eq!(value("Ready", &[("instance", &f)]), [0.0]);
     assert_eq!(
