@@ -169,6 +169,23 @@ impl TextFields<'_, '_> {
     }
 }
 
+/// A line's closing sentence, its control characters escaped (`\n` as
+/// the two characters `\` `n`): a sentence carrying NIXL's words (a
+/// stalled transfer's message) stays on its line.
+fn write_sentence(w: &mut impl std::fmt::Write, sentence: &str) -> std::fmt::Result {
+    if !sentence.chars().any(char::is_control) {
+        return w.write_str(sentence);
+    }
+    for c in sentence.chars() {
+        if c.is_control() {
+            write!(w, "{}", c.escape_default())?;
+        } else {
+            w.write_char(c)?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether a text value reads back as one token unquoted.
 fn is_token(v: &str) -> bool {
     !v.is_empty() && !v.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"')
@@ -261,7 +278,9 @@ where
                 if let Some((t, s)) = ids {
                     write!(w, " trace_id={t} span_id={s}")?;
                 }
-                writeln!(w, " {message}")
+                w.write_char(' ')?;
+                write_sentence(&mut w, &message)?;
+                w.write_char('\n')
             }
         }
     }
@@ -382,7 +401,7 @@ mod tests {
             reason = Some("timeout"),
             "group registered"
         );
-        tracing::warn!(peer = %"p", seconds = 1e21f64, "transfer stalled: {}", "in flight");
+        tracing::warn!(peer = %"p", seconds = 1e21f64, "transfer stalled: {}", "in flight\nucp: timeout");
         tracing::error!(diagnostics = %"a\nb", nan = f64::NAN, "line with spaces");
     }
 
@@ -394,7 +413,7 @@ mod tests {
                 " INFO nixl_agent::telemetry::logs::tests: group=kv kind=kv mem_type=DRAM attempt=3 bytes=4194304 \
                  delta=-2 ok=true ratio=0.5 whole=2.0 empty=\"\" error=\"NIXL: backend error \\\"x\\\"\" \
                  reason=timeout group registered",
-                " WARN nixl_agent::telemetry::logs::tests: peer=p seconds=1e+21 transfer stalled: in flight",
+                " WARN nixl_agent::telemetry::logs::tests: peer=p seconds=1e+21 transfer stalled: in flight\\nucp: timeout",
                 "ERROR nixl_agent::telemetry::logs::tests: diagnostics=\"a\\nb\" nan=null line with spaces",
             ]
         );
@@ -412,7 +431,7 @@ mod tests {
         assert_eq!(v["error"], "NIXL: backend error \"x\"");
         assert_eq!(v["reason"], "timeout");
         let w: serde_json::Value = serde_json::from_str(&l[1]).unwrap();
-        assert_eq!(w["message"], "transfer stalled: in flight");
+        assert_eq!(w["message"], "transfer stalled: in flight\nucp: timeout");
     }
 
     #[test]
