@@ -47,6 +47,8 @@ struct Args {
     load_secs: f64,
     idle_secs: u64,
     ttr_reps: usize,
+    /// Pause after each registration repetition, ms.
+    settle_ms: u64,
     embed_procs: usize,
     sections: Vec<String>,
     contenders: Vec<String>,
@@ -68,7 +70,7 @@ const SECTIONS: &[&str] = &[
 fn usage() -> ! {
     eprintln!(
         "usage: nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH] [--sizes N,...] \
-         [--reps K] [--warmup K] [--load-secs S] [--idle-secs S] [--ttr-reps K] [--sections {}] [--contenders {}]\n       \
+         [--reps K] [--warmup K] [--load-secs S] [--idle-secs S] [--ttr-reps K] [--settle-ms MS] [--sections {}] [--contenders {}]\n       \
          nixl-bench hold-raw --groups COUNTxSIZE[,...]",
         SECTIONS.join(","),
         registration::CONTENDERS.join(",")
@@ -99,6 +101,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
         load_secs: if smoke { 1.0 } else { 10.0 },
         idle_secs: if smoke { 2 } else { 60 },
         ttr_reps: if smoke { 1 } else { 5 },
+        settle_ms: if smoke { 0 } else { 50 },
         embed_procs: if smoke { 2 } else { 6 },
         sections: SECTIONS.iter().map(|s| s.to_string()).collect(),
         contenders: registration::DEFAULT_CONTENDERS.iter().map(|s| s.to_string()).collect(),
@@ -116,6 +119,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
             "--load-secs" => a.load_secs = val().parse().unwrap_or_else(|_| usage()),
             "--idle-secs" => a.idle_secs = val().parse().unwrap_or_else(|_| usage()),
             "--ttr-reps" => a.ttr_reps = val().parse().unwrap_or_else(|_| usage()),
+            "--settle-ms" => a.settle_ms = val().parse().unwrap_or_else(|_| usage()),
             "--embed-procs" => a.embed_procs = val().parse().unwrap_or_else(|_| usage()),
             "--sections" => {
                 a.sections = parse_list(&val());
@@ -258,8 +262,8 @@ fn run(args: &Args) -> Result<bool, String> {
                 region_size: 64 << 10,
                 warmup: args.warmup,
                 reps: args.reps,
-                settle: Duration::from_millis(if args.smoke { 0 } else { 50 }),
-                cold_samples: if args.smoke { 1 } else { 3 },
+                settle: Duration::from_millis(args.settle_ms),
+                cold_samples: if args.smoke { 1 } else { 5 },
             };
             let (report, python_error) = registration::run(&cfg, &worker::interpreter(args.python.as_deref()))?;
             r.registration = Some(report);

@@ -49,11 +49,14 @@ pub const CONTENDERS: &[&str] = &[
     "batched_capi_in_agent",
 ];
 
-/// What runs by default; `agent_group_only` (the agent's `NixlRegistrar`
-/// through `group::register_all`/`release_all`, no driver, no validation)
-/// and `batched_capi_in_agent` (the batched C API call on a second NIXL
-/// agent inside the agent's worker process) are diagnostics that split
-/// the agent's overhead: our code, or the process it runs in.
+/// What runs by default. `agent_group_only` (the agent's `NixlRegistrar`
+/// through `group::register_all`/`release_all`: the same one NIXL list
+/// call, no driver, no validation) splits the agent's time in the same
+/// run: validation (`agent` − `agent_novalidate`), the driver around the
+/// call (`agent_novalidate` − `agent_group_only`: events, recording, log
+/// lines, the drain's start) and NIXL's call itself. `batched_capi_in_agent`
+/// (the batched C API call on a second NIXL agent inside the agent's worker
+/// process) is a diagnostic of the process it runs in, on request.
 pub const DEFAULT_CONTENDERS: &[&str] = &[
     "raw",
     "raw_reverse",
@@ -61,6 +64,7 @@ pub const DEFAULT_CONTENDERS: &[&str] = &[
     "agent_novalidate",
     "batched_capi",
     "python",
+    "agent_group_only",
 ];
 
 pub struct Config {
@@ -71,10 +75,24 @@ pub struct Config {
     pub warmup: usize,
     pub reps: usize,
     /// Pause after each repetition, so one process's background work (UCX's
-    /// async thread after unmaps, page freeing) settles before the next.
+    /// async thread after unmaps, page freeing) settles before the next;
+    /// [`Config::pause`] adds to it for the memory the repetition freed.
     pub settle: Duration,
     /// Fresh processes per contender and N for the cold first registration.
     pub cold_samples: usize,
+}
+
+impl Config {
+    /// The pause after a repetition (or a cold process) of N regions: the
+    /// base [`Config::settle`] and 1 ms for each MiB it unmapped. The kernel
+    /// hands freed memory back in the background, and a 1 GiB registration
+    /// that starts during it can take 2–6× as long: on a 2-core VM,
+    /// `nixl-bench --sections registration --sizes 16384 --settle-ms 50`
+    /// with a pause of 50 ms alone left about a third of the 49 samples
+    /// that slow, with 1.5 s one.
+    fn pause(&self, n: usize) -> Duration {
+        self.settle + Duration::from_millis(((n * self.region_size) >> 20) as u64)
+    }
 }
 
 /// Median times of one contender at one N, with the samples.
@@ -85,6 +103,8 @@ pub struct Timing {
     /// The first registration in a fresh process (median over
     /// `cold_samples` processes): what a serving process pays at start-up.
     pub cold_register_ms: Option<f64>,
+    /// Each of those processes' first registration, in the order run.
+    pub cold_register_samples_ms: Vec<f64>,
     pub register_samples_ms: Vec<f64>,
     pub deregister_samples_ms: Vec<f64>,
 }
@@ -123,8 +143,30 @@ pub struct ProbeCost {
     /// contiguous range they form: what a probe that merges adjacent regions
     /// before asking the kernel would pay for the whole group.
     pub merged_range_us: f64,
-    /// RLIMIT_MEMLOCK and CAP_IPC_LOCK (`SystemProbe::memlock`).
+    /// RLIMIT_MEMLOCK and CAP_IPC_LOCK (`SystemProbe::memlock`), the
+    /// first readings of the process.
     pub memlock_ms: f64,
+    /// The same once warm, per call (what each validation pays; its
+    /// readings stand for 100 ms).
+    pub memlock_warm_ns: f64,
+    /// One `getrlimit(RLIMIT_MEMLOCK)` system call, warm: what each
+    /// validation paid before the limit's reading was kept.
+    pub getrlimit_ns: f64,
+}
+
+/// Median ns of `f`, in batches.
+fn per_call_ns(mut f: impl FnMut()) -> f64 {
+    let batch = 10_000;
+    let v: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..batch {
+                f();
+            }
+            t.elapsed().as_nanos() as f64 / batch as f64
+        })
+        .collect();
+    median(&v)
 }
 
 fn probe_cost() -> ProbeCost {
@@ -166,6 +208,17 @@ fn probe_cost() -> ProbeCost {
         first_unmapped_per_region_us: median(&per_region),
         merged_range_us: median(&merged),
         memlock_ms: median(&memlock),
+        memlock_warm_ns: per_call_ns(|| {
+            std::hint::black_box(probe.memlock());
+        }),
+        getrlimit_ns: per_call_ns(|| {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // Safety: getrlimit writes into the live `lim` struct only.
+            std::hint::black_box(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) });
+        }),
     }
 }
 
@@ -517,11 +570,14 @@ fn cold(cfg: &Config, chosen: &[&str], python: &std::path::Path, rows: &mut [Row
                     .rep(who, row.n, cfg.region_size)
                     .map_err(|e| format!("{who} cold at N={}: {e}", row.n))?;
                 samples.entry(who).or_default().push(reg);
+                drop(w);
+                std::thread::sleep(cfg.pause(row.n));
             }
         }
         for (who, v) in samples {
             if let Some(t) = row.contenders.get_mut(who) {
                 t.cold_register_ms = Some(median(&v));
+                t.cold_register_samples_ms = v;
             }
         }
     }
@@ -592,7 +648,7 @@ pub fn run(cfg: &Config, python: &std::path::Path) -> Result<(Report, Option<Str
                     s.0.push(reg);
                     s.1.push(dereg);
                 }
-                std::thread::sleep(cfg.settle);
+                std::thread::sleep(cfg.pause(n));
             }
         }
         let contenders = samples
@@ -602,6 +658,7 @@ pub fn run(cfg: &Config, python: &std::path::Path) -> Result<(Report, Option<Str
                     register_ms: median(&r),
                     deregister_ms: median(&d),
                     cold_register_ms: None,
+                    cold_register_samples_ms: Vec::new(),
                     register_samples_ms: r,
                     deregister_samples_ms: d,
                 };
