@@ -98,9 +98,12 @@ fn split(
     f: fn(&registration::Timing) -> Option<f64>,
 ) -> String {
     let get = |who: &str| reg.get(n, who).and_then(f);
-    let (Some(peer_ms), Some(agent), Some(novalidate), Some(alone)) =
-        (get(peer), get("agent"), get("agent_novalidate"), get("agent_group_only"))
-    else {
+    let (Some(peer_ms), Some(agent), Some(novalidate), Some(alone)) = (
+        get(peer),
+        get("agent"),
+        get("agent_novalidate"),
+        get("agent_group_only"),
+    ) else {
         return String::new();
     };
     let us = |ms: f64| ms * 1000.0;
@@ -170,7 +173,10 @@ pub fn judge(r: &Results) -> Vec<Target> {
                 &format!("registration.agent_vs_{peer}_warm"),
                 &format!("agent (validation on) warm registration ≤ 1.05× {name} at N ≥ 64"),
                 w.map_or("not measured".into(), |(x, n)| {
-                    format!("worst {x:.2}× at N={n}{}", split(reg, n, peer, 1.05, |t| Some(t.register_ms)))
+                    format!(
+                        "worst {x:.2}× at N={n}{}",
+                        split(reg, n, peer, 1.05, |t| Some(t.register_ms))
+                    )
                 }),
                 w.map(|(x, _)| x <= 1.05),
             ));
