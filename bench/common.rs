@@ -226,3 +226,18 @@ fn nixl_version(lib_dir: &Path) -> Option<String> {
         Some(stem.rsplit_once('-')?.1.to_string())
     })
 }
+
+/// Median ns of one call of `f`, over 7 batches of 10,000 calls.
+pub fn per_call_ns(mut f: impl FnMut()) -> f64 {
+    let batch = 10_000;
+    let v: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            for _ in 0..batch {
+                f();
+            }
+            t.elapsed().as_nanos() as f64 / batch as f64
+        })
+        .collect();
+    median(&v)
+}

@@ -57,20 +57,12 @@ pub struct Recording {
     pub ns_per_region: f64,
 }
 
-/// Median ns of a start stamp and its elapsed time, in batches.
+/// Median ns of a start stamp and its elapsed time.
 fn clock_pair_ns() -> f64 {
-    let batch = 100_000;
-    let v: Vec<f64> = (0..7)
-        .map(|_| {
-            let t0 = Instant::now();
-            for _ in 0..batch {
-                let t = Instant::now();
-                std::hint::black_box(t.elapsed());
-            }
-            t0.elapsed().as_nanos() as f64 / batch as f64
-        })
-        .collect();
-    median(&v)
+    crate::common::per_call_ns(|| {
+        let t = Instant::now();
+        std::hint::black_box(t.elapsed());
+    })
 }
 
 /// One observed call of N regions with no NIXL call in it, warm, median of

@@ -22,7 +22,7 @@
 //! agent creates its own.
 
 use crate::capi::BatchAgent;
-use crate::common::{exponent, median, ms, nixl_lib_dir, Arena};
+use crate::common::{exponent, median, ms, nixl_lib_dir, per_call_ns, Arena};
 use crate::worker::{self, Worker};
 use nixl_agent::bench_support::{
     Backing, BuildInfo, Control, Driver, Held, ListFailure, MemoryProbe, NixlRegistrar, NixlStatus, Recorder,
@@ -152,21 +152,6 @@ pub struct ProbeCost {
     /// One `getrlimit(RLIMIT_MEMLOCK)` system call, warm: what each
     /// validation paid before the limit's reading was kept.
     pub getrlimit_ns: f64,
-}
-
-/// Median ns of `f`, in batches.
-fn per_call_ns(mut f: impl FnMut()) -> f64 {
-    let batch = 10_000;
-    let v: Vec<f64> = (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..batch {
-                f();
-            }
-            t.elapsed().as_nanos() as f64 / batch as f64
-        })
-        .collect();
-    median(&v)
 }
 
 fn probe_cost() -> ProbeCost {

@@ -84,20 +84,14 @@ fn worst_in(
         .max_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// What the agent's registration at `n` is made of, against `peer`'s call,
+/// What the agent's warm registration at `n` is made of, against `peer`'s call,
 /// from the same run: NIXL's one list call through the agent's registrar
 /// alone (`agent_group_only`), the driver around it (`agent_novalidate`
 /// minus that: events, recording, log lines, the drain's start) and
 /// validation (`agent` minus `agent_novalidate`); `allowed` is the
 /// target's ratio. Empty without the diagnostic contender.
-fn split(
-    reg: &Registration,
-    n: usize,
-    peer: &str,
-    allowed: f64,
-    f: fn(&registration::Timing) -> Option<f64>,
-) -> String {
-    let get = |who: &str| reg.get(n, who).and_then(f);
+fn split(reg: &Registration, n: usize, peer: &str, allowed: f64) -> String {
+    let get = |who: &str| reg.get(n, who).map(|t| t.register_ms);
     let (Some(peer_ms), Some(agent), Some(novalidate), Some(alone)) = (
         get(peer),
         get("agent"),
@@ -145,7 +139,7 @@ pub fn judge(r: &Results) -> Vec<Target> {
                 &format!("agent ({label}) registration ≤ 1.05× raw nixl-sys at every N"),
                 w.map_or("not measured".into(), |(x, n)| {
                     let split = if who == "agent" {
-                        split(reg, n, "raw", 1.05, |t| Some(t.register_ms))
+                        split(reg, n, "raw", 1.05)
                     } else {
                         String::new()
                     };
@@ -173,10 +167,7 @@ pub fn judge(r: &Results) -> Vec<Target> {
                 &format!("registration.agent_vs_{peer}_warm"),
                 &format!("agent (validation on) warm registration ≤ 1.05× {name} at N ≥ 64"),
                 w.map_or("not measured".into(), |(x, n)| {
-                    format!(
-                        "worst {x:.2}× at N={n}{}",
-                        split(reg, n, peer, 1.05, |t| Some(t.register_ms))
-                    )
+                    format!("worst {x:.2}× at N={n}{}", split(reg, n, peer, 1.05))
                 }),
                 w.map(|(x, _)| x <= 1.05),
             ));

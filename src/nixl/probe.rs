@@ -17,14 +17,18 @@ use std::time::{Duration, Instant};
 const LOCKED_READ_EVERY: Duration = Duration::from_millis(100);
 
 /// How long one reading of the soft RLIMIT_MEMLOCK stands. `getrlimit` is
-/// a system call (~0.1–0.6 µs on the VMs measured, more than the rest of
-/// an observed call's validation) for a limit that changes only when
-/// someone runs `prlimit` on the process: a retry after raising it sees
-/// the new one, a call within this interval may not.
+/// a system call (451 ns on the VM of bench/results/latest.json,
+/// `validation_probe.getrlimit_ns`; more than the rest of an observed
+/// call's validation) for a limit that changes only when someone runs
+/// `prlimit` on the process: a retry after raising it sees the new one, a
+/// call within this interval may not.
 const LIMIT_READ_EVERY: Duration = Duration::from_millis(100);
 
 /// The last readings of the soft limit and of what the process holds
 /// locked, and when (one lock for both: validation wants them together).
+/// Only ever tried, never waited on: a call that finds it held reads
+/// afresh. In a host process another thread may hold it, and in a child
+/// forked meanwhile it stays held by a thread that no longer exists.
 static MEMLOCK: Mutex<Readings> = Mutex::new(Readings {
     limit: Recent::new(LIMIT_READ_EVERY),
     locked: Recent::new(LOCKED_READ_EVERY),
@@ -140,16 +144,25 @@ impl MemoryProbe for SystemProbe {
         static EXEMPT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         let exempt = *EXEMPT
             .get_or_init(|| std::fs::read_to_string("/proc/self/status").is_ok_and(|s| validate::has_ipc_lock(&s)));
+        let read_locked = || {
+            std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|s| validate::locked_bytes(&s))
+        };
         let now = Instant::now();
-        let mut readings = MEMLOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let soft_limit = readings.limit.get(now, soft_memlock_limit);
+        let mut kept = match MEMLOCK.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        let soft_limit = match kept.as_deref_mut() {
+            Some(r) => r.limit.get(now, soft_memlock_limit),
+            None => soft_memlock_limit(),
+        };
         // What the process holds is only worth a read when a limit applies.
-        let locked_bytes = match (soft_limit, exempt) {
-            (Some(_), false) => readings.locked.get(now, || {
-                std::fs::read_to_string("/proc/self/status")
-                    .ok()
-                    .and_then(|s| validate::locked_bytes(&s))
-            }),
+        let locked_bytes = match (soft_limit, exempt, kept.as_deref_mut()) {
+            (Some(_), false, Some(r)) => r.locked.get(now, read_locked),
+            (Some(_), false, None) => read_locked(),
             _ => None,
         };
         Memlock {
@@ -182,5 +195,16 @@ mod tests {
         assert_eq!(get(&mut r, t0 + Duration::from_millis(100)), 2);
         assert_eq!(get(&mut r, t0 + Duration::from_millis(150)), 2);
         assert_eq!(get(&mut r, t0), 3, "earlier than the reading: read again");
+    }
+
+    /// A reading held by another thread (or, in a forked child, by a
+    /// thread that is gone) is not waited for: the limit is read afresh.
+    #[test]
+    fn memlock_never_waits_for_the_kept_readings() {
+        let held = MEMLOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let m = SystemProbe.memlock();
+        drop(held);
+        assert_eq!(m.soft_limit, soft_memlock_limit());
+        assert_eq!(SystemProbe.memlock().soft_limit, soft_memlock_limit());
     }
 }
