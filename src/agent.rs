@@ -511,7 +511,7 @@ impl Observer {
     }
 
     /// [`Observer::status`] for another thread (a pod publisher).
-    pub(crate) fn status_source(&self) -> impl Fn() -> Arc<Status> + Send + 'static {
+    pub(crate) fn status_source(&self) -> impl Fn() -> Arc<Status> + Send + Sync + 'static {
         let ledger = self.recorder().ledger().clone();
         move || ledger.snapshot()
     }

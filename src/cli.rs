@@ -45,6 +45,11 @@ pub enum Command {
         #[arg(long, value_name = "RANKS", env = crate::pod::ENV_RANKS, default_value_t = 1,
               value_parser = clap::value_parser!(u32).range(1..=crate::pod::MAX_RANKS as i64))]
         ranks: u32,
+        /// How long a rank whose process ended (exited or died) keeps its
+        /// counters on /metrics when no process claims the rank again
+        #[arg(long, value_name = "DURATION", env = crate::pod::ENV_RETENTION, default_value = "15m",
+              value_parser = parse_retention)]
+        retention: std::time::Duration,
         #[command(flatten)]
         opts: PodOpts,
     },
@@ -91,6 +96,12 @@ pub struct CheckArgs {
     pub nixl_lib_dir: Option<PathBuf>,
 }
 
+/// A retention: a duration from 1s to 24h.
+fn parse_retention(s: &str) -> Result<std::time::Duration, String> {
+    let env = std::collections::HashMap::from([(crate::pod::ENV_RETENTION.to_string(), s.to_string())]);
+    crate::pod::retention_from_env(&env).map_err(|e| e.to_string())
+}
+
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let d = crate::units::parse_duration(s)?;
     if d.is_zero() || d > crate::config::MAX_DURATION {
@@ -127,7 +138,9 @@ pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
             selector,
             runbook_url_base,
         } => Some(print_rules(selector, runbook_url_base)),
-        Command::Pod { dir, ranks, .. } => Some(run_pod(config, dir.clone(), *ranks)),
+        Command::Pod {
+            dir, ranks, retention, ..
+        } => Some(run_pod(config, dir.clone(), *ranks, *retention)),
         Command::Run { .. } | Command::Check(_) => None,
     }
 }
@@ -146,7 +159,7 @@ pub fn config_failed(command: Option<&Command>, error: &dyn std::fmt::Display) {
 
 /// `nixl-agent pod`: serves the pod directory until SIGTERM/SIGINT; the
 /// exit code (0, 1 when the port cannot be bound).
-pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {
+pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32, retention: std::time::Duration) -> u8 {
     // The binary's own log (format, NIXL_AGENT_LOG filter); no spans to export.
     let _traces = crate::telemetry::logs::init(config, None);
     let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
@@ -177,6 +190,7 @@ pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32) -> u8 {
             listener,
             dir,
             ranks,
+            retention,
             config.http.clone(),
             stop_rx,
         ));

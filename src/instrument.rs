@@ -120,7 +120,17 @@ pub struct Settings {
     /// (explicit), else `LOCAL_RANK` (a preference), else the framework's
     /// own rank, else the lowest free slot.
     pub rank: crate::pod::claim::Wish,
+    /// How long the ranks of a zero-configuration pod serve a rank whose
+    /// process ended ([`crate::pod::ENV_RETENTION`]).
+    pub retention: std::time::Duration,
+    /// Where an unresolved NIXL failure is written for Kubernetes to show
+    /// after the process died ([`ENV_TERMINATION_LOG`]).
+    pub termination_log: crate::telemetry::last_words::Target,
 }
+
+/// `off`, or the termination-message file's path (by default
+/// `/dev/termination-log` when it exists and can be written).
+pub use crate::telemetry::last_words::ENV_TERMINATION_LOG;
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -257,6 +267,9 @@ impl Settings {
             transfer_stall_after,
             publish,
             rank: crate::pod::wish_from_env(env)?,
+            retention: crate::pod::retention_from_env(env)?,
+            termination_log: crate::telemetry::last_words::Target::parse(env.var(ENV_TERMINATION_LOG).as_deref())
+                .map_err(|m| invalid(ENV_TERMINATION_LOG, m))?,
         })
     }
 

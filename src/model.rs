@@ -9,9 +9,11 @@
 use std::fmt;
 
 mod dir_refusal;
+mod ending;
 mod transport;
 mod xfer;
 pub use dir_refusal::DirRefusal;
+pub use ending::{Ended, How};
 pub use transport::{Transport, TransportScope};
 pub use xfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 

@@ -118,10 +118,11 @@ def metrics():
 
 
 def shutdown():
-    """Retires this process's rank (its file in the pod directory is
-    removed: a clean end, not a rank that died) and flushes its traces. Runs
-    at interpreter exit; a process that ends with ``os._exit`` (as
-    multiprocessing's fork children do) calls it first."""
+    """Ends this process's rank: its file in the pod directory gets an end
+    record (an exit, not a death: the pod keeps serving what it counted)
+    and its slot is freed; then its traces are flushed. Runs at interpreter
+    exit; a process that ends with ``os._exit`` (as multiprocessing's fork
+    children do) may call it first, else the pod reads it as died."""
     from . import _native
 
     _native.shutdown()

@@ -203,7 +203,7 @@ def _load():
         # The Python clock transfer posts are stamped with, against Rust's.
         _native.clock_base(time.monotonic_ns())
 
-        atexit.register(_native.shutdown)
+        atexit.register(_at_exit)
         # A forked child drops what it inherited (the parent's socket,
         # exporter, tap) and records on its own from its first NIXL agent.
         # Nothing is held across the fork (the program's own at-fork hooks
@@ -211,6 +211,21 @@ def _load():
         os.register_at_fork(after_in_child=_native.after_fork_in_child)
     _settings_checked = True
     return True
+
+
+def _at_exit():
+    """At interpreter exit: the rank's file gets its end record, naming the
+    uncaught exception the interpreter is exiting after, if any (the
+    interpreter sets ``sys.last_exc``/``sys.last_value`` when it prints
+    one, before exit handlers run). Reads only; never raises."""
+    name = None
+    try:
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if exc is not None and not isinstance(exc, SystemExit):
+            name = type(exc).__qualname__
+    except Exception:
+        name = None
+    _native.shutdown(name)
 
 
 def _patch(module):

@@ -67,6 +67,20 @@ impl Instrumentation {
             DEFAULT_LOG_FILTER,
         );
         let mut observer = Observer::new(settings.observe(frameworks));
+        // The line a process that dies of a NIXL failure leaves for
+        // Kubernetes: written as the failure is recorded.
+        match crate::telemetry::last_words::LastWords::open(&settings.termination_log) {
+            Ok(Some(w)) => {
+                observer.recorder().subscribe(Box::new(w));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                target: LOG_TARGET,
+                error = %e,
+                "cannot open the termination-message file {}; a NIXL failure that kills this process will not be written there",
+                crate::telemetry::last_words::ENV_TERMINATION_LOG
+            ),
+        }
         if let Some(t) = tap.as_ref().filter(|_| settings.capture) {
             observer = observer.with_capture(Box::new(t.clone()));
         }
@@ -100,7 +114,7 @@ impl Instrumentation {
                 (w, None) => w,
             };
             if local.is_some() {
-                crate::pod::local::sweep(dir);
+                crate::pod::local::sweep(dir, settings.retention);
             }
             observer
                 .publish_as(dir, wish)
@@ -115,13 +129,13 @@ impl Instrumentation {
             let listen = settings.config.listen;
             let limits = settings.config.http.clone();
             let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
-            match serve(&observer, listen, &limits, local.as_deref()) {
+            match serve(&observer, listen, &limits, local.as_deref(), settings.retention) {
                 Ok(s) => *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
                 // Another rank of this address serves the merged view; this
                 // one takes the port over when that one is gone.
                 Err(e) if local.is_some() && in_use(&e) && held_by_nixl_agent(listen) => {
                     tracing::debug!(target: LOG_TARGET, listen = %listen, "another rank of this address serves it; taking it over if it goes");
-                    takeover(http.clone(), observer.clone(), listen, limits, local.clone());
+                    takeover(http.clone(), observer.clone(), listen, limits, local.clone(), settings.retention);
                 }
                 // A forked child whose parent serves this address: expected,
                 // and not the child's to say on the program's stderr.
@@ -178,10 +192,15 @@ impl Instrumentation {
             .map(Publisher::rank)
     }
 
-    /// At a clean exit: the rank is retired (its file removed, its slot
-    /// freed), so the pod does not count it as a rank that died.
-    pub fn retire(&self) {
-        drop(self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take());
+    /// At the interpreter's exit: the rank's file gets its end record (how
+    /// the process ended: `exception` names an uncaught exception) and the
+    /// slot is freed. The file stays: the pod serves what this process
+    /// counted, and the next process of the rank reads it.
+    pub fn end(&self, exception: Option<&str>) {
+        let publisher = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = publisher {
+            p.finish(crate::model::Ended::now(exception));
+        }
     }
 
     /// In a forked child, the instrumentation it inherited from its parent:
@@ -200,8 +219,8 @@ impl Instrumentation {
         }
         // The parent's rank slot: free once the parent is gone.
         if let Ok(guard) = self.publisher.try_lock() {
-            if let Some(p) = guard.as_ref() {
-                crate::nixl::close_inherited(p.lock_fd());
+            if let Some(fd) = guard.as_ref().and_then(Publisher::lock_fd) {
+                crate::nixl::close_inherited(fd);
             }
         }
         if let Some(t) = &self.tap {
@@ -228,6 +247,7 @@ fn serve(
     listen: SocketAddr,
     limits: &crate::config::HttpConfig,
     local: Option<&Path>,
+    retention: Duration,
 ) -> std::io::Result<Served> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -244,7 +264,7 @@ fn serve(
     let router = {
         let _in_runtime = rt.enter();
         match local {
-            Some(dir) => crate::pod::serve::local_router(observer.router(), dir.to_path_buf()),
+            Some(dir) => crate::pod::serve::local_router(observer.router(), dir.to_path_buf(), retention),
             None => observer.router(),
         }
     };
@@ -291,12 +311,13 @@ fn takeover(
     listen: SocketAddr,
     limits: crate::config::HttpConfig,
     local: Option<PathBuf>,
+    retention: Duration,
 ) {
     let spawned = std::thread::Builder::new()
         .name("nixl-agent-takeover".into())
         .spawn(move || loop {
             std::thread::sleep(crate::pod::local::TAKEOVER_EVERY);
-            if let Ok(s) = serve(&observer, listen, &limits, local.as_deref()) {
+            if let Ok(s) = serve(&observer, listen, &limits, local.as_deref(), retention) {
                 tracing::info!(target: LOG_TARGET, listen = %listen, "took the address over: serving this address's ranks");
                 *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
                 return;

@@ -141,13 +141,16 @@ pub fn dir_for(listen: SocketAddr) -> std::io::Result<Option<PathBuf>> {
 }
 
 /// Removes the rank files (and temporary files) of slots no live process
-/// holds: ranks of an earlier run that are not coming back, before this
-/// process claims one. Each slot is tested without taking it, and a file
-/// is removed only under the slot's own tidy lock ([`super::slot`]), so a
-/// process claiming the slot meanwhile neither meets a false conflict nor
-/// loses the file it writes. Only in a directory of this user's own: a pod
-/// directory keeps its dead ranks until they are claimed again.
-pub fn sweep(dir: &Path) {
+/// holds whose file was last touched longer ago than `retention`: ranks of
+/// an earlier run that are not coming back, before this process claims
+/// one. A rank that ended within the retention keeps its file: the
+/// address's server serves its counters, and its next process reads it.
+/// Each slot is tested without taking it, and a file is removed only under
+/// the slot's own tidy lock ([`super::slot`]), so a process claiming the
+/// slot meanwhile neither meets a false conflict nor loses the file it
+/// writes. Only in a directory of this user's own: a pod directory keeps
+/// its dead ranks until they are claimed again.
+pub fn sweep(dir: &Path, retention: std::time::Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.filter_map(Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -158,7 +161,13 @@ pub fn sweep(dir: &Path) {
         else {
             continue;
         };
-        if !super::slot::is_held(dir, rank) {
+        let old = e
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|m| m.elapsed().ok())
+            .is_none_or(|age| age > retention);
+        if old && !super::slot::is_held(dir, rank) {
             super::slot::remove_if_dead(dir, rank, &e.path());
         }
     }
@@ -167,6 +176,7 @@ pub fn sweep(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn one_private_directory_per_address_and_none_for_port_zero() {
@@ -224,7 +234,9 @@ mod tests {
         let live = super::super::claim::claim(dir.path(), super::super::claim::Wish::Any, me).unwrap();
         std::fs::write(dir.path().join("rank-0.json"), "{}").unwrap();
         std::fs::write(dir.path().join("rank-5.json"), "{}").unwrap();
-        sweep(dir.path());
+        sweep(dir.path(), Duration::from_secs(60));
+        assert!(dir.path().join("rank-5.json").exists(), "ended within the retention: kept");
+        sweep(dir.path(), Duration::ZERO);
         assert!(dir.path().join("rank-0.json").exists(), "its slot is held");
         assert!(!dir.path().join("rank-5.json").exists(), "nobody holds slot 5");
         drop(live);
@@ -246,7 +258,7 @@ mod tests {
             for _ in 0..2 {
                 s.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        sweep(dir.path());
+                        sweep(dir.path(), Duration::ZERO);
                     }
                 });
             }

@@ -39,6 +39,40 @@ pub struct Rank {
     pub openmetrics: Option<Arc<str>>,
     /// The TYPE of each family it publishes (both expositions).
     pub types: Arc<Types>,
+    /// Its process's end record, written as it exited (`None`: it has not
+    /// ended, or it died without one).
+    pub ended: Option<crate::model::Ended>,
+    /// When its content was written (Unix seconds).
+    pub written_unix: f64,
+    /// Its publisher's run id: one process of the rank from the next, even
+    /// with the same pid.
+    pub run: u64,
+    /// When its file was last written or touched (Unix seconds; the
+    /// reader's, 0 until read from a directory).
+    pub touched_unix: f64,
+}
+
+impl Rank {
+    /// How its process ended, when no live process holds its slot: its end
+    /// record's, else died. `None` while its slot is held.
+    pub fn how_ended(&self) -> Option<crate::model::How> {
+        if self.held {
+            return None;
+        }
+        Some(self.ended.as_ref().map_or(crate::model::How::Died, |e| e.how))
+    }
+
+    /// In words, for readiness and log lines: how and when its process
+    /// ended, when it has.
+    pub fn ending_words(&self) -> Option<String> {
+        let how = self.how_ended()?;
+        let at = self.ended.as_ref().map_or(self.touched_unix, |e| e.at_unix);
+        let what = match &self.ended {
+            Some(e) => e.describe(),
+            None => how.describe().to_string(),
+        };
+        Some(format!("pid {} {what} at {}", self.pid, crate::units::rfc3339(at)))
+    }
 }
 
 /// Why a rank file's content is not taken.
@@ -71,6 +105,10 @@ impl Rank {
             openmetrics: v["openmetrics"].as_str().map(Arc::from),
             status: Arc::new(v["status"].clone()),
             types: Arc::default(),
+            ended: serde_json::from_value(v["ended"].clone()).ok(),
+            written_unix: v["written_unix"].as_f64().unwrap_or(0.0),
+            run: v["run"].as_u64().unwrap_or(0),
+            touched_unix: 0.0,
         })
     }
 
@@ -304,14 +342,28 @@ pub fn type_conflicts(ranks: &[Rank]) -> Vec<u32> {
 /// Why an expected rank without a file is not ready, when nothing more is
 /// known of it.
 pub const NOT_PUBLISHED: &str = "no process has published this rank";
-/// The same, for a rank whose process exited cleanly (it removed its file).
-pub const RETIRED: &str = "retired: its process exited cleanly and removed its file; no process publishes it now";
+/// The same, for a rank whose file was removed while it was served.
+pub const REMOVED: &str = "its file was removed; no process publishes it now";
 
 /// One readiness check of the pod: a rank and why it is not ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     pub rank: u32,
     pub failure: Option<String>,
+    /// What else an operator should know of a rank that passes (its file
+    /// is stale: its process cannot write it).
+    pub note: Option<String>,
+}
+
+impl Rank {
+    /// When its content was last written, if that is longer ago than
+    /// [`super::STALE_CONTENT_AFTER`] while its process lives: it cannot
+    /// write its file (a full or read-only directory), and what it says is
+    /// as of then.
+    pub fn stale_since(&self, now_unix: f64) -> Option<f64> {
+        let late = now_unix - self.written_unix > super::STALE_CONTENT_AFTER.as_secs_f64();
+        (self.alive && self.written_unix > 0.0 && late).then_some(self.written_unix)
+    }
 }
 
 /// Ready when each of ranks `0..expected` has a live process that is
@@ -321,6 +373,7 @@ pub struct Check {
 /// `expected: None`: the ranks present (zero-configuration pods, whose
 /// size nobody said).
 pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String)]) -> (bool, Vec<Check>) {
+    let now = crate::ledger::counts::unix_now();
     let mut numbers: Vec<u32> = match expected {
         Some(n) => (0..n).collect(),
         None => ranks
@@ -342,8 +395,14 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
                     Some((_, why)) => format!("its file was rejected: {why}"),
                     None => NOT_PUBLISHED.to_string(),
                 }),
-                Some(r) if !r.held => Some("no live process holds its slot (dead)".to_string()),
-                Some(r) if !r.alive => Some("its process stopped publishing (dead)".to_string()),
+                Some(r) if !r.held => Some(format!(
+                    "ended: {}; no live process holds its slot (its counters are served until one does or the retention passes)",
+                    r.ending_words().unwrap_or_default()
+                )),
+                Some(r) if !r.alive => Some(format!(
+                    "pid {} holds its slot but stopped touching its file (hung or stopped)",
+                    r.pid
+                )),
                 Some(Rank {
                     conflict: Some(wanted),
                     pid,
@@ -354,7 +413,17 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
                 Some(r) if !r.ready => Some("not ready: see /v1/status".to_string()),
                 Some(_) => None,
             };
-            Check { rank, failure }
+            let note = ranks
+                .iter()
+                .find(|r| r.rank == rank)
+                .and_then(|r| r.stale_since(now))
+                .map(|t| {
+                    format!(
+                        "its file is stale since {}: its process holds its slot and beats, but cannot write it (see its nixl_agent_pod_publish_failures_total)",
+                        crate::units::rfc3339(t)
+                    )
+                });
+            Check { rank, failure, note }
         })
         .collect();
     (checks.iter().all(|c| c.failure.is_none()), checks)
@@ -396,6 +465,10 @@ mod tests {
             status: Arc::new(Value::Object(Default::default())),
             openmetrics: None,
             types: Arc::default(),
+            ended: None,
+            written_unix: 0.0,
+            run: 0,
+            touched_unix: 0.0,
             metrics: "# HELP nixl_agent_ready r\n# TYPE nixl_agent_ready gauge\nnixl_agent_ready 1\n\
                       # HELP nixl_agent_registration_attempts_total a\n# TYPE nixl_agent_registration_attempts_total counter\n\
                       nixl_agent_registration_attempts_total{group=\"kv\"} 2\n\
@@ -426,9 +499,10 @@ mod tests {
         assert!(m.contains("nixl_agent_registration_attempts_total{rank=\"1\",group=\"kv\"} 2"));
         let (ready, checks) = readiness(Some(2), &[rank(0, true, true), rank(1, false, true)], &[]);
         assert!(!ready);
-        assert_eq!(
-            checks[1].failure.as_deref(),
-            Some("no live process holds its slot (dead)")
+        let dead = checks[1].failure.as_deref().unwrap_or_default();
+        assert!(
+            dead.starts_with("ended: pid 1 died without an end record (a signal, os._exit, abort or kill -9) at 1970-01-01T00:00:00Z; no live process holds its slot"),
+            "{dead}"
         );
         // Its slot held, its file no longer touched: a hung process.
         let mut hung = rank(1, false, true);
@@ -436,7 +510,7 @@ mod tests {
         let (_, checks) = readiness(Some(2), &[rank(0, true, true), hung], &[]);
         assert_eq!(
             checks[1].failure.as_deref(),
-            Some("its process stopped publishing (dead)")
+            Some("pid 1 holds its slot but stopped touching its file (hung or stopped)")
         );
     }
 

@@ -48,6 +48,31 @@ pub const LOCAL_RANK: &str = "LOCAL_RANK";
 pub const MAX_RANKS: usize = 256;
 /// A rank file not touched for this long belongs to a process that died.
 pub const STALE_AFTER: Duration = Duration::from_millis(1500);
+/// How long the pod serves what a rank counted after its process ended
+/// (exited or died) when no process claims its slot again: long enough for
+/// two scrapes and the failure alert's window and `for`.
+pub const RETENTION: Duration = Duration::from_secs(15 * 60);
+/// Sets [`RETENTION`] (`nixl-agent pod --retention`, and the processes of a
+/// zero-configuration pod).
+pub const ENV_RETENTION: &str = "NIXL_AGENT_RANK_RETENTION";
+/// A live rank whose content was last written longer ago than this (it is
+/// rewritten at least every 2 s) cannot write its file: stale since then.
+pub const STALE_CONTENT_AFTER: Duration = Duration::from_secs(5);
+
+/// The retention `NIXL_AGENT_RANK_RETENTION` sets (a duration from 1s to
+/// 24h), else [`RETENTION`].
+pub fn retention_from_env(env: &dyn Env) -> Result<Duration, ConfigError> {
+    match env.var(ENV_RETENTION) {
+        None => Ok(RETENTION),
+        Some(v) => match crate::units::parse_duration(v.trim()) {
+            Ok(d) if (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&d) => Ok(d),
+            _ => Err(ConfigError::Invalid {
+                key: ENV_RETENTION.to_string(),
+                message: format!("`{v}` is not a duration from 1s to 24h (e.g. 15m)"),
+            }),
+        },
+    }
+}
 /// How often a publisher looks for a change, and touches its file.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// The heartbeat: the longest a publisher leaves its file untouched.

@@ -8,15 +8,31 @@
 //! agent tells a hung rank from a live one by the file's age. The
 //! registration path pays nothing for it.
 //!
+//! The file outlives its process: a process that ends through its
+//! interpreter's exit writes an end record into it ([`Publisher::finish`]:
+//! how it ended) and then frees the slot; one that dies leaves its last
+//! file as it was. Either way the pod keeps serving what it counted until
+//! a process claims the slot again or the retention passes
+//! ([`super::RETENTION`]). The next process of the rank reads the previous
+//! one's file before it writes its own ([`previous_run`]) and serves what
+//! killed it.
+//!
+//! A write that fails (a full memory-backed `emptyDir`, a directory made
+//! read-only) is no death: the heartbeat goes on on the last file written,
+//! the failure is counted by cause (`nixl_agent_pod_publish_failures_total`)
+//! and logged once per cause, and the pod reads the rank as stale since
+//! that file's write.
+//!
 //! The writer trusts nothing in the directory (anyone who may write it
 //! could have planted a link or a FIFO): a temporary file has a random name
 //! and is created `O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK` (never
 //! another file, never a wait), then renamed into place; the heartbeat is a
 //! `futimens` on the descriptor of the file it wrote, never an open by
 //! path; a rank file that is no longer the one it wrote is written again at
-//! the next look; retiring removes the file only while it is its own.
+//! the next look.
 
 use super::claim::{Claim, Conflict, Wish};
+use crate::model::{Ended, How};
 use crate::status::Status;
 use crate::telemetry::exposition::Format;
 use crate::telemetry::Metrics;
@@ -38,9 +54,15 @@ pub struct Publisher {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Written>>,
     path: std::path::PathBuf,
+    dir: PathBuf,
     rank: u32,
     conflict: Option<Conflict>,
-    _claim: Arc<Claim>,
+    metrics: Metrics,
+    status: Arc<dyn Fn() -> Arc<Status> + Send + Sync>,
+    /// This publisher's run id, written in every file.
+    run: u64,
+    /// Released once the end record is written.
+    _claim: Option<Arc<Claim>>,
 }
 
 impl Publisher {
@@ -51,7 +73,7 @@ impl Publisher {
         dir: &Path,
         wish: Wish,
         metrics: Metrics,
-        status: impl Fn() -> Arc<Status> + Send + 'static,
+        status: impl Fn() -> Arc<Status> + Send + Sync + 'static,
     ) -> std::io::Result<Publisher> {
         let uid = super::dir::uid().ok_or_else(|| std::io::Error::other("no Uid in /proc/self/status"))?;
         let claim = Arc::new(super::claim::claim(dir, wish, uid)?);
@@ -70,18 +92,40 @@ impl Publisher {
         // Temporary files of this slot are a dead holder's (a write cut
         // short): removed under the slot this process now holds.
         remove_temporaries(dir, rank);
+        // What the slot's previous process left, read before this one
+        // writes over it.
+        let previous = previous_run(&path);
+        if let Some(p) = &previous {
+            tracing::warn!(
+                target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+                rank,
+                pid = p.pid,
+                how = p.how.as_str(),
+                failures = p.failures.iter().map(|f| f.2).sum::<f64>(),
+                "the previous process of this rank (pid {}) {}; its registration failures are served as nixl_agent_previous_run_registration_failures",
+                p.pid,
+                p.how.describe()
+            );
+        }
+        metrics.previous_run(previous.as_ref().map(|p| (p.how.as_str(), p.ended_unix, p.failures.as_slice())));
         let stop = Arc::new(AtomicBool::new(false));
+        let run = run_id();
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.
-        let mut last = write(dir, &path, rank, conflict.as_ref(), &metrics, &status)?;
-        let dir = dir.to_path_buf();
+        let mut last = write(dir, &path, rank, conflict.as_ref(), &metrics, &status, None, run)?;
+        let thread_dir = dir.to_path_buf();
         let stop2 = stop.clone();
         let held = claim.clone();
         let conflict2 = conflict.clone();
         let own_path = path.clone();
+        let metrics2 = metrics.clone();
+        let status2: Arc<dyn Fn() -> Arc<Status> + Send + Sync> = Arc::new(status);
+        let status3 = status2.clone();
         let thread = std::thread::Builder::new()
             .name("nixl-agent-publish".into())
             .spawn(move || {
+                let (metrics, status, dir) = (metrics2, status3, thread_dir);
+                let mut failing = WriteFailures::default();
                 let mut touched = Instant::now();
                 // Rewritten at least this often even when nothing was
                 // recorded: the process_* series keep moving.
@@ -98,8 +142,18 @@ impl Publisher {
                     // Replaced or removed by someone else: written again.
                     let replaced = !last.is_at(&path);
                     if changed || replaced || rewritten.elapsed() >= super::HEARTBEAT * 4 {
-                        if let Ok(w) = write(&dir, &path, rank, conflict2.as_ref(), &metrics, &status) {
-                            last = w;
+                        match write(&dir, &path, rank, conflict2.as_ref(), &metrics, &*status, None, run) {
+                            Ok(w) => {
+                                last = w;
+                                failing.recovered(rank);
+                            }
+                            Err(e) => {
+                                failing.failed(&e, rank, &dir, &metrics);
+                                // The heartbeat goes on on the last file
+                                // written: a rank that cannot write is
+                                // stale, never dead.
+                                let _ = last.file.set_modified(SystemTime::now());
+                            }
                         }
                         touched = Instant::now();
                         rewritten = touched;
@@ -116,10 +170,53 @@ impl Publisher {
             stop,
             thread: Some(thread),
             path: own_path,
+            dir: dir.to_path_buf(),
             rank,
             conflict,
-            _claim: claim,
+            metrics,
+            status: status2,
+            run,
+            _claim: Some(claim),
         })
+    }
+
+    /// The process ends through its interpreter's exit (or an embedder
+    /// stops publishing): the thread stops, the rank's file is written one
+    /// last time with `ended` (how it ended), and then the slot is free.
+    /// The file stays for the pod to serve. A final write that fails leaves
+    /// the last file written: the pod then reads the rank as died.
+    pub fn finish(mut self, ended: Ended) {
+        self.end(ended);
+    }
+
+    fn end(&mut self, ended: Ended) {
+        self.stop.store(true, Ordering::Release);
+        let Some(t) = self.thread.take() else { return };
+        t.thread().unpark();
+        if t.join().is_err() {
+            return;
+        }
+        let written = write(
+            &self.dir,
+            &self.path,
+            self.rank,
+            self.conflict.as_ref(),
+            &self.metrics,
+            &*self.status,
+            Some(&ended),
+            self.run,
+        );
+        if let Err(e) = written {
+            tracing::warn!(
+                target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+                rank = self.rank,
+                error = %e,
+                "cannot write this rank's end record; the pod will read it as died"
+            );
+        }
+        // Then the slot is free: a reader that finds it free finds the end
+        // record with it.
+        self._claim = None;
     }
 
     /// The rank claimed.
@@ -129,8 +226,8 @@ impl Publisher {
 
     /// The claim's lock descriptor (a forked child closes its copy, so that
     /// the parent's slot is free once the parent is gone).
-    pub(crate) fn lock_fd(&self) -> std::os::fd::RawFd {
-        self._claim.lock_fd()
+    pub(crate) fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
+        self._claim.as_ref().map(|c| c.lock_fd())
     }
 
     /// The rank this process was told and could not have, if any.
@@ -139,23 +236,115 @@ impl Publisher {
     }
 }
 
-/// A publisher dropped (the process ends cleanly, an embedder stops
-/// publishing) retires its rank: the thread stops, the file is removed, and
-/// then the slot is free. A process that dies instead leaves its file to go
-/// stale: a dead rank, until a process claims the slot again.
+/// A publisher dropped without [`Publisher::finish`] ends as an exit
+/// ([`How::Exited`]). A process that dies instead leaves its last file: a
+/// dead rank, until a process claims the slot again or the retention
+/// passes.
 impl Drop for Publisher {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            // Only this writer's own file: not one planted in its place.
-            if let Ok(last) = t.join() {
-                if last.is_at(&self.path) {
-                    let _ = fs::remove_file(&self.path);
-                }
-            }
+        self.end(Ended::now(None));
+    }
+}
+
+/// Write failures of one publisher: counted each, logged once per cause
+/// until a write succeeds again.
+#[derive(Default)]
+struct WriteFailures {
+    logged: Vec<&'static str>,
+}
+
+impl WriteFailures {
+    fn failed(&mut self, e: &std::io::Error, rank: u32, dir: &Path, metrics: &Metrics) {
+        let cause = match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => "no_space",
+            Some(libc::EACCES | libc::EPERM | libc::EROFS) => "permission",
+            _ => "other",
+        };
+        metrics.publish_failed(cause);
+        if !self.logged.contains(&cause) {
+            self.logged.push(cause);
+            tracing::warn!(
+                target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+                rank,
+                dir = %dir.display(),
+                cause,
+                error = %e,
+                "cannot write this rank's file to the pod directory; its heartbeat goes on on the last file written (the pod reads it as stale, not dead) and writing is retried"
+            );
         }
     }
+
+    fn recovered(&mut self, rank: u32) {
+        if !self.logged.is_empty() {
+            self.logged.clear();
+            tracing::info!(target: crate::telemetry::names::INSTRUMENT_LOG_TARGET, rank, "this rank's file is written again");
+        }
+    }
+}
+
+/// What the previous process of a slot left in its file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreviousRun {
+    pub pid: u32,
+    pub how: How,
+    /// Its end record's time, else its file's last write or touch.
+    pub ended_unix: f64,
+    /// Its registration failures, summed by (group, reason): at most
+    /// [`MAX_PREVIOUS_SERIES`].
+    pub failures: Vec<(String, String, f64)>,
+}
+
+/// The most (group, reason) series of a previous run served.
+pub const MAX_PREVIOUS_SERIES: usize = 16;
+
+/// The previous run of the slot whose file is `path`, read before this
+/// process writes over it: `None` when there is none, or it is not a rank
+/// file of this version.
+pub fn previous_run(path: &Path) -> Option<PreviousRun> {
+    let text = super::read::read_file(path).ok()?;
+    let mtime = fs::symlink_metadata(path).ok()?.modified().ok()?;
+    let rank = super::merge::Rank::parse(&text, false)?;
+    let (how, ended_unix) = match &rank.ended {
+        Some(e) => (e.how, e.at_unix),
+        None => (
+            How::Died,
+            mtime.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        ),
+    };
+    Some(PreviousRun {
+        pid: rank.pid,
+        how,
+        ended_unix,
+        failures: registration_failures(&rank.metrics),
+    })
+}
+
+/// `nixl_agent_registration_failures_total` of an exposition, summed by
+/// (group, reason), in order of first appearance.
+fn registration_failures(text: &str) -> Vec<(String, String, f64)> {
+    let family = crate::telemetry::names::REGISTRATION_FAILURES_TOTAL;
+    let mut out: Vec<(String, String, f64)> = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        let label = |name: &str| {
+            let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+            let end = labels[start..].find('"')? + start;
+            Some(labels[start..end].to_string())
+        };
+        let (Some(group), Some(reason)) = (label("group"), label("reason")) else {
+            continue;
+        };
+        match out.iter().position(|(g, r, _)| *g == group && *r == reason) {
+            Some(i) => out[i].2 += value,
+            None if out.len() < MAX_PREVIOUS_SERIES => out.push((group, reason, value)),
+            None => {}
+        }
+    }
+    out
 }
 
 /// The file last written, held open for the heartbeat.
@@ -173,6 +362,14 @@ impl Written {
             _ => false,
         }
     }
+}
+
+/// A random id of one publisher's run (the standard library's hasher keys
+/// come from the OS's random source).
+fn run_id() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// How many random names a write tries before it gives up (each one taken
@@ -230,7 +427,7 @@ fn create_temp(dir: &Path, rank: u32) -> std::io::Result<(PathBuf, File)> {
 
 /// The status and the exposition read at one ledger generation (read again
 /// when an event landed in between, at most a few times).
-fn consistent(metrics: &Metrics, status: &impl Fn() -> Arc<Status>) -> (Arc<Status>, String, String) {
+fn consistent(metrics: &Metrics, status: &dyn Fn() -> Arc<Status>) -> (Arc<Status>, String, String) {
     let mut st = status();
     let encode = || (metrics.encode(Format::Text), metrics.encode(Format::OpenMetrics));
     let (mut text, mut om) = encode();
@@ -251,7 +448,9 @@ fn write(
     rank: u32,
     conflict: Option<&Conflict>,
     metrics: &Metrics,
-    status: &impl Fn() -> Arc<Status>,
+    status: &dyn Fn() -> Arc<Status>,
+    ended: Option<&Ended>,
+    run: u64,
 ) -> std::io::Result<Written> {
     let (status, text, openmetrics) = consistent(metrics, status);
     let generation = status.generation;
@@ -261,6 +460,9 @@ fn write(
         "version": VERSION,
         "rank": rank,
         "pid": std::process::id(),
+        // This publisher's run: tells one process of the rank from the
+        // next when they have the same pid (a restarted container's).
+        "run": run,
         "written_unix": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
         // The verdicts of the one rule (`Status::derive_ready`,
         // `Status::liveness_failure`) over this recording: the pod shows
@@ -268,6 +470,8 @@ fn write(
         "ready": status.ready,
         "liveness_failure": status.liveness_failure(),
         "conflict": conflict,
+        // How its process ended: written once, as it exits.
+        "ended": ended,
         "status": &*status,
         "metrics": text,
         // With exemplars, for a pod scrape that asks for OpenMetrics.
@@ -372,12 +576,14 @@ mod tests {
             }
             assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
         }
-        // A FIFO in place when the rank retires: it returns, and leaves
-        // what is not its own.
+        // A FIFO in place when the rank ends: it returns, never opens the
+        // FIFO, and its end record is renamed over it.
         mkfifo(&dir.path().join("last"));
         std::fs::rename(dir.path().join("last"), &path).unwrap();
-        within(Duration::from_secs(5), "retiring", move || drop(p));
-        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_fifo());
+        within(Duration::from_secs(5), "ending", move || drop(p));
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file());
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc["ended"]["how"], "exited");
     }
 
     /// A pod directory that is a link: nothing is written, the recording

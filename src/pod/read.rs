@@ -61,17 +61,27 @@ pub struct DirRead {
     pub left_out: usize,
     /// Some rank's content or liveness differs from the previous pass.
     pub changed: bool,
+    /// Ranks whose process ended longer ago than the retention and whose
+    /// slot nobody claimed since: no longer served.
+    pub expired: Vec<Rank>,
 }
 
 /// What a file said: a rank, or why it is not one (reason, detail).
 type Outcome = Result<Rank, (&'static str, String)>;
 
 /// The directory's files as last read: each re-read only when it changed.
-#[derive(Default)]
 pub struct Reader {
     files: HashMap<String, (Version, Outcome)>,
     /// (rank, version, alive) of the last pass's ranks.
     last: Vec<(u32, Version, bool)>,
+    /// How long a rank whose process ended is served.
+    retention: std::time::Duration,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Reader::new(super::RETENTION)
+    }
 }
 
 fn version(m: &std::fs::Metadata) -> Version {
@@ -80,7 +90,7 @@ fn version(m: &std::fs::Metadata) -> Version {
 
 /// Reads one rank file's content: a regular file, opened without following
 /// links or blocking, at most [`MAX_FILE_BYTES`].
-fn read_file(path: &Path) -> Result<String, (&'static str, String)> {
+pub(super) fn read_file(path: &Path) -> Result<String, (&'static str, String)> {
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(super::slot::OPEN_FLAGS)
@@ -111,6 +121,15 @@ fn check(text: &str, named: u32) -> Result<Rank, (&'static str, String)> {
 }
 
 impl Reader {
+    /// A reader that serves a rank whose process ended for `retention`.
+    pub fn new(retention: std::time::Duration) -> Reader {
+        Reader {
+            files: HashMap::new(),
+            last: Vec::new(),
+            retention,
+        }
+    }
+
     /// One pass over `dir` at `now`. Blocking I/O: run it off the async
     /// workers.
     pub fn pass(&mut self, dir: &Path, now: SystemTime) -> DirRead {
@@ -188,6 +207,16 @@ impl Reader {
                     };
                     r.held = super::slot::is_held(dir, named);
                     r.alive = r.held && fresh;
+                    r.touched_unix = meta
+                        .modified()
+                        .ok()
+                        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0.0, |d| d.as_secs_f64());
+                    let gone_for = meta.modified().ok().and_then(|m| now.duration_since(m).ok());
+                    if !r.held && gone_for.is_some_and(|g| g > self.retention) {
+                        out.expired.push(r);
+                        continue;
+                    }
                     found.push((r, v));
                 }
                 Err((reason, detail)) => rejected.push(reject(reason, detail, v)),
@@ -247,6 +276,7 @@ mod tests {
         let mut v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.path().join("rank-0.json")).unwrap()).unwrap();
         drop(p);
+        std::fs::remove_file(dir.path().join("rank-0.json")).unwrap();
         v["rank"] = 3.into();
         let path = dir.path().join("rank-3.json");
         std::fs::write(&path, v.to_string()).unwrap();

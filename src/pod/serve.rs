@@ -96,6 +96,8 @@ struct Own {
     ranks_expected: IntGauge,
     conflicts: prometheus::IntCounter,
     rejected: prometheus::IntCounterVec,
+    /// Processes of a rank that ended, by how.
+    exits: prometheus::IntCounterVec,
     watch_age: prometheus::Gauge,
     last_pass: prometheus::Gauge,
     /// What was counted already: (file, its version) rejected, (rank, pid)
@@ -129,6 +131,18 @@ impl Own {
         for r in names::POD_REJECT_REASONS {
             rejected.with_label_values(&[r]);
         }
+        let exits = prometheus::IntCounterVec::new(
+            opts(names::RANK_EXITS_TOTAL),
+            Family::get(names::RANK_EXITS_TOTAL).labels,
+        )
+        .expect("valid");
+        // Every expected rank's from the start: an alert's increase() sees
+        // the first exit.
+        for rank in 0..expected.unwrap_or(0) {
+            for how in names::RANK_EXIT_HOWS {
+                exits.with_label_values(&[rank.to_string().as_str(), how]);
+            }
+        }
         let watch_age = prometheus::Gauge::with_opts(opts(names::POD_WATCH_SECONDS)).expect("valid");
         let last_pass = prometheus::Gauge::with_opts(opts(names::POD_WATCH_LAST_PASS)).expect("valid");
         for c in [
@@ -138,6 +152,7 @@ impl Own {
             Box::new(build),
             Box::new(conflicts.clone()),
             Box::new(rejected.clone()),
+            Box::new(exits.clone()),
             Box::new(watch_age.clone()),
             Box::new(last_pass.clone()),
         ] {
@@ -154,6 +169,7 @@ impl Own {
             ranks_expected: ranks,
             conflicts,
             rejected,
+            exits,
             watch_age,
             last_pass,
             counted: Default::default(),
@@ -185,10 +201,16 @@ pub struct Watcher {
 }
 
 impl Watcher {
+    #[cfg(test)]
     pub fn new(dir: PathBuf, expected: Option<u32>) -> Watcher {
+        Watcher::with_retention(dir, expected, super::RETENTION)
+    }
+
+    /// A watcher that serves a rank whose process ended for `retention`.
+    pub fn with_retention(dir: PathBuf, expected: Option<u32>, retention: std::time::Duration) -> Watcher {
         Watcher {
             own: Own::new(expected),
-            reader: Reader::default(),
+            reader: Reader::new(retention),
             each: HashMap::new(),
             merged: None,
             dir,
@@ -208,6 +230,7 @@ impl Watcher {
             rejected,
             left_out,
             changed,
+            expired,
         } = self.reader.pass(&self.dir, SystemTime::now());
         let own = &self.own;
         let named_rejects: Vec<(u32, String)> = rejected
@@ -215,10 +238,23 @@ impl Watcher {
             .filter_map(|r| r.rank.map(|n| (n, format!("{} ({})", r.reason, r.detail))))
             .collect();
         let (ready, mut checks) = merge::readiness(self.expected, &ranks, &named_rejects);
-        self.life.pass(&ranks);
-        for c in checks.iter_mut().filter(|c| self.life.retired().contains(&c.rank)) {
-            if c.failure.as_deref() == Some(merge::NOT_PUBLISHED) {
-                c.failure = Some(merge::RETIRED.to_string());
+        for change in self.life.pass(&ranks) {
+            if let super::life::Change::Ended { rank, how, .. } = change {
+                own.exits
+                    .with_label_values(&[rank.to_string().as_str(), how.as_str()])
+                    .inc();
+            }
+        }
+        for c in checks.iter_mut() {
+            if c.failure.as_deref() != Some(merge::NOT_PUBLISHED) {
+                continue;
+            }
+            if let Some(words) = expired.iter().find(|r| r.rank == c.rank).and_then(Rank::ending_words) {
+                c.failure = Some(format!(
+                    "ended: {words}; no process has claimed the rank since, and its counters are no longer served (the retention passed)"
+                ));
+            } else if self.life.removed().contains(&c.rank) {
+                c.failure = Some(merge::REMOVED.to_string());
             }
         }
         own.ready.set(i64::from(ready));
@@ -309,13 +345,20 @@ impl Watcher {
 /// Keeps `tx` up to date with the directory until every receiver is gone.
 /// Each pass reads the directory on a blocking thread, never on the
 /// server's async worker.
-pub async fn watch_dir(dir: PathBuf, expected: Option<u32>, tx: watch::Sender<Arc<PodView>>) {
-    let mut watcher = Some(Watcher::new(dir.clone(), expected));
+pub async fn watch_dir(
+    dir: PathBuf,
+    expected: Option<u32>,
+    retention: std::time::Duration,
+    tx: watch::Sender<Arc<PodView>>,
+) {
+    let mut watcher = Some(Watcher::with_retention(dir.clone(), expected, retention));
     let mut tick = tokio::time::interval(super::PUBLISH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let mut w = watcher.take().unwrap_or_else(|| Watcher::new(dir.clone(), expected));
+        let mut w = watcher
+            .take()
+            .unwrap_or_else(|| Watcher::with_retention(dir.clone(), expected, retention));
         let Ok((w, v)) = tokio::task::spawn_blocking(move || {
             let v = w.pass(true);
             (w, v)
@@ -335,6 +378,10 @@ pub async fn watch_dir(dir: PathBuf, expected: Option<u32>, tx: watch::Sender<Ar
 /// A watcher that has not completed a pass for this long has stalled
 /// (reported in /v1/status, never a /livez failure by itself).
 pub const WATCH_STALLED: std::time::Duration = super::PUBLISH_EVERY.saturating_mul(3);
+/// A sidecar whose watcher has not completed a pass for this long is stuck
+/// (a directory read that never returns): its own /livez fails. A slow
+/// pass is not: passes are four a second.
+pub const SIDECAR_STUCK: std::time::Duration = std::time::Duration::from_secs(60);
 
 type PodState = watch::Receiver<Arc<PodView>>;
 
@@ -343,10 +390,10 @@ type PodState = watch::Receiver<Arc<PodView>>;
 /// unchanged; once other ranks publish beside it, the merged view of all of
 /// them, as `nixl-agent pod` would. Starts the directory watcher on the
 /// current runtime.
-pub fn local_router(own: Router, dir: PathBuf) -> Router {
+pub fn local_router(own: Router, dir: PathBuf, retention: std::time::Duration) -> Router {
     use tower::ServiceExt;
     let (tx, view) = watch::channel(Arc::new(PodView::default()));
-    tokio::spawn(watch_dir(dir, None, tx));
+    tokio::spawn(watch_dir(dir, None, retention, tx));
     let pod = router(view.clone());
     Router::new().fallback(move |req: axum::extract::Request| {
         let shared = view.borrow().ranks.len() > 1;
@@ -365,6 +412,7 @@ pub fn router(view: PodState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
+        .route("/livez/rank/{rank}", get(rank_livez))
         .route("/readyz", get(readyz))
         .route("/v1/status", get(status))
         .route(DASHBOARD_PATH, get(http::dashboard))
@@ -372,18 +420,60 @@ pub fn router(view: PodState) -> Router {
         .with_state(view)
 }
 
-/// 503 while a live rank's own /livez would be: each such rank named with
-/// its reason (`rank 1: NIXL register of group kv past its deadline
-/// (6.6 s)`). How fresh the watcher is plays no part (/v1/status
-/// `watcher` reports it).
+/// Whether the container this probe is on is broken.
+///
+/// A sidecar (`nixl-agent pod`): only whether the sidecar itself works (it
+/// answers; its watcher completed a pass within [`WATCH_STALLED`]). A
+/// serving rank's hung NIXL call is the serving container's to fail, on
+/// its own probe ([`rank_livez`]): restarting the sidecar would restart
+/// what is not broken and leave the hung process be.
+///
+/// A zero-configuration pod: the server is a serving rank of the one
+/// serving container, so 503 while a live rank's own /livez would be,
+/// each such rank named with its reason (`rank 1: NIXL register of group
+/// kv past its deadline (6.6 s)`); how fresh the watcher is plays no part.
 async fn livez(State(v): State<PodState>) -> Response {
     let view = v.borrow().clone();
-    if view.liveness_failures.is_empty() {
+    let failures = match view.shape {
+        Shape::Sidecar if view.at.elapsed() > SIDECAR_STUCK => vec![format!(
+            "the pod directory watcher has not completed a pass for {:.1} s",
+            view.at.elapsed().as_secs_f64()
+        )],
+        Shape::Sidecar => Vec::new(),
+        _ => view.liveness_failures.clone(),
+    };
+    if failures.is_empty() {
         return "ok\n".into_response();
     }
-    let mut body = view.liveness_failures.join("\n");
+    let mut body = failures.join("\n");
     body.push('\n');
     (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+}
+
+/// The liveness of rank `rank`'s process, for the serving container's own
+/// probe (an `httpGet` on the sidecar's port, which the pod's containers
+/// share): 503 while its process is alive and its own /livez would be (a
+/// NIXL call past its deadline, named); 200 otherwise — not published yet
+/// (starting), or ended (the kubelet sees the exit itself). 404 for a rank
+/// beyond the pod's bound.
+async fn rank_livez(State(v): State<PodState>, axum::extract::Path(rank): axum::extract::Path<String>) -> Response {
+    let Some(rank) = rank.parse::<u32>().ok().filter(|r| (*r as usize) < super::MAX_RANKS) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("not a rank: ranks are 0 to {}\n", super::MAX_RANKS - 1),
+        )
+            .into_response();
+    };
+    let view = v.borrow().clone();
+    let failure = view
+        .ranks
+        .iter()
+        .find(|r| r.rank == rank && r.alive)
+        .and_then(|r| r.liveness_failure.clone());
+    match failure {
+        None => format!("ok: rank {rank}\n").into_response(),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("rank {rank}: {why}\n")).into_response(),
+    }
 }
 
 /// The merged view; OpenMetrics (with the ranks' exemplars) when asked for.
@@ -407,9 +497,11 @@ async fn readyz(State(v): State<PodState>, RawQuery(q): RawQuery) -> Response {
     let mut body = String::new();
     if http::wants_verbose(q.as_deref()) {
         for c in &view.checks {
-            match &c.failure {
-                None => body.push_str(&format!("[+]rank:{} ok\n", c.rank)),
-                Some(why) => body.push_str(&format!("[-]rank:{} failed: {why}\n", c.rank)),
+            match (&c.failure, &c.note) {
+                (None, None) => body.push_str(&format!("[+]rank:{} ok\n", c.rank)),
+                (None, Some(note)) => body.push_str(&format!("[+]rank:{} ok ({note})\n", c.rank)),
+                (Some(why), None) => body.push_str(&format!("[-]rank:{} failed: {why}\n", c.rank)),
+                (Some(why), Some(note)) => body.push_str(&format!("[-]rank:{} failed: {why} ({note})\n", c.rank)),
             }
         }
     }
@@ -445,6 +537,14 @@ pub fn document(view: &PodView) -> Document<'_, &serde_json::Value> {
                 ready: r.ready,
                 liveness_failure: r.liveness_failure.as_deref(),
                 conflict: r.conflict.map(|wanted| RankConflict { wanted }),
+                ended: r.how_ended().map(|how| {
+                    r.ended.clone().unwrap_or(crate::model::Ended {
+                        how,
+                        exception: None,
+                        at_unix: r.touched_unix,
+                    })
+                }),
+                stale_since_unix: r.stale_since(crate::ledger::counts::unix_now()),
                 status: &*r.status,
             })
             .collect(),
@@ -478,11 +578,12 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     dir: PathBuf,
     expected: u32,
+    retention: std::time::Duration,
     limits: HttpConfig,
     stop: watch::Receiver<bool>,
 ) {
     let (tx, rx) = watch::channel(Arc::new(PodView::default()));
-    let watcher = tokio::spawn(watch_dir(dir, Some(expected), tx));
+    let watcher = tokio::spawn(watch_dir(dir, Some(expected), retention, tx));
     http::server::serve(listener, router(rx), limits, stop).await;
     watcher.abort();
 }

@@ -32,6 +32,16 @@ pub struct Recorder {
     metrics: Metrics,
     ledger: Ledger,
     calls: InFlight,
+    /// A subscriber that must hear an event before the call that caused it
+    /// returns (the termination message: the process may die right after).
+    sink: std::sync::Arc<std::sync::OnceLock<Box<dyn Sink>>>,
+}
+
+/// A subscriber told each event synchronously, after the ledger applied
+/// it, on the thread that recorded it. It must be quick and never call
+/// back into the recording.
+pub trait Sink: Send + Sync {
+    fn on(&self, e: &Event<'_>);
 }
 
 impl Recorder {
@@ -52,6 +62,7 @@ impl Recorder {
             metrics,
             ledger,
             calls: InFlight::new(),
+            sink: Default::default(),
         }
     }
 
@@ -82,6 +93,9 @@ impl Recorder {
     /// thread), and probes must not wait for it.
     pub fn emit(&self, e: &Event<'_>) -> Applied {
         let (applied, traced) = self.ledger.apply_traced(e, |e, st, a| self.metrics.on(e, st, a));
+        if let Some(sink) = self.sink.get() {
+            sink.on(e);
+        }
         // Transfers that failed, stalled or were sampled: a span each (the
         // exemplar of a completed one points at it), and a log line for
         // what did not complete.
@@ -106,6 +120,12 @@ impl Recorder {
         }
         log::on(e, &applied);
         applied
+    }
+
+    /// Hands every event from now on to `sink` as well (one per recording:
+    /// `false`, and `sink` dropped, when one is there already).
+    pub(crate) fn subscribe(&self, sink: Box<dyn Sink>) -> bool {
+        self.sink.set(sink).is_ok()
     }
 
     /// Shutdown began: not ready from now on, whatever is recorded later.

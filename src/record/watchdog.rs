@@ -291,7 +291,7 @@ pub(crate) fn watch(rec: &Recorder, deadline: Duration) {
         return;
     }
     let weak = Arc::downgrade(table);
-    let (metrics, ledger) = (rec.metrics.clone(), rec.ledger.clone());
+    let (metrics, ledger, sink) = (rec.metrics.clone(), rec.ledger.clone(), rec.sink.clone());
     let spawned = std::thread::Builder::new()
         .name("nixl-agent-watchdog".into())
         .spawn(move || {
@@ -305,6 +305,7 @@ pub(crate) fn watch(rec: &Recorder, deadline: Duration) {
                     metrics: metrics.clone(),
                     ledger: ledger.clone(),
                     calls: InFlight(table),
+                    sink: sink.clone(),
                 };
                 dog.check(&rec.calls, Instant::now(), &rec);
             }

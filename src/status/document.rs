@@ -77,6 +77,14 @@ pub struct RankEntry<'a, S: Serialize> {
     pub liveness_failure: Option<&'a str>,
     /// The rank it was told and could not have.
     pub conflict: Option<RankConflict>,
+    /// How its process ended, once no live process holds its slot: its end
+    /// record (`exited`, `exception` with the exception's name), else
+    /// `died`, with when (`at_unix`: the end record's, else its file's
+    /// last touch). `None` while its process lives.
+    pub ended: Option<crate::model::Ended>,
+    /// Its process lives but cannot write its file: what it says is as of
+    /// this time (Unix seconds).
+    pub stale_since_unix: Option<f64>,
     /// Its recording: the process's own /v1/status of before schema 1.
     pub status: S,
 }
@@ -148,6 +156,8 @@ impl<'a> Document<'a, &'a super::Status> {
                 ready: st.ready,
                 liveness_failure: liveness,
                 conflict: None,
+                ended: None,
+                stale_since_unix: None,
                 status: st,
             }],
             rejected: Vec::new(),

@@ -317,7 +317,7 @@ fn write_timestamp(w: &mut impl std::fmt::Write) -> std::fmt::Result {
     SECOND.with_borrow_mut(|(at, prefix)| {
         if *at != secs {
             let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-            let (y, m, day) = civil_from_days(days);
+            let (y, m, day) = crate::units::civil_from_days(days);
             prefix.clear();
             let _ = write!(
                 prefix,
@@ -330,19 +330,6 @@ fn write_timestamp(w: &mut impl std::fmt::Write) -> std::fmt::Result {
         }
         write!(w, "{prefix}.{:06}Z", d.subsec_micros())
     })
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]
@@ -446,8 +433,8 @@ mod tests {
 
     #[test]
     fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(crate::units::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(crate::units::civil_from_days(20_787), (2026, 11, 30));
+        assert_eq!(crate::units::civil_from_days(11_016), (2000, 2, 29));
     }
 }

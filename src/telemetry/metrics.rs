@@ -288,6 +288,16 @@ pub struct Metrics {
     /// while it holds.
     generation: Arc<std::sync::atomic::AtomicU64>,
     cache: Arc<Mutex<Vec<Cached>>>,
+    /// A pod rank's own series, registered when it first publishes.
+    rank: Arc<std::sync::OnceLock<RankSeries>>,
+}
+
+/// The series of a process that publishes a pod rank: what its slot's
+/// previous process left, and its own writes that failed.
+struct RankSeries {
+    previous_failures: prometheus::GaugeVec,
+    previous_end: prometheus::GaugeVec,
+    publish_failures: prometheus::IntCounterVec,
 }
 
 /// One cached exposition.
@@ -334,7 +344,60 @@ impl Metrics {
             exemplars: Exemplars::default(),
             generation: Default::default(),
             cache: Default::default(),
+            rank: Default::default(),
         }
+    }
+
+    fn rank_series(&self) -> &RankSeries {
+        self.rank.get_or_init(|| {
+            let f = Family::get(names::PREVIOUS_RUN_FAILURES);
+            let previous_failures = prometheus::GaugeVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
+            let f = Family::get(names::PREVIOUS_RUN_END);
+            let previous_end = prometheus::GaugeVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
+            let f = Family::get(names::PUBLISH_FAILURES_TOTAL);
+            let publish_failures =
+                prometheus::IntCounterVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
+            for c in [
+                Box::new(previous_failures.clone()) as Box<dyn prometheus::core::Collector>,
+                Box::new(previous_end.clone()),
+                Box::new(publish_failures.clone()),
+            ] {
+                self.registry.register(c).expect("rank series register once per registry");
+            }
+            RankSeries {
+                previous_failures,
+                previous_end,
+                publish_failures,
+            }
+        })
+    }
+
+    /// What the previous process of this rank's slot left: how and when it
+    /// ended, its registration failures by (group, reason); `None`: no
+    /// previous process (the series are cleared).
+    pub(crate) fn previous_run(&self, previous: Option<(&str, f64, &[(String, String, f64)])>) {
+        let s = self.rank_series();
+        s.previous_failures.reset();
+        s.previous_end.reset();
+        if let Some((how, ended, failures)) = previous {
+            s.previous_end.with_label_values(&[how]).set(ended);
+            for (group, reason, n) in failures {
+                s.previous_failures.with_label_values(&[group, reason]).set(*n);
+            }
+        }
+        self.bump();
+    }
+
+    /// A write of this rank's file failed, of `cause`
+    /// ([`names::PUBLISH_FAILURE_CAUSES`]).
+    pub(crate) fn publish_failed(&self, cause: &'static str) {
+        self.rank_series().publish_failures.with_label_values(&[cause]).inc();
+        self.bump();
+    }
+
+    /// Something outside the ledger changed: a cached exposition is stale.
+    fn bump(&self) {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
     /// The metrics projection, run inside the ledger's write: the families

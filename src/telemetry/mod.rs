@@ -9,6 +9,7 @@ pub mod events;
 mod exemplars;
 pub mod exposition;
 mod families;
+pub mod last_words;
 pub mod logs;
 pub mod metrics;
 pub mod names;

@@ -40,6 +40,10 @@ pub const RANKS_EXPECTED: &str = "nixl_agent_ranks_expected";
 pub const RANK_CONFLICTS_TOTAL: &str = "nixl_agent_rank_conflicts_total";
 pub const POD_FILES_REJECTED_TOTAL: &str = "nixl_agent_pod_files_rejected_total";
 pub const POD_WATCH_SECONDS: &str = "nixl_agent_pod_watch_pass_seconds";
+pub const RANK_EXITS_TOTAL: &str = "nixl_agent_pod_rank_exits_total";
+pub const PUBLISH_FAILURES_TOTAL: &str = "nixl_agent_pod_publish_failures_total";
+pub const PREVIOUS_RUN_FAILURES: &str = "nixl_agent_previous_run_registration_failures";
+pub const PREVIOUS_RUN_END: &str = "nixl_agent_previous_run_end_timestamp_seconds";
 pub const POD_WATCH_LAST_PASS: &str = "nixl_agent_pod_watch_last_pass_timestamp_seconds";
 pub const POD_DIR_REFUSED: &str = "nixl_agent_pod_dir_refused";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
@@ -225,6 +229,30 @@ pub const FAMILIES: &[Family] = &[
         Type::Counter,
         &["reason"],
         "Pod agent: files of the pod directory not taken as a rank, by reason (name, not_regular, too_large, unreadable, not_a_rank_file, name_mismatch, bad_exposition, rank_label, duplicate_series, conflicting_metadata, foreign_family); counted once per version of a file.",
+    ),
+    Family::new(
+        RANK_EXITS_TOTAL,
+        Type::Counter,
+        &["rank", "how"],
+        "Pod agent: processes of a rank that ended, by how (exited: it wrote its end record at a normal interpreter exit; exception: it did so after an uncaught exception; died: no end record, as after a signal, os._exit or kill -9). 0 for every rank the pod expects, from its start.",
+    ),
+    Family::new(
+        PUBLISH_FAILURES_TOTAL,
+        Type::Counter,
+        &["cause"],
+        "Writes of this rank's file to the pod directory that failed, by cause (no_space, permission, other); the heartbeat goes on on the last file written, and the pod reads the rank as stale, never as dead.",
+    ),
+    Family::new(
+        PREVIOUS_RUN_FAILURES,
+        Type::Gauge,
+        &["group", "reason"],
+        "The registration failures the previous process of this rank recorded before it ended, by group and reason (read from the rank's file when this process claimed the slot); absent when it had none.",
+    ),
+    Family::new(
+        PREVIOUS_RUN_END,
+        Type::Gauge,
+        &["how"],
+        "When the previous process of this rank ended (Unix seconds) and how (exited, exception, died): its file's last write. Absent when this rank had no previous process.",
     ),
     Family::new(
         POD_DIR_REFUSED,
@@ -459,7 +487,19 @@ pub const POD_ONLY: &[&str] = &[
     POD_FILES_REJECTED_TOTAL,
     POD_WATCH_SECONDS,
     POD_WATCH_LAST_PASS,
+    RANK_EXITS_TOTAL,
 ];
+
+/// Values of `nixl_agent_pod_rank_exits_total`'s `how` label.
+pub const RANK_EXIT_HOWS: [&str; 3] = [ENDED_EXITED, ENDED_EXCEPTION, ENDED_DIED];
+/// A rank's process wrote its end record at a normal exit.
+pub const ENDED_EXITED: &str = crate::model::How::Exited.as_str();
+/// ... after an uncaught exception.
+pub const ENDED_EXCEPTION: &str = crate::model::How::Exception.as_str();
+/// It left no end record: killed by a signal, `os._exit`, `abort`.
+pub const ENDED_DIED: &str = crate::model::How::Died.as_str();
+/// Values of `nixl_agent_pod_publish_failures_total`'s `cause` label.
+pub const PUBLISH_FAILURE_CAUSES: [&str; 3] = ["no_space", "permission", "other"];
 
 /// Metric type, as written on the `# TYPE` line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -571,6 +611,10 @@ mod tests {
             POD_WATCH_SECONDS,
             POD_WATCH_LAST_PASS,
             POD_DIR_REFUSED,
+            RANK_EXITS_TOTAL,
+            PUBLISH_FAILURES_TOTAL,
+            PREVIOUS_RUN_FAILURES,
+            PREVIOUS_RUN_END,
         ]
         .iter()
         .chain(DATA_PATH)

@@ -303,13 +303,15 @@ fn after_fork_in_child() {
     }
 }
 
-/// At interpreter exit: retires this process's rank (a clean exit is not a
-/// rank that died) and flushes the traces.
+/// At interpreter exit (or before `os._exit`): writes this process's end
+/// record into its rank's file (`exception`: the uncaught exception the
+/// interpreter exits after) and frees the slot, then flushes the traces.
 #[pyfunction]
-fn shutdown(py: Python<'_>) {
+#[pyo3(signature = (exception=None))]
+fn shutdown(py: Python<'_>, exception: Option<String>) {
     let Some(r) = running() else { return };
     py.detach(|| {
-        r.inst.retire();
+        r.inst.end(exception.as_deref());
         r.inst.flush_traces(Duration::from_secs(2));
     })
 }

@@ -141,10 +141,10 @@ fn a_future_modification_time_is_not_alive() {
     let path = dir.path().join(super::super::file_name(3));
     std::fs::write(&path, v.to_string()).unwrap();
     drop(publisher);
-    assert!(
-        !dir.path().join(super::super::file_name(0)).exists(),
-        "a retired rank's file is removed"
-    );
+    let ended: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(super::super::file_name(0))).unwrap()).unwrap();
+    assert_eq!(ended["ended"]["how"], "exited", "an ended rank's file stays, with its end record");
+    std::fs::remove_file(dir.path().join(super::super::file_name(0))).unwrap();
     let now = SystemTime::now();
     std::fs::File::options()
         .write(true)
@@ -273,6 +273,21 @@ fn a_rank_with_a_call_past_its_deadline_fails_the_pods_livez_naming_rank_and_cal
         body.starts_with("rank 1: NIXL register of group kv past its deadline ("),
         "{body}"
     );
+    // A sidecar: its own /livez says whether the sidecar works; the hung
+    // rank fails the probe the serving container carries.
+    let mut sidecar = view.clone();
+    sidecar.shape = Shape::Sidecar;
+    assert_eq!(get(sidecar.clone(), "/livez"), (200, "ok\n".to_string()));
+    let (code, body) = get(sidecar.clone(), "/livez/rank/1");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.starts_with("rank 1: NIXL register of group kv past its deadline ("),
+        "{body}"
+    );
+    assert_eq!(get(sidecar.clone(), "/livez/rank/0"), (200, "ok: rank 0\n".to_string()));
+    assert_eq!(get(sidecar.clone(), "/livez/rank/7").0, 200, "not published yet: starting");
+    assert_eq!(get(sidecar.clone(), "/livez/rank/256").0, 404);
+    assert_eq!(get(sidecar, "/livez/rank/x").0, 404);
     let (_, doc) = get(view, "/v1/status");
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
     assert_eq!(doc["shape"], "zero_config_pod");
@@ -294,8 +309,10 @@ fn a_rank_with_a_call_past_its_deadline_fails_the_pods_livez_naming_rank_and_cal
 }
 
 /// A watcher whose last pass is long ago (a slow or stalled pass) is
-/// reported in /v1/status and never fails /livez by itself while every
-/// rank is live. (Before: 503 after three intervals without a pass.)
+/// reported in /v1/status and does not fail /livez while it is merely slow
+/// (before: 503 after three intervals without a pass); a sidecar whose
+/// watcher has not passed for a minute is stuck, and its own /livez says
+/// so. A zero-configuration pod's never does for this.
 #[test]
 fn a_slow_watcher_is_reported_and_never_fails_livez_by_itself() {
     let dir = tempfile::tempdir().unwrap();
@@ -305,10 +322,236 @@ fn a_slow_watcher_is_reported_and_never_fails_livez_by_itself() {
     view.at = std::time::Instant::now() - Duration::from_secs(30);
     let (code, body) = get(view.clone(), "/livez");
     assert_eq!((code, body.as_str()), (200, "ok\n"));
-    let (_, doc) = get(view, "/v1/status");
+    let (_, doc) = get(view.clone(), "/v1/status");
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
     assert_eq!(doc["shape"], "sidecar");
     assert_eq!(doc["live"], true);
     assert_eq!(doc["watcher"]["stalled"], true, "{doc}");
     assert!(doc["watcher"]["last_pass_age_seconds"].as_f64().unwrap() >= 30.0);
+    view.at = std::time::Instant::now() - Duration::from_secs(90);
+    let (code, body) = get(view.clone(), "/livez");
+    assert_eq!(code, 503);
+    assert!(body.contains("the pod directory watcher has not completed a pass"), "{body}");
+    view.shape = Shape::ZeroConfigPod;
+    assert_eq!(get(view, "/livez").0, 200);
+}
+
+/// Records one failed registration of group `aux` (reason
+/// `nixl_backend_error`) on `o`.
+fn fail_aux(o: &crate::observe::Observer) {
+    use crate::model::{AgentId, Failure, Kind, MemType, Reason, Region};
+    use crate::observe::{Call, Outcome};
+    let agent = AgentId::fresh();
+    o.saw_agent(agent, "a", Vec::new);
+    let regions = [Region::new(0, 4096, 0)];
+    let call = Call {
+        agent,
+        group: "aux",
+        kind: &Kind::Aux,
+        mem_type: MemType::Dram,
+        device: 0,
+        backends: None,
+        regions: &regions,
+    };
+    let pending = o.begin(&call);
+    let failure = Failure::new(Reason::NixlBackendError, "NIXL_ERR_BACKEND");
+    o.end(pending, &call, None, Outcome::Failed(failure));
+}
+
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A rank whose process ends — an exit with an end record, or a death
+/// without one — keeps its counters on the pod's /metrics and loses its
+/// gauges, is said in /readyz?verbose and /v1/status with how it ended, is
+/// counted once by how; the next process of the rank serves the previous
+/// run's failures; past the retention the rank is no longer served.
+#[test]
+fn an_ended_rank_keeps_its_counters_says_how_and_its_next_process_serves_the_previous_run() {
+    use crate::observe::{ObserveSettings, Observer};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Watcher::with_retention(dir.path().to_path_buf(), Some(1), Duration::from_secs(3));
+    let first = Observer::new(ObserveSettings::default());
+    let p = first.publish(dir.path(), 0).unwrap();
+    fail_aux(&first);
+    let v = w.pass(false);
+    assert!(v.ranks[0].alive);
+    p.finish(crate::model::Ended::now(Some("nixlBackendError")));
+    let v = w.pass(false);
+    let failures = "nixl_agent_registration_failures_total{rank=\"0\",";
+    assert_eq!(sample(&v.metrics, failures), Some(1.0), "{}", v.metrics);
+    assert!(!v.metrics.contains("nixl_agent_group_registered{rank=\"0\""), "gauges go at once");
+    assert_eq!(
+        sample(&v.metrics, "nixl_agent_pod_rank_exits_total{how=\"exception\",rank=\"0\"}"),
+        Some(1.0),
+        "{}",
+        v.metrics
+    );
+    assert_eq!(
+        sample(&v.metrics, "nixl_agent_pod_rank_exits_total{how=\"died\",rank=\"0\"}"),
+        Some(0.0)
+    );
+    let (_, body) = get(v.clone(), "/readyz?verbose");
+    assert!(
+        body.contains("[-]rank:0 failed: ended: pid ") && body.contains("exited after an uncaught exception (nixlBackendError)"),
+        "{body}"
+    );
+    let (_, doc) = get(v, "/v1/status");
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["ranks"][0]["ended"]["how"], "exception", "{doc}");
+    assert_eq!(doc["ranks"][0]["ended"]["exception"], "nixlBackendError");
+    // Counted once, however many passes see it.
+    let v = w.pass(false);
+    assert_eq!(
+        sample(&v.metrics, "nixl_agent_pod_rank_exits_total{how=\"exception\",rank=\"0\"}"),
+        Some(1.0)
+    );
+
+    // The next process of the rank: the previous run's failures, and how.
+    let second = Observer::new(ObserveSettings::default());
+    let p2 = second.publish(dir.path(), 0).unwrap();
+    let own = second.metrics().encode(Format::Text);
+    assert_eq!(
+        sample(
+            &own,
+            "nixl_agent_previous_run_registration_failures{group=\"aux\",reason=\"nixl_backend_error\"}"
+        ),
+        Some(1.0),
+        "{own}"
+    );
+    assert!(
+        own.contains("nixl_agent_previous_run_end_timestamp_seconds{how=\"exception\"}"),
+        "{own}"
+    );
+    let v = w.pass(false);
+    assert_eq!(sample(&v.metrics, failures), None, "its own counters start afresh");
+    // A death: no end record (the publisher's thread and slot lost as a
+    // killed process loses them).
+    std::mem::forget(p2);
+    let lock = dir.path().join(super::super::slot::lock_name(0));
+    // The slot's lock is freed only with the process; stand in for the
+    // kernel by moving the lock file away (a fresh one is free).
+    std::fs::rename(&lock, dir.path().join("old.lock")).unwrap();
+    let t0 = std::time::Instant::now();
+    let v = loop {
+        let v = w.pass(false);
+        if v.ranks.first().is_some_and(|r| !r.held) {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        sample(&v.metrics, "nixl_agent_pod_rank_exits_total{how=\"died\",rank=\"0\"}"),
+        Some(1.0),
+        "{}",
+        v.metrics
+    );
+    let (_, doc) = get(v, "/v1/status");
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["ranks"][0]["ended"]["how"], "died", "{doc}");
+}
+
+/// Past the retention, an ended rank whose slot nobody claimed is no
+/// longer served, and readiness says why.
+#[test]
+fn an_ended_rank_is_served_for_the_retention_only() {
+    use crate::observe::{ObserveSettings, Observer};
+    let dir = tempfile::tempdir().unwrap();
+    let o = Observer::new(ObserveSettings::default());
+    let p = o.publish(dir.path(), 0).unwrap();
+    fail_aux(&o);
+    drop(p);
+    let path = dir.path().join(super::super::file_name(0));
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(20))
+        .unwrap();
+    let mut w = Watcher::with_retention(dir.path().to_path_buf(), Some(1), Duration::from_secs(10));
+    let v = w.pass(false);
+    assert!(v.ranks.is_empty());
+    assert!(!v.metrics.contains("nixl_agent_registration_failures_total{rank=\"0\""));
+    let why = v.checks[0].failure.clone().unwrap_or_default();
+    assert!(why.starts_with("ended: pid ") && why.contains("the retention passed"), "{why}");
+    let mut w = Watcher::with_retention(dir.path().to_path_buf(), Some(1), Duration::from_secs(60));
+    let v = w.pass(false);
+    assert_eq!(v.ranks.len(), 1);
+    assert!(v.metrics.contains("nixl_agent_registration_failures_total{rank=\"0\""));
+}
+
+/// A rank that cannot write its file (here: its directory made read-only
+/// under it) keeps beating on its last file: never read as dead; the pod
+/// says its file is stale since its last write, and the rank counts the
+/// failures by cause.
+#[test]
+fn a_rank_that_cannot_write_its_file_is_stale_never_dead() {
+    use crate::observe::{ObserveSettings, Observer};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().join("pod");
+    std::fs::create_dir(&pod).unwrap();
+    let o = Observer::new(ObserveSettings::default());
+    let p = o.publish(&pod, 0).unwrap();
+    let mut w = Watcher::new(pod.clone(), Some(1));
+    assert!(w.pass(false).ranks[0].alive);
+    // Root writes anywhere: an immutable directory stands in for a full
+    // one where chattr works; else read-only for a non-root user.
+    let immutable = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(&pod)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !immutable {
+        std::fs::set_permissions(&pod, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let undo = |pod: &Path| {
+        let _ = std::process::Command::new("chattr").arg("-i").arg(pod).status();
+        let _ = std::fs::set_permissions(pod, std::fs::Permissions::from_mode(0o755));
+    };
+    if std::fs::write(pod.join("probe"), "").is_ok() {
+        undo(&pod);
+        eprintln!("SKIPPED: this user writes a read-only directory and chattr is unavailable");
+        return;
+    }
+    fail_aux(&o);
+    let t0 = std::time::Instant::now();
+    let v = loop {
+        let v = w.pass(false);
+        if v.checks[0].note.is_some() {
+            break v;
+        }
+        assert!(v.ranks[0].alive, "a rank that cannot write was read as dead");
+        if t0.elapsed() > Duration::from_secs(15) {
+            undo(&pod);
+            panic!("never read as stale: {:?}", v.checks);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    undo(&pod);
+    assert!(v.ranks[0].alive);
+    let note = v.checks[0].note.clone().unwrap();
+    assert!(note.starts_with("its file is stale since "), "{note}");
+    let (_, body) = get(v.clone(), "/readyz?verbose");
+    assert!(body.contains("(its file is stale since "), "{body}");
+    let (_, doc) = get(v, "/v1/status");
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert!(doc["ranks"][0]["stale_since_unix"].as_f64().is_some(), "{doc}");
+    let own = o.metrics().encode(Format::Text);
+    assert!(
+        sample(&own, "nixl_agent_pod_publish_failures_total{cause=\"permission\"}").unwrap_or(0.0) >= 1.0,
+        "{own}"
+    );
+    // Written again once it can: no longer stale.
+    let t0 = std::time::Instant::now();
+    while w.pass(false).checks[0].note.is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "still stale after the directory came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(p);
 }
