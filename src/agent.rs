@@ -540,6 +540,9 @@ impl Observer {
         let shown = dir.display().to_string();
         match &started {
             Ok(p) => {
+                // A failure reaches the rank's file before the call that
+                // failed returns: the process may die of it right after.
+                self.recorder().subscribe(p.sink());
                 self.recorder().emit(&crate::event::Event::PodDirectory {
                     dir: &shown,
                     rank: Some(p.rank()),

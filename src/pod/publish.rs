@@ -42,27 +42,144 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Format version of a rank file.
 pub const VERSION: u32 = 1;
 
-/// The publishing thread; stops when dropped, and the rank's slot is free
-/// again.
+/// The publishing thread; ends the rank when finished or dropped, and the
+/// rank's slot is free again.
 pub struct Publisher {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Written>>,
-    path: std::path::PathBuf,
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Released once the end record is written.
+    claim: Option<Arc<Claim>>,
+}
+
+/// What the publishing thread and a failure's synchronous write share.
+struct Shared {
     dir: PathBuf,
+    path: PathBuf,
     rank: u32,
     conflict: Option<Conflict>,
     metrics: Metrics,
     status: Arc<dyn Fn() -> Arc<Status> + Send + Sync>,
     /// This publisher's run id, written in every file.
     run: u64,
-    /// Released once the end record is written.
-    _claim: Option<Arc<Claim>>,
+    stop: AtomicBool,
+    /// The file last written (`None` once the rank ended: nothing is
+    /// written after the end record). One writer at a time.
+    last: Mutex<Option<Written>>,
+    failing: Mutex<WriteFailures>,
+    /// When a transfer failure last wrote the file synchronously.
+    last_sync: Mutex<Option<Instant>>,
+}
+
+/// The least time between two synchronous writes for transfer failures
+/// (which can come by the thousand when a peer goes): the thread writes
+/// the rest.
+const SYNC_EVERY: std::time::Duration = super::PUBLISH_EVERY;
+
+impl Shared {
+    /// Writes the rank's file now (`ended`: its end record, the last one);
+    /// a failed write keeps the heartbeat on the last file written.
+    fn write_now(&self, ended: Option<&Ended>) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(written) = last.as_mut() else { return };
+        let w = write(
+            &self.dir,
+            &self.path,
+            self.rank,
+            self.conflict.as_ref(),
+            &self.metrics,
+            &*self.status,
+            ended,
+            self.run,
+        );
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match w {
+            Ok(w) => {
+                *written = w;
+                failing.recovered(self.rank);
+            }
+            Err(e) => {
+                failing.failed(&e, self.rank, &self.dir, &self.metrics, ended.is_some());
+                // The heartbeat goes on on the last file written: a rank
+                // that cannot write is stale, never dead.
+                let _ = written.file.set_modified(SystemTime::now());
+            }
+        }
+        if ended.is_some() {
+            *last = None;
+        }
+    }
+
+    /// One look of the thread: written when something was recorded or the
+    /// file is not its own any more, else touched.
+    fn look(&self, rewritten: &mut Instant, touched: &mut Instant) {
+        let (changed, replaced) = {
+            let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(w) = last.as_ref() else { return };
+            (self.metrics.generation() != w.generation, !w.is_at(&self.path))
+        };
+        if changed || replaced || rewritten.elapsed() >= super::HEARTBEAT * 4 {
+            self.write_now(None);
+            *touched = Instant::now();
+            *rewritten = *touched;
+        } else if touched.elapsed() >= super::HEARTBEAT {
+            // futimens on the file written: no open, no link followed,
+            // nothing to block on.
+            if let Some(w) = self.last.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                let _ = w.file.set_modified(SystemTime::now());
+            }
+            *touched = Instant::now();
+        }
+    }
+}
+
+/// Writes the rank's file as a failure is recorded, on the thread that
+/// recorded it: a process that dies of it right after (`os._exit`, a
+/// signal) leaves the failure in its file. A registration failure always;
+/// transfer failures at most every [`SYNC_EVERY`].
+struct WriteOnFailure(std::sync::Weak<Shared>);
+
+impl crate::record::Sink for WriteOnFailure {
+    fn on(&self, e: &crate::event::Event<'_>) {
+        use crate::event::{Event, XferEnd};
+        let (failed, transfer) = match e {
+            Event::Attempted(a) => (a.outcome.is_err(), false),
+            Event::XferCreateFailed { .. } => (true, true),
+            Event::XferPosted {
+                ended: Some((_, XferEnd::Failed(_))),
+                ..
+            }
+            | Event::XferEnded {
+                end: XferEnd::Failed(_),
+                ..
+            } => (true, true),
+            _ => (false, false),
+        };
+        if !failed {
+            return;
+        }
+        let Some(shared) = self.0.upgrade() else { return };
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if transfer {
+            let mut at = shared.last_sync.lock().unwrap_or_else(|e| e.into_inner());
+            if at.is_some_and(|t| t.elapsed() < SYNC_EVERY) {
+                return;
+            }
+            *at = Some(Instant::now());
+        }
+        shared.write_now(None);
+    }
+
+    fn gone(&self) -> bool {
+        self.0.strong_count() == 0
+    }
 }
 
 impl Publisher {
@@ -96,7 +213,7 @@ impl Publisher {
         // writes over it.
         let previous = previous_run(&path);
         if let Some(p) = &previous {
-            tracing::warn!(
+            tracing::info!(
                 target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
                 rank,
                 pid = p.pid,
@@ -108,76 +225,55 @@ impl Publisher {
             );
         }
         metrics.previous_run(previous.as_ref().map(|p| (p.how.as_str(), p.ended_unix, p.failures.as_slice())));
-        let stop = Arc::new(AtomicBool::new(false));
         let run = run_id();
+        let status: Arc<dyn Fn() -> Arc<Status> + Send + Sync> = Arc::new(status);
         // The first write before returning: a directory that cannot be
         // written says so now, not in a thread.
-        let mut last = write(dir, &path, rank, conflict.as_ref(), &metrics, &status, None, run)?;
-        let thread_dir = dir.to_path_buf();
-        let stop2 = stop.clone();
+        let first = write(dir, &path, rank, conflict.as_ref(), &metrics, &*status, None, run)?;
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            path,
+            rank,
+            conflict,
+            metrics,
+            status,
+            run,
+            stop: AtomicBool::new(false),
+            last: Mutex::new(Some(first)),
+            failing: Mutex::new(WriteFailures::default()),
+            last_sync: Mutex::new(None),
+        });
+        let mine = shared.clone();
+        // The slot is held while this thread writes its file.
         let held = claim.clone();
-        let conflict2 = conflict.clone();
-        let own_path = path.clone();
-        let metrics2 = metrics.clone();
-        let status2: Arc<dyn Fn() -> Arc<Status> + Send + Sync> = Arc::new(status);
-        let status3 = status2.clone();
         let thread = std::thread::Builder::new()
             .name("nixl-agent-publish".into())
             .spawn(move || {
-                let (metrics, status, dir) = (metrics2, status3, thread_dir);
-                let mut failing = WriteFailures::default();
+                let _held = held;
                 let mut touched = Instant::now();
                 // Rewritten at least this often even when nothing was
                 // recorded: the process_* series keep moving.
                 let mut rewritten = Instant::now();
-                // The slot is held while this thread writes its file.
-                let _held = held;
-                while !stop2.load(Ordering::Acquire) {
-                    // Woken early when the publisher is dropped.
+                while !mine.stop.load(Ordering::Acquire) {
+                    // Woken early when the publisher ends.
                     std::thread::park_timeout(super::PUBLISH_EVERY);
-                    if stop2.load(Ordering::Acquire) {
+                    if mine.stop.load(Ordering::Acquire) {
                         break;
                     }
-                    let changed = metrics.generation() != last.generation;
-                    // Replaced or removed by someone else: written again.
-                    let replaced = !last.is_at(&path);
-                    if changed || replaced || rewritten.elapsed() >= super::HEARTBEAT * 4 {
-                        match write(&dir, &path, rank, conflict2.as_ref(), &metrics, &*status, None, run) {
-                            Ok(w) => {
-                                last = w;
-                                failing.recovered(rank);
-                            }
-                            Err(e) => {
-                                failing.failed(&e, rank, &dir, &metrics);
-                                // The heartbeat goes on on the last file
-                                // written: a rank that cannot write is
-                                // stale, never dead.
-                                let _ = last.file.set_modified(SystemTime::now());
-                            }
-                        }
-                        touched = Instant::now();
-                        rewritten = touched;
-                    } else if touched.elapsed() >= super::HEARTBEAT {
-                        // futimens on the file written: no open, no link
-                        // followed, nothing to block on.
-                        let _ = last.file.set_modified(SystemTime::now());
-                        touched = Instant::now();
-                    }
+                    mine.look(&mut rewritten, &mut touched);
                 }
-                last
             })?;
         Ok(Publisher {
-            stop,
+            shared,
             thread: Some(thread),
-            path: own_path,
-            dir: dir.to_path_buf(),
-            rank,
-            conflict,
-            metrics,
-            status: status2,
-            run,
-            _claim: Some(claim),
+            claim: Some(claim),
         })
+    }
+
+    /// What writes this rank's file as a failure is recorded, for the
+    /// recording's subscribers (it does nothing once the rank ended).
+    pub(crate) fn sink(&self) -> Box<dyn crate::record::Sink> {
+        Box::new(WriteOnFailure(Arc::downgrade(&self.shared)))
     }
 
     /// The process ends through its interpreter's exit (or an embedder
@@ -190,49 +286,32 @@ impl Publisher {
     }
 
     fn end(&mut self, ended: Ended) {
-        self.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::Release);
         let Some(t) = self.thread.take() else { return };
         t.thread().unpark();
         if t.join().is_err() {
             return;
         }
-        let written = write(
-            &self.dir,
-            &self.path,
-            self.rank,
-            self.conflict.as_ref(),
-            &self.metrics,
-            &*self.status,
-            Some(&ended),
-            self.run,
-        );
-        if let Err(e) = written {
-            tracing::warn!(
-                target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
-                rank = self.rank,
-                error = %e,
-                "cannot write this rank's end record; the pod will read it as died"
-            );
-        }
+        self.shared.write_now(Some(&ended));
         // Then the slot is free: a reader that finds it free finds the end
         // record with it.
-        self._claim = None;
+        self.claim = None;
     }
 
     /// The rank claimed.
     pub fn rank(&self) -> u32 {
-        self.rank
+        self.shared.rank
     }
 
     /// The claim's lock descriptor (a forked child closes its copy, so that
     /// the parent's slot is free once the parent is gone).
     pub(crate) fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
-        self._claim.as_ref().map(|c| c.lock_fd())
+        self.claim.as_ref().map(|c| c.lock_fd())
     }
 
     /// The rank this process was told and could not have, if any.
     pub fn conflict(&self) -> Option<u32> {
-        self.conflict.as_ref().map(|c| c.wanted)
+        self.shared.conflict.as_ref().map(|c| c.wanted)
     }
 }
 
@@ -254,14 +333,22 @@ struct WriteFailures {
 }
 
 impl WriteFailures {
-    fn failed(&mut self, e: &std::io::Error, rank: u32, dir: &Path, metrics: &Metrics) {
+    fn failed(&mut self, e: &std::io::Error, rank: u32, dir: &Path, metrics: &Metrics, last: bool) {
         let cause = match e.raw_os_error() {
             Some(libc::ENOSPC | libc::EDQUOT) => "no_space",
             Some(libc::EACCES | libc::EPERM | libc::EROFS) => "permission",
             _ => "other",
         };
         metrics.publish_failed(cause);
-        if !self.logged.contains(&cause) {
+        if last {
+            tracing::warn!(
+                target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
+                rank,
+                cause,
+                error = %e,
+                "cannot write this rank's end record; the pod will read it as died"
+            );
+        } else if !self.logged.contains(&cause) {
             self.logged.push(cause);
             tracing::warn!(
                 target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
@@ -491,7 +578,6 @@ fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::FileTypeExt;
     use std::time::Duration;
 
     fn observer() -> crate::observe::Observer {

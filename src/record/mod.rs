@@ -32,16 +32,48 @@ pub struct Recorder {
     metrics: Metrics,
     ledger: Ledger,
     calls: InFlight,
-    /// A subscriber that must hear an event before the call that caused it
-    /// returns (the termination message: the process may die right after).
-    sink: std::sync::Arc<std::sync::OnceLock<Box<dyn Sink>>>,
+    /// Subscribers that must hear of a failure before the call that
+    /// caused it returns: the process may die right after.
+    pub(crate) sink: std::sync::Arc<Sinks>,
 }
 
-/// A subscriber told each event synchronously, after the ledger applied
-/// it, on the thread that recorded it. It must be quick and never call
-/// back into the recording.
+/// A subscriber told each event that may end a process's story (a
+/// registration attempt, a transfer that failed or ended) synchronously,
+/// after the ledger applied it, on the thread that recorded it: the
+/// termination message, the pod rank's file. It must never call back into
+/// the recording's writes.
 pub trait Sink: Send + Sync {
     fn on(&self, e: &Event<'_>);
+    /// Gone for good (its publisher ended): dropped at the next subscribe.
+    fn gone(&self) -> bool {
+        false
+    }
+}
+
+/// The subscribers of one recording. Most recordings have none: one
+/// atomic load then.
+#[derive(Default)]
+pub(crate) struct Sinks {
+    any: std::sync::atomic::AtomicBool,
+    list: std::sync::RwLock<Vec<Box<dyn Sink>>>,
+}
+
+impl Sinks {
+    fn tell(&self, e: &Event<'_>) {
+        // Only what may end a process's story: never a status poll's tick.
+        let wanted = matches!(
+            e,
+            Event::Attempted(_)
+                | Event::XferCreateFailed { .. }
+                | Event::XferPosted { ended: Some(_), .. }
+                | Event::XferEnded { .. }
+        );
+        if wanted && self.any.load(std::sync::atomic::Ordering::Acquire) {
+            for s in self.list.read().unwrap_or_else(|e| e.into_inner()).iter() {
+                s.on(e);
+            }
+        }
+    }
 }
 
 impl Recorder {
@@ -93,9 +125,7 @@ impl Recorder {
     /// thread), and probes must not wait for it.
     pub fn emit(&self, e: &Event<'_>) -> Applied {
         let (applied, traced) = self.ledger.apply_traced(e, |e, st, a| self.metrics.on(e, st, a));
-        if let Some(sink) = self.sink.get() {
-            sink.on(e);
-        }
+        self.sink.tell(e);
         // Transfers that failed, stalled or were sampled: a span each (the
         // exemplar of a completed one points at it), and a log line for
         // what did not complete.
@@ -122,10 +152,13 @@ impl Recorder {
         applied
     }
 
-    /// Hands every event from now on to `sink` as well (one per recording:
-    /// `false`, and `sink` dropped, when one is there already).
-    pub(crate) fn subscribe(&self, sink: Box<dyn Sink>) -> bool {
-        self.sink.set(sink).is_ok()
+    /// Tells `sink` of every event [`Sink`] says from now on (subscribers
+    /// that are gone are dropped here).
+    pub(crate) fn subscribe(&self, sink: Box<dyn Sink>) {
+        let mut list = self.sink.list.write().unwrap_or_else(|e| e.into_inner());
+        list.retain(|s| !s.gone());
+        list.push(sink);
+        self.sink.any.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Shutdown began: not ready from now on, whatever is recorded later.

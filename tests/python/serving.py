@@ -14,6 +14,11 @@ is deterministic so that both runs can be compared byte for byte.
     python serving.py fork [--hold]  (registers, forks, the child registers)
     python serving.py duplicate [--hold]  (one list with a region twice, then
                                            deregistered: NIXL crashes)
+    python serving.py dies exception|os_exit|sigkill [--wait]
+                            (SGLang's registration with aux at address 0;
+                            the failure kills the process: uncaught,
+                            os._exit(1) or SIGKILL. --wait: after creating
+                            the agent, print AGENT and wait for a line)
 """
 
 import ctypes
@@ -632,12 +637,36 @@ def arrays(argv):
         hold()
 
 
+def dies(argv):
+    """The seed failure, and the process dying of it as serving processes
+    do: SGLang's scheduler raises, multiprocessing children end with
+    os._exit, a supervisor may kill."""
+    how = argv[0]
+    args = KVArgs(null_aux=True)
+    mgr = NixlKVManager(args)
+    out("AGENT")
+    if "--wait" in argv:
+        sys.stdin.readline()
+    try:
+        mgr.register_buffer_to_engine()
+    except Exception as e:
+        out("raised", type(e).__name__)
+        if how == "os_exit":
+            os._exit(1)
+        if how == "sigkill":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise
+    out("registered: the failure did not happen")
+
+
 def main():
     mode = sys.argv[1]
     out("fds", fd_kind(1), fd_kind(2), sys.stdout.isatty(), sys.stderr.isatty())
     sys.stderr.write("program stderr line\n")
     sys.stderr.flush()
-    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate, "renamed": renamed, "plain": bare_agent, "qualname": qualname, "arrays": arrays}[
+    {"sglang": sglang, "vllm": vllm, "badcalls": badcalls, "evil": evil, "fork": forked, "transfer": transfer, "deregister": deregister, "spin": spin, "explicit": explicit, "dropped": dropped, "partial": partial, "interrupted": interrupted, "groups": groups, "hung": hung, "wrapped": wrapped, "duplicate": duplicate, "renamed": renamed, "plain": bare_agent, "qualname": qualname, "arrays": arrays, "dies": dies}[
         mode
     ](sys.argv[2:])
 
