@@ -132,6 +132,19 @@ pub struct ProbeRound {
     pub elapsed: Duration,
 }
 
+/// A subscriber told each event that may end a process's story (a
+/// registration attempt, a transfer that failed or ended) synchronously,
+/// after the ledger applied it, on the thread that recorded it
+/// (`Recorder::subscribe`): the termination message, the pod rank's file.
+/// It must never call back into the recording's writes.
+pub trait Sink: Send + Sync {
+    fn on(&self, e: &Event<'_>);
+    /// Gone for good (its publisher ended): dropped at the next subscribe.
+    fn gone(&self) -> bool {
+        false
+    }
+}
+
 /// Everything the ledger and its projections hear about.
 #[derive(Debug)]
 pub enum Event<'a> {

@@ -38,7 +38,9 @@ pub mod names {
 /// The HTTP surface's contract: every endpoint, and the dashboard and rules
 /// built into this build.
 pub mod endpoints {
-    pub use crate::http::{ALERT_RULES_PATH, ALERT_RULES_YAML, DASHBOARD_JSON, DASHBOARD_PATH, ENDPOINTS};
+    pub use crate::http::{
+        ALERT_RULES_PATH, ALERT_RULES_YAML, DASHBOARD_JSON, DASHBOARD_PATH, ENDPOINTS, LIVEZ_RANKS_PATH, POD_ENDPOINTS,
+    };
 }
 /// The binary's front-end (flags, sub-commands, signals, logs).
 #[cfg(feature = "cli")]

@@ -182,6 +182,17 @@ fn ports_paths_flags_and_config_are_the_binarys() {
                     .any(|m| m["mountPath"] == "/dev/shm"));
                 let ranks: u32 = flag(&args, "--ranks").unwrap().parse().unwrap();
                 assert!(ranks >= 1);
+                // A hung rank restarts the container it runs in: the
+                // serving container's probe, on the sidecar's port (the
+                // pod's containers share its network; a named port would
+                // be the serving container's own).
+                let probe = &app["livenessProbe"]["httpGet"];
+                assert_eq!(probe["path"], nixl_agent::endpoints::LIVEZ_RANKS_PATH, "{app}");
+                assert_eq!(probe["port"].as_u64(), Some(u64::from(listen.port())), "{app}");
+                assert!(nixl_agent::endpoints::POD_ENDPOINTS
+                    .iter()
+                    .any(|(p, _)| *p == nixl_agent::endpoints::LIVEZ_RANKS_PATH));
+                assert_eq!(app["terminationMessagePath"], "/dev/termination-log");
             }
             if let Some(config) = flag(&args, "--config") {
                 assert!(

@@ -88,6 +88,12 @@ fn docs_list_every_endpoint_and_readme_the_two_commands() {
             "docs/configuration.md endpoint table lacks {path}"
         );
     }
+    for (path, _) in nixl_agent::endpoints::POD_ENDPOINTS {
+        assert!(
+            configuration.contains(&format!("| `{path}` |")),
+            "docs/configuration.md pod endpoint table lacks {path}"
+        );
+    }
     assert!(configuration.contains(nixl_agent::config::DEFAULT_LISTEN));
     let readme = read("README.md");
     assert!(readme.contains("make run") && readme.contains("make test"));

@@ -46,6 +46,23 @@ pub const ENDPOINTS: &[(&str, &str)] = &[
     (ALERT_RULES_PATH, "Prometheus alerting rules (YAML) matching this build"),
 ];
 
+/// What a pod's server (`nixl-agent pod`, a zero-configuration pod's
+/// port holder) serves besides [`ENDPOINTS`]: the probes of the serving
+/// container, whose processes are the pod's ranks.
+pub const POD_ENDPOINTS: &[(&str, &str)] = &[
+    (
+        LIVEZ_RANKS_PATH,
+        "503 while a live rank's own /livez would be (a NIXL call past its deadline), naming each: the serving container's liveness probe",
+    ),
+    (
+        "/livez/rank/{N}",
+        "the same for rank N alone (a pod with one serving container per rank); 200 while it is starting or after it ended",
+    ),
+];
+
+/// The serving container's liveness probe on a pod's server.
+pub const LIVEZ_RANKS_PATH: &str = "/livez/ranks";
+
 /// Where the dashboard and the rules are served.
 pub const DASHBOARD_PATH: &str = "/dashboards/nixl-agent.json";
 pub const ALERT_RULES_PATH: &str = "/alerts/nixl-agent.rules.yml";

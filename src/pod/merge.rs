@@ -90,7 +90,7 @@ impl Rank {
     /// A rank file's text; `None` when it is not one.
     pub fn parse(text: &str, alive: bool) -> Option<Rank> {
         let v: Value = serde_json::from_str(text).ok()?;
-        if v["version"].as_u64()? != u64::from(super::publish::VERSION) || !v["status"].is_object() {
+        if v["version"].as_u64()? != u64::from(super::FILE_VERSION) || !v["status"].is_object() {
             return None;
         }
         Some(Rank {

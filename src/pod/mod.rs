@@ -78,6 +78,10 @@ pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// The heartbeat: the longest a publisher leaves its file untouched.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 
+/// Format version of a rank file (written by [`publish`], read by
+/// [`merge`]).
+pub const FILE_VERSION: u32 = 1;
+
 /// The file of a rank in the directory.
 pub fn file_name(rank: u32) -> String {
     format!("rank-{rank}.json")

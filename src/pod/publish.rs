@@ -45,8 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// Format version of a rank file.
-pub const VERSION: u32 = 1;
+pub use super::FILE_VERSION as VERSION;
 
 /// The publishing thread; ends the rank when finished or dropped, and the
 /// rank's slot is free again.
@@ -144,7 +143,7 @@ impl Shared {
 /// transfer failures at most every [`SYNC_EVERY`].
 struct WriteOnFailure(std::sync::Weak<Shared>);
 
-impl crate::record::Sink for WriteOnFailure {
+impl crate::event::Sink for WriteOnFailure {
     fn on(&self, e: &crate::event::Event<'_>) {
         use crate::event::{Event, XferEnd};
         let (failed, transfer) = match e {
@@ -272,7 +271,7 @@ impl Publisher {
 
     /// What writes this rank's file as a failure is recorded, for the
     /// recording's subscribers (it does nothing once the rank ended).
-    pub(crate) fn sink(&self) -> Box<dyn crate::record::Sink> {
+    pub(crate) fn sink(&self) -> Box<dyn crate::event::Sink> {
         Box::new(WriteOnFailure(Arc::downgrade(&self.shared)))
     }
 

@@ -110,7 +110,7 @@ fn check(text: &str, named: u32) -> Result<Rank, (&'static str, String)> {
     Rank::checked(text, named, false).map_err(|u| match u {
         Unfit::NotARankFile => (
             names::POD_REJECT_NOT_A_RANK_FILE,
-            format!("not a version {} rank file", super::publish::VERSION),
+            format!("not a version {} rank file", super::FILE_VERSION),
         ),
         Unfit::NameMismatch(said) => (names::POD_REJECT_NAME_MISMATCH, format!("its content says rank {said}")),
         Unfit::Exposition(b) => (

@@ -412,6 +412,7 @@ pub fn router(view: PodState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
+        .route(http::LIVEZ_RANKS_PATH, get(ranks_livez))
         .route("/livez/rank/{rank}", get(rank_livez))
         .route("/readyz", get(readyz))
         .route("/v1/status", get(status))
@@ -446,6 +447,22 @@ async fn livez(State(v): State<PodState>) -> Response {
         return "ok\n".into_response();
     }
     let mut body = failures.join("\n");
+    body.push('\n');
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+}
+
+/// The liveness of the pod's ranks, for the serving container's own probe
+/// (an `httpGet` on the sidecar's port, which the pod's containers share):
+/// 503 while a live rank's own /livez would be, each such rank named with
+/// its reason (`rank 1: NIXL register of group kv past its deadline
+/// (6.6 s)`). A rank not published yet (starting) or ended (the kubelet
+/// sees its exit itself) fails nothing.
+async fn ranks_livez(State(v): State<PodState>) -> Response {
+    let view = v.borrow().clone();
+    if view.liveness_failures.is_empty() {
+        return "ok\n".into_response();
+    }
+    let mut body = view.liveness_failures.join("\n");
     body.push('\n');
     (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }

@@ -37,18 +37,7 @@ pub struct Recorder {
     pub(crate) sink: std::sync::Arc<Sinks>,
 }
 
-/// A subscriber told each event that may end a process's story (a
-/// registration attempt, a transfer that failed or ended) synchronously,
-/// after the ledger applied it, on the thread that recorded it: the
-/// termination message, the pod rank's file. It must never call back into
-/// the recording's writes.
-pub trait Sink: Send + Sync {
-    fn on(&self, e: &Event<'_>);
-    /// Gone for good (its publisher ended): dropped at the next subscribe.
-    fn gone(&self) -> bool {
-        false
-    }
-}
+pub use crate::event::Sink;
 
 /// The subscribers of one recording. Most recordings have none: one
 /// atomic load then.

@@ -156,7 +156,7 @@ impl LastWords {
     }
 }
 
-impl crate::record::Sink for LastWords {
+impl crate::event::Sink for LastWords {
     fn on(&self, e: &Event<'_>) {
         match e {
             Event::Attempted(a) => match a.outcome {
@@ -249,7 +249,7 @@ fn transfer_line(op: &str, peer: Option<&str>, f: &Failure) -> String {
 mod tests {
     use super::*;
     use crate::model::{GroupLabels, Kind, MemType, Region};
-    use crate::record::Sink;
+    use crate::event::Sink;
 
     fn attempted(labels: &GroupLabels, outcome: Result<(), &GroupFailure>) -> crate::event::Attempt<'static> {
         // Leaked for the test's 'static borrow: a few bytes.

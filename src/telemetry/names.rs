@@ -252,7 +252,7 @@ pub const FAMILIES: &[Family] = &[
         PREVIOUS_RUN_END,
         Type::Gauge,
         &["how"],
-        "When the previous process of this rank ended (Unix seconds) and how (exited, exception, died): its file's last write. Absent when this rank had no previous process.",
+        "When the previous process of this rank ended (Unix seconds: its end record's time, else its file's last write) and how (exited, exception, died). Absent when this rank had no previous process.",
     ),
     Family::new(
         POD_DIR_REFUSED,

@@ -278,6 +278,12 @@ fn a_rank_with_a_call_past_its_deadline_fails_the_pods_livez_naming_rank_and_cal
     let mut sidecar = view.clone();
     sidecar.shape = Shape::Sidecar;
     assert_eq!(get(sidecar.clone(), "/livez"), (200, "ok\n".to_string()));
+    let (code, body) = get(sidecar.clone(), "/livez/ranks");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.starts_with("rank 1: NIXL register of group kv past its deadline ("),
+        "{body}"
+    );
     let (code, body) = get(sidecar.clone(), "/livez/rank/1");
     assert_eq!(code, 503, "{body}");
     assert!(
