@@ -14,7 +14,7 @@
 
 mod dlist_state;
 mod process;
-pub use crate::pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, LOCAL_RANK};
+pub use crate::pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, ENV_RETENTION, LOCAL_RANK};
 pub use dlist_state::{read_dlist_state, DlistHeader};
 pub use process::Instrumentation;
 

@@ -202,6 +202,8 @@ fn python_settings_are_the_ones_read() {
         "NIXL_AGENT_LOG".to_string(),
         i::ENV_POD_DIR.to_string(),
         i::ENV_RANK_ENV.to_string(),
+        i::ENV_TERMINATION_LOG.to_string(),
+        i::ENV_RETENTION.to_string(),
     ];
     read_by_code.sort();
     assert_eq!(documented, read_by_code);

@@ -622,8 +622,9 @@ fn judge(cells: &[Cell], prom: &prom::Prometheus, mid_run: Vec<(String, String)>
 }
 
 /// While a held call is past its deadline: the cell's /livez is 503 and
-/// names the call (and, in a pod, the rank); Prometheus sees the stuck
-/// gauge. Returns what disagreed.
+/// names the call (and, in a pod, the rank) — for a sidecar, the serving
+/// container's probe (`/livez/ranks`), while the sidecar's own /livez stays
+/// 200; Prometheus sees the stuck gauge. Returns what disagreed.
 fn while_stuck(
     c: &Cell,
     prom: &prom::Prometheus,
@@ -635,10 +636,14 @@ fn while_stuck(
     // /livez goes 503 and names the call (and the rank, in a pod) within a
     // watchdog look and, in a pod, a publish and a pass.
     let names_it = |b: &str| call.iter().all(|w| b.contains(w)) && (c.shape == Shape::Lone || b.contains("rank"));
+    let probe = match c.shape {
+        Shape::Sidecar => nixl_agent::endpoints::LIVEZ_RANKS_PATH,
+        _ => "/livez",
+    };
     let end = Instant::now() + Duration::from_secs(20);
     let mut last = None;
     loop {
-        if let Ok(r) = support::get(c.addr, "/livez") {
+        if let Ok(r) = support::get(c.addr, probe) {
             if r.status == 503 && names_it(&r.body) {
                 break;
             }
@@ -647,11 +652,20 @@ fn while_stuck(
         if Instant::now() >= end {
             bad.push((
                 c.name(),
-                format!("/livez never 503 naming the held call {call:?} (and its rank in a pod); last {last:?}"),
+                format!("{probe} never 503 naming the held call {call:?} (and its rank in a pod); last {last:?}"),
             ));
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    if c.shape == Shape::Sidecar {
+        match support::get(c.addr, "/livez") {
+            Ok(r) if r.status == 200 => {}
+            other => bad.push((
+                c.name(),
+                format!("the sidecar's own /livez failed for a serving rank's hang: {other:?}"),
+            )),
+        }
     }
     if !hold_for_alert {
         return bad;

@@ -362,9 +362,10 @@ fn tp_ranks_of_one_launcher_are_one_pod_with_no_configuration() {
         "served again, not ready, after {took:?}"
     );
     let verbose = support::get(addr, "/readyz?verbose").unwrap().body;
-    // SIGKILL freed its slot's lock: dead at the next look, not 1.5 s on.
+    // SIGKILL freed its slot's lock: ended at the next look, not 1.5 s on;
+    // its counters stay on the address.
     assert!(
-        verbose.contains("failed: no live process holds its slot (dead)"),
+        verbose.contains(&format!("failed: ended: pid {holder} died without an end record")),
         "{verbose}"
     );
     assert_ne!(
@@ -553,7 +554,7 @@ fn tp_ranks_meet_elsewhere_when_another_user_took_their_directory() {
     support::signal(holder_of(&tp, addr), "KILL");
     support::wait_for(Duration::from_secs(3), "another rank serving, not ready", || {
         let r = support::get(addr, "/readyz?verbose").ok()?;
-        (r.status == 503 && r.body.contains("(dead)")).then_some(())
+        (r.status == 503 && r.body.contains("died without an end record")).then_some(())
     });
 }
 
@@ -611,7 +612,7 @@ fn rank_files_written_by_hand_cannot_break_the_pods_scrape() {
         "{verbose}"
     );
     assert!(
-        verbose.contains("[-]rank:2 failed: no live process holds its slot (dead)"),
+        verbose.contains("[-]rank:2 failed: ended: pid 1 died without an end record"),
         "{verbose}"
     );
     // Counted once, however many passes see it.
@@ -626,9 +627,9 @@ fn rank_files_written_by_hand_cannot_break_the_pods_scrape() {
 }
 
 /// The sidecar says the life of each rank in its log, in words: joined,
-/// ready, stopped publishing (kill -9), retired (a clean exit, which
-/// /readyz?verbose names instead of "no process has published this rank"),
-/// and its own shutdown on SIGTERM.
+/// ready, ended (a clean exit, which /readyz?verbose names instead of "no
+/// process has published this rank"; kill -9, a death without an end
+/// record), and its own shutdown on SIGTERM.
 #[test]
 fn the_sidecar_logs_the_life_of_each_rank() {
     let dir = tempfile::tempdir().unwrap();
@@ -680,26 +681,27 @@ fn the_sidecar_logs_the_life_of_each_rank() {
     let pid = first.pid();
     said(&format!("rank 0 joined: pid {pid} publishes it"));
     said(&format!("rank 0 is ready: pid {pid}"));
-    // A clean exit: the rank retires, and readiness says so.
+    // A clean exit: the rank ends with its end record, and readiness says
+    // so.
     if let Some(mut s) = first.child.stdin.take() {
         s.write_all(b"\n").unwrap();
     }
     assert!(first.child.wait().unwrap().success());
-    said(&format!(
-        "rank 0 retired: pid {pid} exited cleanly and removed its file"
-    ));
-    let body = support::wait_for(Duration::from_secs(5), "retired in readyz", || {
-        Some(verbose()).filter(|b| b.contains("[-]rank:0") || b.contains("retired"))
+    said(&format!("rank 0 ended: pid {pid} exited at "));
+    let body = support::wait_for(Duration::from_secs(5), "the end in readyz", || {
+        Some(verbose()).filter(|b| b.contains("[-]rank:0"))
     });
-    assert!(body.contains("retired: its process exited cleanly"), "{body}");
+    assert!(body.contains(&format!("[-]rank:0 failed: ended: pid {pid} exited at ")), "{body}");
     assert!(!body.contains("no process has published this rank"), "{body}");
 
-    // kill -9: the rank stops publishing.
+    // kill -9: a death, without an end record.
     let mut second = RankProcess::start(dir.path(), 0);
     let pid = second.pid();
     said(&format!("rank 0 joined: pid {pid} publishes it"));
     second.kill9();
-    said(&format!("rank 0 stopped publishing: pid {pid} died or hangs"));
+    said(&format!(
+        "rank 0 ended: pid {pid} died without an end record (a signal, os._exit, abort or kill -9)"
+    ));
 
     support::signal(pod.id(), "TERM");
     assert!(pod.wait().unwrap().success());

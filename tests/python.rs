@@ -190,16 +190,24 @@ fn a_forked_child_records_on_its_own() {
     );
     assert_eq!(line_with(&h.lines, "child exit"), "child exit 0");
     // The child was a second process of this address while it lived (the
-    // merged view); it retired its rank before it ended, so within a pass
-    // of the directory watcher the address is the parent's alone again.
-    support::wait_for(Duration::from_secs(5), "the parent's own recording, ready", || {
+    // merged view). It exited cleanly and wrote its end record: its
+    // counters stay on the address for the retention, its gauges go, and a
+    // clean exit is no rank the address waits for — ready.
+    let st = support::wait_for(Duration::from_secs(5), "the child's end, and the address ready", || {
         let r = support::get(h.addr, "/v1/status").ok()?;
         let st: serde_json::Value = serde_json::from_str(&r.body).ok()?;
-        (st["shape"] == "process" && h.readyz() == 200).then_some(())
+        let ended = st["ranks"].as_array()?.iter().any(|r| r["ended"]["how"] == "exited");
+        (ended && h.readyz() == 200).then_some(st)
     });
+    assert_eq!(st["shape"], "zero_config_pod", "{st}");
     let s = h.scrape();
-    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "aux"), 1.0);
+    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "aux"), 1.0, "the child's gauges go");
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 4.0);
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total").label("group", "aux").samples().len(),
+        2,
+        "the parent's and the ended child's counters"
+    );
     assert!(
         !h.stderr().contains("cannot serve"),
         "the child says nothing of the port its parent holds: {}",

@@ -371,13 +371,17 @@ impl Rank {
 /// two processes asked for one rank). `rejected`: rank files not taken,
 /// with why (named instead of "no process has published this rank").
 /// `expected: None`: the ranks present (zero-configuration pods, whose
-/// size nobody said).
+/// size nobody said), but for those whose process exited cleanly (its end
+/// record, no uncaught exception): a forked helper that ended is no rank
+/// the pod waits for, while one that raised or died is a broken pod. Its
+/// counters are served all the same.
 pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String)]) -> (bool, Vec<Check>) {
     let now = crate::ledger::counts::unix_now();
     let mut numbers: Vec<u32> = match expected {
         Some(n) => (0..n).collect(),
         None => ranks
             .iter()
+            .filter(|r| r.how_ended() != Some(crate::model::How::Exited))
             .map(|r| r.rank)
             .chain(rejected.iter().map(|(n, _)| *n))
             .collect(),
