@@ -39,7 +39,11 @@ fn instrumented(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::p
     let mut child = c
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(if std::env::var_os("DEATH_DEBUG").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .stderr(if std::env::var_os("DEATH_DEBUG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
@@ -60,7 +64,9 @@ fn until_line(out: &mut BufReader<std::process::ChildStdout>, want: &str) {
 
 /// Waits at most 30 s for `child` to exit.
 fn wait_exit(child: &mut Child) -> ExitStatus {
-    support::wait_for(Duration::from_secs(30), "the process to exit", || child.try_wait().unwrap())
+    support::wait_for(Duration::from_secs(30), "the process to exit", || {
+        child.try_wait().unwrap()
+    })
 }
 
 /// The three deaths, and the exit each leaves.
@@ -127,7 +133,10 @@ fn a_rank_that_dies_of_the_aux_failure_leaves_it_on_the_sidecar_however_it_died(
             .value();
         assert_eq!(failures, 1.0, "{how}");
         assert!(
-            s.metric("nixl_agent_group_registered").label("rank", "0").get().is_none(),
+            s.metric("nixl_agent_group_registered")
+                .label("rank", "0")
+                .get()
+                .is_none(),
             "{how}: the dead rank's gauges go"
         );
         let doc = support::status_document(addr);
@@ -138,7 +147,11 @@ fn a_rank_that_dies_of_the_aux_failure_leaves_it_on_the_sidecar_however_it_died(
         let verbose = support::get(addr, "/readyz?verbose").unwrap().body;
         assert!(verbose.contains("[-]rank:0 failed: ended: pid "), "{verbose}");
         assert_last_words(&log);
-        assert_eq!(support::get(addr, "/livez").unwrap().status, 200, "the sidecar is not what broke");
+        assert_eq!(
+            support::get(addr, "/livez").unwrap().status,
+            200,
+            "the sidecar is not what broke"
+        );
     }
     // The merged scrape of a dead rank passes promtool's lint.
     support::assert_promtool_clean(&support::get(addr, "/metrics").unwrap().body);
@@ -187,7 +200,11 @@ fn a_rank_that_dies_of_the_aux_failure_leaves_it_on_the_sidecar_however_it_died(
         let s = support::scrape(addr);
         (s.value_at("nixl_agent_pod_rank_exits_total", &[("rank", "0"), ("how", "exited")]) == 1.0).then_some(())
     });
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "a clean drain writes nothing");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "",
+        "a clean drain writes nothing"
+    );
 }
 
 /// A zero-configuration pod (processes sharing a listen address, no pod
@@ -225,9 +242,15 @@ fn a_zero_config_pod_keeps_a_dead_ranks_failure_whoever_held_the_address() {
             assert_exit("sigkill", wait_exit(&mut dying));
             // The healthy rank's registration reaches its file within a
             // publish interval: waited for with the dead one's failure.
-            support::wait_for(Duration::from_secs(10), "the address taken over, with the dead rank's failure", || {
-                scrape().filter(|s| failed(s) && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0)
-            });
+            support::wait_for(
+                Duration::from_secs(10),
+                "the address taken over, with the dead rank's failure",
+                || {
+                    scrape().filter(|s| {
+                        failed(s) && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0
+                    })
+                },
+            );
             let _ = healthy.kill();
             let _ = healthy.wait();
         } else {
@@ -236,9 +259,15 @@ fn a_zero_config_pod_keeps_a_dead_ranks_failure_whoever_held_the_address() {
             support::wait_for(Duration::from_secs(10), "the holder serving", scrape);
             let (mut dying, _out) = instrumented(&["dies", "exception"], &env);
             assert_exit("exception", wait_exit(&mut dying));
-            support::wait_for(Duration::from_secs(10), "the dead rank's failure on the address", || {
-                scrape().filter(|s| failed(s) && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0)
-            });
+            support::wait_for(
+                Duration::from_secs(10),
+                "the dead rank's failure on the address",
+                || {
+                    scrape().filter(|s| {
+                        failed(s) && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0
+                    })
+                },
+            );
             let doc = support::status_document(addr);
             let ended: Vec<&serde_json::Value> = doc["ranks"]
                 .as_array()
@@ -269,10 +298,11 @@ fn a_live_prometheus_fires_the_registration_alert_for_a_process_that_already_exi
     let (mut child, _out) = instrumented(&["dies", "exception"], &[("NIXL_AGENT_MULTIPROC_DIR", &d)]);
     assert_exit("exception", wait_exit(&mut child));
     let instance = addr.to_string();
-    support::wait_for(Duration::from_secs(60), "NixlRegistrationFailing firing for aux", || {
-        prom.alerts()
-            .into_iter()
-            .find(|a| {
+    support::wait_for(
+        Duration::from_secs(60),
+        "NixlRegistrationFailing firing for aux",
+        || {
+            prom.alerts().into_iter().find(|a| {
                 a["labels"]["alertname"] == "NixlRegistrationFailing"
                     && a["labels"]["instance"] == instance.as_str()
                     && a["labels"]["group"] == "aux"
@@ -280,7 +310,8 @@ fn a_live_prometheus_fires_the_registration_alert_for_a_process_that_already_exi
                     && a["labels"]["rank"] == "0"
                     && a["state"] == "firing"
             })
-    });
+        },
+    );
     support::wait_for(Duration::from_secs(60), "NixlRegistrationFailing notified", || {
         hook.notified()
             .iter()

@@ -691,7 +691,10 @@ fn the_sidecar_logs_the_life_of_each_rank() {
     let body = support::wait_for(Duration::from_secs(5), "the end in readyz", || {
         Some(verbose()).filter(|b| b.contains("[-]rank:0"))
     });
-    assert!(body.contains(&format!("[-]rank:0 failed: ended: pid {pid} exited at ")), "{body}");
+    assert!(
+        body.contains(&format!("[-]rank:0 failed: ended: pid {pid} exited at ")),
+        "{body}"
+    );
     assert!(!body.contains("no process has published this rank"), "{body}");
 
     // kill -9: a death, without an end record.

@@ -201,10 +201,17 @@ fn a_forked_child_records_on_its_own() {
     });
     assert_eq!(st["shape"], "zero_config_pod", "{st}");
     let s = h.scrape();
-    assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "aux"), 1.0, "the child's gauges go");
+    assert_eq!(
+        group_value(&s, "nixl_agent_registered_descriptors", "aux"),
+        1.0,
+        "the child's gauges go"
+    );
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 4.0);
     assert_eq!(
-        s.metric("nixl_agent_registration_attempts_total").label("group", "aux").samples().len(),
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "aux")
+            .samples()
+            .len(),
         2,
         "the parent's and the ended child's counters"
     );

@@ -135,7 +135,14 @@ impl Instrumentation {
                 // one takes the port over when that one is gone.
                 Err(e) if local.is_some() && in_use(&e) && held_by_nixl_agent(listen) => {
                     tracing::debug!(target: LOG_TARGET, listen = %listen, "another rank of this address serves it; taking it over if it goes");
-                    takeover(http.clone(), observer.clone(), listen, limits, local.clone(), settings.retention);
+                    takeover(
+                        http.clone(),
+                        observer.clone(),
+                        listen,
+                        limits,
+                        local.clone(),
+                        settings.retention,
+                    );
                 }
                 // A forked child whose parent serves this address: expected,
                 // and not the child's to say on the program's stderr.

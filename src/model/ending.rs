@@ -63,7 +63,11 @@ impl Ended {
             e[..cut].to_string()
         });
         Ended {
-            how: if exception.is_some() { How::Exception } else { How::Exited },
+            how: if exception.is_some() {
+                How::Exception
+            } else {
+                How::Exited
+            },
             exception,
             at_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -36,7 +36,12 @@ pub enum Change {
     /// is stopped).
     Stopped { rank: u32, pid: u32 },
     /// Its process ended: its slot is free. `words` says how and when.
-    Ended { rank: u32, pid: u32, how: How, words: String },
+    Ended {
+        rank: u32,
+        pid: u32,
+        how: How,
+        words: String,
+    },
     /// Its file was removed while it was served.
     Removed { rank: u32, pid: u32 },
 }
@@ -244,7 +249,10 @@ mod tests {
         // Held, but its file untouched: hung, not ended.
         let mut hung = rank(0, 10, false, true, None);
         hung.held = true;
-        assert_eq!(life.pass(std::slice::from_ref(&hung)), [Change::Stopped { rank: 0, pid: 10 }]);
+        assert_eq!(
+            life.pass(std::slice::from_ref(&hung)),
+            [Change::Stopped { rank: 0, pid: 10 }]
+        );
         assert_eq!(life.pass(std::slice::from_ref(&hung)), []);
         // Its slot free, no end record: died, said once.
         let dead = rank(0, 10, false, true, None);
@@ -258,8 +266,13 @@ mod tests {
         let raised = ended(rank(0, 11, false, true, None), Some("nixlBackendError"));
         let changes = life.pass(std::slice::from_ref(&raised));
         assert_eq!(how(&changes), [(0, 11, How::Exception)]);
-        let Change::Ended { words, .. } = &changes[0] else { unreachable!() };
-        assert!(words.contains("pid 11 exited after an uncaught exception (nixlBackendError)"), "{words}");
+        let Change::Ended { words, .. } = &changes[0] else {
+            unreachable!()
+        };
+        assert!(
+            words.contains("pid 11 exited after an uncaught exception (nixlBackendError)"),
+            "{words}"
+        );
         assert_eq!(life.pass(&[raised]), []);
         // A clean exit.
         life.pass(&[rank(0, 12, true, true, None)]);

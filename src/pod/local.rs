@@ -235,7 +235,10 @@ mod tests {
         std::fs::write(dir.path().join("rank-0.json"), "{}").unwrap();
         std::fs::write(dir.path().join("rank-5.json"), "{}").unwrap();
         sweep(dir.path(), Duration::from_secs(60));
-        assert!(dir.path().join("rank-5.json").exists(), "ended within the retention: kept");
+        assert!(
+            dir.path().join("rank-5.json").exists(),
+            "ended within the retention: kept"
+        );
         sweep(dir.path(), Duration::ZERO);
         assert!(dir.path().join("rank-0.json").exists(), "its slot is held");
         assert!(!dir.path().join("rank-5.json").exists(), "nobody holds slot 5");

@@ -86,16 +86,7 @@ impl Shared {
     fn write_now(&self, ended: Option<&Ended>) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let Some(written) = last.as_mut() else { return };
-        let w = write(
-            &self.dir,
-            &self.path,
-            self.rank,
-            self.conflict.as_ref(),
-            &self.metrics,
-            &*self.status,
-            ended,
-            self.run,
-        );
+        let w = self.write(ended);
         let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
         match w {
             Ok(w) => {
@@ -223,12 +214,13 @@ impl Publisher {
                 p.how.describe()
             );
         }
-        metrics.previous_run(previous.as_ref().map(|p| (p.how.as_str(), p.ended_unix, p.failures.as_slice())));
+        metrics.previous_run(
+            previous
+                .as_ref()
+                .map(|p| (p.how.as_str(), p.ended_unix, p.failures.as_slice())),
+        );
         let run = run_id();
         let status: Arc<dyn Fn() -> Arc<Status> + Send + Sync> = Arc::new(status);
-        // The first write before returning: a directory that cannot be
-        // written says so now, not in a thread.
-        let first = write(dir, &path, rank, conflict.as_ref(), &metrics, &*status, None, run)?;
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             path,
@@ -238,10 +230,14 @@ impl Publisher {
             status,
             run,
             stop: AtomicBool::new(false),
-            last: Mutex::new(Some(first)),
+            last: Mutex::new(None),
             failing: Mutex::new(WriteFailures::default()),
             last_sync: Mutex::new(None),
         });
+        // The first write before returning: a directory that cannot be
+        // written says so now, not in a thread.
+        let first = shared.write(None)?;
+        *shared.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(first);
         let mine = shared.clone();
         // The slot is held while this thread writes its file.
         let held = claim.clone();
@@ -414,8 +410,12 @@ fn registration_failures(text: &str) -> Vec<(String, String, f64)> {
         let Some(rest) = line.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
             continue;
         };
-        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
-        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
         let label = |name: &str| {
             let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
             let end = labels[start..].find('"')? + start;
@@ -528,50 +528,48 @@ fn consistent(metrics: &Metrics, status: &dyn Fn() -> Arc<Status>) -> (Arc<Statu
     (st, text, om)
 }
 
-fn write(
-    dir: &Path,
-    path: &Path,
-    rank: u32,
-    conflict: Option<&Conflict>,
-    metrics: &Metrics,
-    status: &dyn Fn() -> Arc<Status>,
-    ended: Option<&Ended>,
-    run: u64,
-) -> std::io::Result<Written> {
-    let (status, text, openmetrics) = consistent(metrics, status);
-    let generation = status.generation;
-    let doc = serde_json::json!({
-        // The ledger generation both halves were read at.
-        "generation": status.generation,
-        "version": VERSION,
-        "rank": rank,
-        "pid": std::process::id(),
-        // This publisher's run: tells one process of the rank from the
-        // next when they have the same pid (a restarted container's).
-        "run": run,
-        "written_unix": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
-        // The verdicts of the one rule (`Status::derive_ready`,
-        // `Status::liveness_failure`) over this recording: the pod shows
-        // them, it never derives them again.
-        "ready": status.ready,
-        "liveness_failure": status.liveness_failure(),
-        "conflict": conflict,
-        // How its process ended: written once, as it exits.
-        "ended": ended,
-        "status": &*status,
-        "metrics": text,
-        // With exemplars, for a pod scrape that asks for OpenMetrics.
-        "openmetrics": openmetrics,
-    });
-    let (tmp, mut file) = create_temp(dir, rank)?;
-    let placed = file
-        .write_all(doc.to_string().as_bytes())
-        .and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = placed {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
+impl Shared {
+    /// Writes the rank's file (a temporary file renamed into place) with
+    /// the status and the exposition read at one ledger generation, and
+    /// `ended` when the process is ending.
+    fn write(&self, ended: Option<&Ended>) -> std::io::Result<Written> {
+        let (dir, path, rank, run) = (&self.dir, &self.path, self.rank, self.run);
+        let conflict = self.conflict.as_ref();
+        let (status, text, openmetrics) = consistent(&self.metrics, &*self.status);
+        let generation = status.generation;
+        let doc = serde_json::json!({
+            // The ledger generation both halves were read at.
+            "generation": status.generation,
+            "version": VERSION,
+            "rank": rank,
+            "pid": std::process::id(),
+            // This publisher's run: tells one process of the rank from the
+            // next when they have the same pid (a restarted container's).
+            "run": run,
+            "written_unix": SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+            // The verdicts of the one rule (`Status::derive_ready`,
+            // `Status::liveness_failure`) over this recording: the pod shows
+            // them, it never derives them again.
+            "ready": status.ready,
+            "liveness_failure": status.liveness_failure(),
+            "conflict": conflict,
+            // How its process ended: written once, as it exits.
+            "ended": ended,
+            "status": &*status,
+            "metrics": text,
+            // With exemplars, for a pod scrape that asks for OpenMetrics.
+            "openmetrics": openmetrics,
+        });
+        let (tmp, mut file) = create_temp(dir, rank)?;
+        let placed = file
+            .write_all(doc.to_string().as_bytes())
+            .and_then(|()| fs::rename(&tmp, path));
+        if let Err(e) = placed {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(Written { generation, file })
     }
-    Ok(Written { generation, file })
 }
 
 #[cfg(test)]

@@ -141,7 +141,9 @@ impl LastWords {
     /// Whether the file holds nothing, or exactly `ours`.
     fn holds_only(&self, ours: Option<&str>) -> bool {
         let mut buf = vec![0u8; MAX_BYTES + 1];
-        let Ok(n) = self.file.read_at(&mut buf, 0) else { return false };
+        let Ok(n) = self.file.read_at(&mut buf, 0) else {
+            return false;
+        };
         n == 0 || ours.is_some_and(|l| &buf[..n] == l.as_bytes())
     }
 
@@ -214,7 +216,11 @@ fn nixl_status(reason: Reason, message: &str) -> &str {
 
 /// One line, no line breaks: the message's own are spaces.
 fn one_line(s: &str) -> String {
-    s.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+    s.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn registration_line(group: &str, mem_type: &str, f: &GroupFailure, region: Option<crate::model::Region>) -> String {
@@ -224,7 +230,10 @@ fn registration_line(group: &str, mem_type: &str, f: &GroupFailure, region: Opti
             r.addr, r.len, r.device
         ),
         (Some(i), None) => format!("region {i}"),
-        (None, Some(r)) => format!("region at {:#x} ({} bytes, {mem_type} device {})", r.addr, r.len, r.device),
+        (None, Some(r)) => format!(
+            "region at {:#x} ({} bytes, {mem_type} device {})",
+            r.addr, r.len, r.device
+        ),
         (None, None) => "no one region to blame".to_string(),
     };
     format!(
@@ -248,8 +257,8 @@ fn transfer_line(op: &str, peer: Option<&str>, f: &Failure) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{GroupLabels, Kind, MemType, Region};
     use crate::event::Sink;
+    use crate::model::{GroupLabels, Kind, MemType, Region};
 
     fn attempted(labels: &GroupLabels, outcome: Result<(), &GroupFailure>) -> crate::event::Attempt<'static> {
         // Leaked for the test's 'static borrow: a few bytes.
@@ -288,7 +297,12 @@ mod tests {
         w.on(&Event::Attempted(&attempted(&aux, Err(&f))));
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
-        for part in ["group aux", "reason invalid_address", "NIXL status NIXL_ERR_BACKEND", "region 0 (addr 0x0"] {
+        for part in [
+            "group aux",
+            "reason invalid_address",
+            "NIXL status NIXL_ERR_BACKEND",
+            "region 0 (addr 0x0",
+        ] {
             assert!(text.contains(part), "{part}: {text}");
         }
         // Another group's success takes nothing back; its own does.

@@ -292,6 +292,9 @@ pub struct Metrics {
     rank: Arc<std::sync::OnceLock<RankSeries>>,
 }
 
+/// Registration failures by (group, reason): how many.
+pub(crate) type FailureCounts = [(String, String, f64)];
+
 /// The series of a process that publishes a pod rank: what its slot's
 /// previous process left, and its own writes that failed.
 struct RankSeries {
@@ -351,7 +354,8 @@ impl Metrics {
     fn rank_series(&self) -> &RankSeries {
         self.rank.get_or_init(|| {
             let f = Family::get(names::PREVIOUS_RUN_FAILURES);
-            let previous_failures = prometheus::GaugeVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
+            let previous_failures =
+                prometheus::GaugeVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
             let f = Family::get(names::PREVIOUS_RUN_END);
             let previous_end = prometheus::GaugeVec::new(Opts::new(f.name, f.help), f.labels).expect("valid family");
             let f = Family::get(names::PUBLISH_FAILURES_TOTAL);
@@ -362,7 +366,9 @@ impl Metrics {
                 Box::new(previous_end.clone()),
                 Box::new(publish_failures.clone()),
             ] {
-                self.registry.register(c).expect("rank series register once per registry");
+                self.registry
+                    .register(c)
+                    .expect("rank series register once per registry");
             }
             RankSeries {
                 previous_failures,
@@ -375,7 +381,7 @@ impl Metrics {
     /// What the previous process of this rank's slot left: how and when it
     /// ended, its registration failures by (group, reason); `None`: no
     /// previous process (the series are cleared).
-    pub(crate) fn previous_run(&self, previous: Option<(&str, f64, &[(String, String, f64)])>) {
+    pub(crate) fn previous_run(&self, previous: Option<(&str, f64, &FailureCounts)>) {
         let s = self.rank_series();
         s.previous_failures.reset();
         s.previous_end.reset();

@@ -143,7 +143,10 @@ fn a_future_modification_time_is_not_alive() {
     drop(publisher);
     let ended: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join(super::super::file_name(0))).unwrap()).unwrap();
-    assert_eq!(ended["ended"]["how"], "exited", "an ended rank's file stays, with its end record");
+    assert_eq!(
+        ended["ended"]["how"], "exited",
+        "an ended rank's file stays, with its end record"
+    );
     std::fs::remove_file(dir.path().join(super::super::file_name(0))).unwrap();
     let now = SystemTime::now();
     std::fs::File::options()
@@ -291,7 +294,11 @@ fn a_rank_with_a_call_past_its_deadline_fails_the_pods_livez_naming_rank_and_cal
         "{body}"
     );
     assert_eq!(get(sidecar.clone(), "/livez/rank/0"), (200, "ok: rank 0\n".to_string()));
-    assert_eq!(get(sidecar.clone(), "/livez/rank/7").0, 200, "not published yet: starting");
+    assert_eq!(
+        get(sidecar.clone(), "/livez/rank/7").0,
+        200,
+        "not published yet: starting"
+    );
     assert_eq!(get(sidecar.clone(), "/livez/rank/256").0, 404);
     assert_eq!(get(sidecar, "/livez/rank/x").0, 404);
     let (_, doc) = get(view, "/v1/status");
@@ -337,7 +344,10 @@ fn a_slow_watcher_is_reported_and_never_fails_livez_by_itself() {
     view.at = std::time::Instant::now() - Duration::from_secs(90);
     let (code, body) = get(view.clone(), "/livez");
     assert_eq!(code, 503);
-    assert!(body.contains("the pod directory watcher has not completed a pass"), "{body}");
+    assert!(
+        body.contains("the pod directory watcher has not completed a pass"),
+        "{body}"
+    );
     view.shape = Shape::ZeroConfigPod;
     assert_eq!(get(view, "/livez").0, 200);
 }
@@ -390,9 +400,15 @@ fn an_ended_rank_keeps_its_counters_says_how_and_its_next_process_serves_the_pre
     let v = w.pass(false);
     let failures = "nixl_agent_registration_failures_total{rank=\"0\",";
     assert_eq!(sample(&v.metrics, failures), Some(1.0), "{}", v.metrics);
-    assert!(!v.metrics.contains("nixl_agent_group_registered{rank=\"0\""), "gauges go at once");
+    assert!(
+        !v.metrics.contains("nixl_agent_group_registered{rank=\"0\""),
+        "gauges go at once"
+    );
     assert_eq!(
-        sample(&v.metrics, "nixl_agent_pod_rank_exits_total{how=\"exception\",rank=\"0\"}"),
+        sample(
+            &v.metrics,
+            "nixl_agent_pod_rank_exits_total{how=\"exception\",rank=\"0\"}"
+        ),
         Some(1.0),
         "{}",
         v.metrics
@@ -403,7 +419,8 @@ fn an_ended_rank_keeps_its_counters_says_how_and_its_next_process_serves_the_pre
     );
     let (_, body) = get(v.clone(), "/readyz?verbose");
     assert!(
-        body.contains("[-]rank:0 failed: ended: pid ") && body.contains("exited after an uncaught exception (nixlBackendError)"),
+        body.contains("[-]rank:0 failed: ended: pid ")
+            && body.contains("exited after an uncaught exception (nixlBackendError)"),
         "{body}"
     );
     let (_, doc) = get(v, "/v1/status");
@@ -413,7 +430,10 @@ fn an_ended_rank_keeps_its_counters_says_how_and_its_next_process_serves_the_pre
     // Counted once, however many passes see it.
     let v = w.pass(false);
     assert_eq!(
-        sample(&v.metrics, "nixl_agent_pod_rank_exits_total{how=\"exception\",rank=\"0\"}"),
+        sample(
+            &v.metrics,
+            "nixl_agent_pod_rank_exits_total{how=\"exception\",rank=\"0\"}"
+        ),
         Some(1.0)
     );
 
@@ -484,7 +504,10 @@ fn an_ended_rank_is_served_for_the_retention_only() {
     assert!(v.ranks.is_empty());
     assert!(!v.metrics.contains("nixl_agent_registration_failures_total{rank=\"0\""));
     let why = v.checks[0].failure.clone().unwrap_or_default();
-    assert!(why.starts_with("ended: pid ") && why.contains("the retention passed"), "{why}");
+    assert!(
+        why.starts_with("ended: pid ") && why.contains("the retention passed"),
+        "{why}"
+    );
     let mut w = Watcher::with_retention(dir.path().to_path_buf(), Some(1), Duration::from_secs(60));
     let v = w.pass(false);
     assert_eq!(v.ranks.len(), 1);
@@ -556,7 +579,10 @@ fn a_rank_that_cannot_write_its_file_is_stale_never_dead() {
     // Written again once it can: no longer stale.
     let t0 = std::time::Instant::now();
     while w.pass(false).checks[0].note.is_some() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "still stale after the directory came back");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still stale after the directory came back"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(p);
