@@ -208,7 +208,7 @@ impl Publisher {
                 rank,
                 pid = p.pid,
                 how = p.how.as_str(),
-                failures = p.failures.iter().map(|f| f.2).sum::<f64>(),
+                failures = p.failures.iter().map(|f| f.3).sum::<f64>(),
                 "the previous process of this rank (pid {}) {}; its registration failures are served as nixl_agent_previous_run_registration_failures",
                 p.pid,
                 p.how.describe()
@@ -371,9 +371,9 @@ pub struct PreviousRun {
     pub how: How,
     /// Its end record's time, else its file's last write or touch.
     pub ended_unix: f64,
-    /// Its registration failures, summed by (group, reason): at most
-    /// [`MAX_PREVIOUS_SERIES`].
-    pub failures: Vec<(String, String, f64)>,
+    /// Its registration failures, summed by (group, backend, reason): at
+    /// most [`MAX_PREVIOUS_SERIES`].
+    pub failures: Vec<(String, String, String, f64)>,
 }
 
 /// The most (group, reason) series of a previous run served.
@@ -402,10 +402,12 @@ pub fn previous_run(path: &Path) -> Option<PreviousRun> {
 }
 
 /// `nixl_agent_registration_failures_total` of an exposition, summed by
-/// (group, reason), in order of first appearance.
-fn registration_failures(text: &str) -> Vec<(String, String, f64)> {
+/// (group, backend, reason), in order of first appearance. The backend is
+/// kept so that an alert joins the previous run's failure to the same
+/// series the failure counter makes.
+fn registration_failures(text: &str) -> Vec<(String, String, String, f64)> {
     let family = crate::telemetry::names::REGISTRATION_FAILURES_TOTAL;
-    let mut out: Vec<(String, String, f64)> = Vec::new();
+    let mut out: Vec<(String, String, String, f64)> = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
             continue;
@@ -424,9 +426,13 @@ fn registration_failures(text: &str) -> Vec<(String, String, f64)> {
         let (Some(group), Some(reason)) = (label("group"), label("reason")) else {
             continue;
         };
-        match out.iter().position(|(g, r, _)| *g == group && *r == reason) {
-            Some(i) => out[i].2 += value,
-            None if out.len() < MAX_PREVIOUS_SERIES => out.push((group, reason, value)),
+        let backend = label("backend").unwrap_or_default();
+        match out
+            .iter()
+            .position(|(g, b, r, _)| *g == group && *b == backend && *r == reason)
+        {
+            Some(i) => out[i].3 += value,
+            None if out.len() < MAX_PREVIOUS_SERIES => out.push((group, backend, reason, value)),
             None => {}
         }
     }

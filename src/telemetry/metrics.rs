@@ -292,8 +292,8 @@ pub struct Metrics {
     rank: Arc<std::sync::OnceLock<RankSeries>>,
 }
 
-/// Registration failures by (group, reason): how many.
-pub(crate) type FailureCounts = [(String, String, f64)];
+/// Registration failures by (group, backend, reason): how many.
+pub(crate) type FailureCounts = [(String, String, String, f64)];
 
 /// The series of a process that publishes a pod rank: what its slot's
 /// previous process left, and its own writes that failed.
@@ -379,7 +379,7 @@ impl Metrics {
     }
 
     /// What the previous process of this rank's slot left: how and when it
-    /// ended, its registration failures by (group, reason); `None`: no
+    /// ended, its registration failures by (group, backend, reason); `None`: no
     /// previous process (the series are cleared).
     pub(crate) fn previous_run(&self, previous: Option<(&str, f64, &FailureCounts)>) {
         let s = self.rank_series();
@@ -387,8 +387,8 @@ impl Metrics {
         s.previous_end.reset();
         if let Some((how, ended, failures)) = previous {
             s.previous_end.with_label_values(&[how]).set(ended);
-            for (group, reason, n) in failures {
-                s.previous_failures.with_label_values(&[group, reason]).set(*n);
+            for (group, backend, reason, n) in failures {
+                s.previous_failures.with_label_values(&[group, backend, reason]).set(*n);
             }
         }
         self.bump();

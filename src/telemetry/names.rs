@@ -245,8 +245,8 @@ pub const FAMILIES: &[Family] = &[
     Family::new(
         PREVIOUS_RUN_FAILURES,
         Type::Gauge,
-        &["group", "reason"],
-        "The registration failures the previous process of this rank recorded before it ended, by group and reason (read from the rank's file when this process claimed the slot); absent when it had none.",
+        &["group", "backend", "reason"],
+        "The registration failures the previous process of this rank recorded before it ended, by group, backend and reason (read from the rank's file when this process claimed the slot); absent when it had none.",
     ),
     Family::new(
         PREVIOUS_RUN_END,
@@ -408,6 +408,9 @@ pub const FAMILIES: &[Family] = &[
 /// docs/metrics.md, "Metrics").
 pub const ON_FIRST_USE: &[&str] = &[
     OLDEST_CALL_SECONDS,
+    PREVIOUS_RUN_FAILURES,
+    PREVIOUS_RUN_END,
+    PUBLISH_FAILURES_TOTAL,
     REGISTRATION_FAILURES_TOTAL,
     DEREGISTRATION_FAILURES_TOTAL,
     LAST_FAILURE_TIMESTAMP_SECONDS,

@@ -444,7 +444,7 @@ fn an_ended_rank_keeps_its_counters_says_how_and_its_next_process_serves_the_pre
     assert_eq!(
         sample(
             &own,
-            "nixl_agent_previous_run_registration_failures{group=\"aux\",reason=\"nixl_backend_error\"}"
+            "nixl_agent_previous_run_registration_failures{backend=\"UCX\",group=\"aux\",reason=\"nixl_backend_error\"}"
         ),
         Some(1.0),
         "{own}"
