@@ -13,7 +13,7 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
 
 fn repo() -> PathBuf {
@@ -21,22 +21,12 @@ fn repo() -> PathBuf {
 }
 
 /// `nixl-agent-instrument python tests/python/serving.py <args>`, with a
-/// clean NIXL_AGENT_* / rank environment plus `env`; stdin and stdout
-/// piped, stderr dropped.
+/// clean NIXL_AGENT_* environment plus `env`; stdin and stdout piped,
+/// stderr dropped (`DEATH_DEBUG` set: inherited).
 fn instrumented(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
-    let mut c = Command::new(support::venv_bin("nixl-agent-instrument"));
-    c.arg(support::python())
-        .arg(repo().join("tests/python/serving.py"))
-        .args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" || k.ends_with("RANK") {
-            c.env_remove(k);
-        }
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c
+    let program = repo().join("tests/python/serving.py");
+    let mut child = support::held::command(program.to_str().unwrap(), true, args, env)
+        .env_remove("LOCAL_RANK")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(if std::env::var_os("DEATH_DEBUG").is_some() {
@@ -217,69 +207,54 @@ fn a_zero_config_pod_keeps_a_dead_ranks_failure_whoever_held_the_address() {
         let addr = support::free_port();
         let listen = addr.to_string();
         let env = [("NIXL_AGENT_LISTEN", listen.as_str()), ("NIXL_AGENT_EXPECT", "none")];
-        let failed = |s: &support::Scrape| {
-            s.metric("nixl_agent_registration_failures_total")
+        // Served with both ranks: the dead one's failure (rank-labelled)
+        // and the healthy one's registration (which reaches its file within
+        // a publish interval).
+        let both = || {
+            let s = support::get(addr, "/metrics")
+                .ok()
+                .filter(|r| r.status == 200)
+                .map(|r| support::Scrape::parse(&r.body))?;
+            let failed = s
+                .metric("nixl_agent_registration_failures_total")
                 .label("group", "aux")
                 .label("reason", "invalid_address")
                 .samples()
                 .iter()
-                .any(|x| x.value == 1.0 && x.labels.iter().any(|(k, _)| k == "rank"))
+                .any(|x| x.value == 1.0 && x.labels.iter().any(|(k, _)| k == "rank"));
+            (failed && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0).then_some(())
         };
-        let scrape = || {
-            support::get(addr, "/metrics")
-                .ok()
-                .filter(|r| r.status == 200)
-                .map(|r| support::Scrape::parse(&r.body))
-        };
-        if holder_dies {
-            // The dying one holds the address; a healthy rank waits.
-            let (mut dying, mut d_out) = instrumented(&["dies", "sigkill", "--wait"], &env);
-            until_line(&mut d_out, "AGENT");
-            support::wait_for(Duration::from_secs(10), "the holder serving", scrape);
-            let (mut healthy, mut h_out) = instrumented(&["sglang", "--hold"], &env);
-            until_line(&mut h_out, "HOLD");
-            dying.stdin.take().unwrap().write_all(b"\n").unwrap();
-            assert_exit("sigkill", wait_exit(&mut dying));
-            // The healthy rank's registration reaches its file within a
-            // publish interval: waited for with the dead one's failure.
-            support::wait_for(
-                Duration::from_secs(10),
-                "the address taken over, with the dead rank's failure",
-                || {
-                    scrape().filter(|s| {
-                        failed(s) && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0
-                    })
-                },
-            );
-            let _ = healthy.kill();
-            let _ = healthy.wait();
+        let serving = || support::get(addr, "/metrics").ok().filter(|r| r.status == 200);
+        // The first process started holds the address.
+        let (first, second) = if holder_dies {
+            (&["dies", "sigkill", "--wait"][..], &["sglang", "--hold"][..])
         } else {
-            let (mut healthy, mut h_out) = instrumented(&["sglang", "--hold"], &env);
-            until_line(&mut h_out, "HOLD");
-            support::wait_for(Duration::from_secs(10), "the holder serving", scrape);
-            let (mut dying, _out) = instrumented(&["dies", "exception"], &env);
-            assert_exit("exception", wait_exit(&mut dying));
-            support::wait_for(
-                Duration::from_secs(10),
-                "the dead rank's failure on the address",
-                || {
-                    scrape().filter(|s| {
-                        failed(s) && s.metric("nixl_agent_registered_bytes").label("group", "kv").sum() > 0.0
-                    })
-                },
-            );
-            let doc = support::status_document(addr);
-            let ended: Vec<&serde_json::Value> = doc["ranks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|r| !r["ended"].is_null())
-                .collect();
-            assert_eq!(ended.len(), 1, "{doc}");
-            assert_eq!(ended[0]["ended"]["how"], "exception");
-            let _ = healthy.kill();
-            let _ = healthy.wait();
-        }
+            (&["sglang", "--hold"][..], &["dies", "exception", "--wait"][..])
+        };
+        let (mut a, mut a_out) = instrumented(first, &env);
+        until_line(&mut a_out, if holder_dies { "AGENT" } else { "HOLD" });
+        support::wait_for(Duration::from_secs(10), "the holder serving", serving);
+        let (mut b, mut b_out) = instrumented(second, &env);
+        until_line(&mut b_out, if holder_dies { "HOLD" } else { "AGENT" });
+        let (dying, healthy, how) = if holder_dies {
+            (&mut a, &mut b, "sigkill")
+        } else {
+            (&mut b, &mut a, "exception")
+        };
+        dying.stdin.take().unwrap().write_all(b"\n").unwrap();
+        assert_exit(how, wait_exit(dying));
+        support::wait_for(Duration::from_secs(10), "the dead rank's failure on the address", both);
+        let doc = support::status_document(addr);
+        let ended: Vec<&serde_json::Value> = doc["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| !r["ended"].is_null())
+            .collect();
+        assert_eq!(ended.len(), 1, "{doc}");
+        assert_eq!(ended[0]["ended"]["how"], if holder_dies { "died" } else { "exception" });
+        let _ = healthy.kill();
+        let _ = healthy.wait();
     }
 }
 
