@@ -294,3 +294,115 @@ fn a_live_prometheus_fires_the_registration_alert_for_a_process_that_already_exi
             .then_some(())
     });
 }
+
+/// A rank whose pod directory fills up (a small memory-backed `emptyDir`)
+/// cannot write its file: it keeps beating on the last file it wrote, so
+/// the sidecar reads it as alive and ready with its file stale since its
+/// last write — never as dead — and once there is room again its file is
+/// written and its write failures, counted by cause, reach the pod.
+/// Needs root for a mount namespace with a 512 KiB tmpfs of its own (the
+/// same gate as the other namespace tests: the runner reports it skipped
+/// where the build found no root).
+#[cfg_attr(
+    not(nixl_agent_netns),
+    ignore = "needs root to mount a small tmpfs in a mount namespace of its own (unshare -m); the build found no root"
+)]
+#[test]
+fn a_rank_whose_directory_is_full_is_stale_never_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let program = repo().join("tests/python/serving.py");
+    // The rank: in a mount namespace of its own, the directory a small
+    // tmpfs; the sidecar and the filler join that namespace.
+    let inner = support::held::command(
+        program.to_str().unwrap(),
+        true,
+        &["sglang", "--hold"],
+        &[("NIXL_AGENT_MULTIPROC_DIR", &d), ("NIXL_AGENT_EXPECT", "kv:DRAM,aux")],
+    );
+    let mut c = std::process::Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs -o size=512k tmpfs \"$0\" && exec \"$@\"")
+        .arg(&d)
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let mut rank = support::Killed(
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(rank.0.stdout.take().unwrap());
+    until_line(&mut out, "HOLD");
+    let ns = format!("--mount=/proc/{}/ns/mnt", rank.0.id());
+    let addr = support::free_port();
+    let _pod = support::Killed(
+        std::process::Command::new("nsenter")
+            .arg(&ns)
+            .arg(env!("CARGO_BIN_EXE_nixl-agent"))
+            .args(["pod", "--ranks", "1", "--listen", &addr.to_string(), "--dir", &d])
+            .env_remove("NIXL_AGENT_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let verbose = || support::get(addr, "/readyz?verbose").ok();
+    support::wait_for(Duration::from_secs(20), "the rank ready on the sidecar", || {
+        verbose().filter(|r| r.status == 200)
+    });
+    let fill = format!("{d}/fill");
+    let filled = std::process::Command::new("nsenter")
+        .arg(&ns)
+        .args([
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=\"$0\" bs=1k 2>/dev/null; test -s \"$0\"",
+        ])
+        .arg(&fill)
+        .status()
+        .unwrap();
+    assert!(filled.success());
+    // Rewritten at least every 2 s: those writes fail; stale within 5 s.
+    let stale = support::wait_for(Duration::from_secs(20), "the rank read as stale", || {
+        let r = verbose()?;
+        assert!(
+            !r.body.contains("[-]rank:0"),
+            "a rank that cannot write was not ready or dead: {}",
+            r.body
+        );
+        r.body.contains("[+]rank:0 ok (its file is stale since ").then_some(r)
+    });
+    assert_eq!(stale.status, 200, "{}", stale.body);
+    let s = support::scrape(addr);
+    assert_eq!(s.metric("nixl_agent_rank_up").label("rank", "0").value(), 1.0);
+    assert!(support::status_document(addr)["ranks"][0]["stale_since_unix"].is_number());
+    let freed = std::process::Command::new("nsenter")
+        .arg(&ns)
+        .args(["rm", "-f"])
+        .arg(&fill)
+        .status()
+        .unwrap();
+    assert!(freed.success());
+    let s = support::wait_for(
+        Duration::from_secs(20),
+        "the failures counted, once written again",
+        || {
+            let s = support::scrape(addr);
+            let n = s.value_at(
+                "nixl_agent_pod_publish_failures_total",
+                &[("rank", "0"), ("cause", "no_space")],
+            );
+            (n >= 1.0 && !verbose()?.body.contains("stale since")).then_some(s)
+        },
+    );
+    assert_eq!(s.metric("nixl_agent_rank_up").label("rank", "0").value(), 1.0);
+    let _ = rank.0.stdin.take().map(|mut i| i.write_all(b"\n"));
+}
