@@ -517,8 +517,11 @@ impl Observer {
     }
 
     /// Publishes this recording into the pod directory `dir` as rank
-    /// `rank`, for `nixl-agent pod` to serve; stops when the returned
-    /// publisher is dropped. A rank another live process holds is not
+    /// `rank`, for `nixl-agent pod` to serve; ends when the returned
+    /// publisher is finished (`Publisher::finish`, saying how the process
+    /// ends) or dropped (an exit): the rank's file keeps what it counted,
+    /// with an end record, for the pod to serve until the rank is claimed
+    /// again or the retention passes. A rank another live process holds is not
     /// taken: the publisher claims the lowest free slot and publishes the
     /// conflict there (`Publisher::conflict`), which the pod counts and
     /// names.

@@ -15,7 +15,7 @@
 //!
 //! - lifecycle: [`Lifecycle`], [`Prepared`], [`LifecycleHandle`], [`StartError`], [`ShutdownError`], [`UnknownGroup`], [`DrainReport`]
 //! - observe mode: [`Observer`], [`ObservedAgent`], [`ObservedRegistration`], [`ObservedXfer`], [`ObserveSettings`], [`Expected`], [`Call`], [`CallMark`], [`Outcome`], [`Pending`], [`GroupConflict`], [`Transfer`], [`XferPoll`]
-//! - domain words: [`AgentId`], [`Kind`], [`MemType`], [`Reason`], [`Region`], [`Hooked`], [`Failure`], [`Rejection`], [`Descriptor`], [`XferOp`], [`PeerOp`], [`NotifDirection`]
+//! - domain words: [`AgentId`], [`Kind`], [`MemType`], [`Reason`], [`Region`], [`Hooked`], [`Failure`], [`Rejection`], [`Descriptor`], [`XferOp`], [`PeerOp`], [`NotifDirection`], [`Ended`], [`How`]
 //! - configuration: [`config`], [`Config`], [`Plan`], [`GroupSpec`], [`RegionSource`]
 //! - recorded state: [`status`], [`Metrics`], [`Format`], [`names`], [`endpoints`], [`Publisher`]
 //! - NIXL and output: [`load_nixl`], [`cuda_driver_present`], [`Loaded`], [`LoadError`], [`StderrTap`], [`Capture`], [`TracingGuard`], [`Router`]
@@ -52,7 +52,7 @@ pub use agent::{Lifecycle, LifecycleHandle, Prepared, ShutdownError, StartError,
 pub use axum::Router;
 pub use config::Config;
 pub use lifecycle::driver::DrainReport;
-pub use model::{AgentId, Failure, Hooked, Kind, MemType, NotifDirection, PeerOp, Reason, Region, XferOp};
+pub use model::{AgentId, Ended, Failure, Hooked, How, Kind, MemType, NotifDirection, PeerOp, Reason, Region, XferOp};
 pub use nixl::{
     cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, ObservedRegistration, ObservedXfer,
     StderrTap,
