@@ -66,6 +66,9 @@ struct Shared {
     status: Arc<dyn Fn() -> Arc<Status> + Send + Sync>,
     /// This publisher's run id, written in every file.
     run: u64,
+    /// The process that claimed the slot: a forked child that inherited
+    /// this publisher never writes the parent's file.
+    pid: u32,
     stop: AtomicBool,
     /// The file last written (`None` once the rank ended: nothing is
     /// written after the end record). One writer at a time.
@@ -84,6 +87,9 @@ impl Shared {
     /// Writes the rank's file now (`ended`: its end record, the last one);
     /// a failed write keeps the heartbeat on the last file written.
     fn write_now(&self, ended: Option<&Ended>) {
+        if std::process::id() != self.pid {
+            return;
+        }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let Some(written) = last.as_mut() else { return };
         let w = self.write(ended);
@@ -229,6 +235,7 @@ impl Publisher {
             metrics,
             status,
             run,
+            pid: std::process::id(),
             stop: AtomicBool::new(false),
             last: Mutex::new(None),
             failing: Mutex::new(WriteFailures::default()),
