@@ -252,7 +252,15 @@ fn a_zero_config_pod_keeps_a_dead_ranks_failure_whoever_held_the_address() {
             .filter(|r| !r["ended"].is_null())
             .collect();
         assert_eq!(ended.len(), 1, "{doc}");
-        assert_eq!(ended[0]["ended"]["how"], if holder_dies { "died" } else { "exception" });
+        let how = if holder_dies { "died" } else { "exception" };
+        assert_eq!(ended[0]["ended"]["how"], how);
+        // Counted once by the server of the address, also when it is the
+        // rank that took the address over from the one that died.
+        let exits = support::scrape(addr)
+            .metric("nixl_agent_pod_rank_exits_total")
+            .label("how", how)
+            .sum();
+        assert_eq!(exits, 1.0, "holder died: {holder_dies}");
         let _ = healthy.kill();
         let _ = healthy.wait();
     }

@@ -54,14 +54,21 @@ pub struct Life {
     /// (rank, pid, run) whose end was said: once each.
     ended: HashSet<(u32, u32, u64)>,
     removed: BTreeSet<u32>,
-    /// When this watcher started (Unix seconds): a dead rank first seen
-    /// here ended after it only if its file was touched after it.
+    /// When this watcher started (Unix seconds), less
+    /// [`ENDS_BEFORE_START`]: a dead rank first seen here is counted only
+    /// if its file was touched after it.
     started_unix: f64,
 }
 
+/// A watcher counts the ends of runs whose file was touched at most this
+/// long before it started: in a zero-configuration pod the rank that takes
+/// the address over (within a second or so) counts the end of the one that
+/// held it; a restarted sidecar, those it was down for.
+const ENDS_BEFORE_START: f64 = 5.0;
+
 impl Default for Life {
     fn default() -> Self {
-        Life::new(crate::ledger::counts::unix_now())
+        Life::new(crate::ledger::counts::unix_now() - ENDS_BEFORE_START)
     }
 }
 
