@@ -68,7 +68,14 @@ pub struct LastWords {
     /// A transfer failure is the line now (read without the lock on every
     /// completed transfer).
     transfer_said: AtomicBool,
+    /// When a transfer failure last wrote the line: transfer failures come
+    /// by the thousand when a peer goes, and one line a
+    /// [`TRANSFER_EVERY`] says it.
+    transfer_written: Mutex<Option<std::time::Instant>>,
 }
+
+/// The least time between two writes of a transfer failure's line.
+const TRANSFER_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl LastWords {
     /// Opens the file `target` names; `Ok(None)` when off, or when the
@@ -102,6 +109,7 @@ impl LastWords {
             file,
             said: Mutex::new(None),
             transfer_said: AtomicBool::new(false),
+            transfer_written: Mutex::new(None),
         }))
     }
 
@@ -124,11 +132,26 @@ impl LastWords {
         }
     }
 
-    /// Takes the line back when it is about `about` and still ours.
-    fn take_back(&self, about: &About) {
+    /// A transfer failed: its line, unless one was written within
+    /// [`TRANSFER_EVERY`] (the line is not even made then).
+    fn transfer_failed(&self, line: impl FnOnce() -> String) {
+        {
+            let mut at = self.transfer_written.lock().unwrap_or_else(|e| e.into_inner());
+            let recent = at.is_some_and(|t| t.elapsed() < TRANSFER_EVERY);
+            if recent && self.transfer_said.load(Ordering::Acquire) {
+                return;
+            }
+            *at = Some(std::time::Instant::now());
+        }
+        self.say(About::Transfers, line());
+    }
+
+    /// Takes the line back when `is_about` says it is about that, and it
+    /// is still ours.
+    fn take_back(&self, is_about: impl Fn(&About) -> bool) {
         let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
         let Some((a, line)) = said.as_ref() else { return };
-        if a != about {
+        if !is_about(a) {
             return;
         }
         if self.holds_only(Some(line)) {
@@ -166,17 +189,19 @@ impl crate::event::Sink for LastWords {
                     About::Group(a.labels.group.clone()),
                     registration_line(&a.labels.group, a.labels.mem_type, f, a.blamed),
                 ),
-                Ok(()) => self.take_back(&About::Group(a.labels.group.clone())),
+                Ok(()) => self.take_back(|about| matches!(about, About::Group(g) if *g == a.labels.group)),
             },
             Event::XferCreateFailed { op, peer, failure, .. } => {
-                self.say(About::Transfers, transfer_line(op.as_str(), Some(peer), failure))
+                self.transfer_failed(|| transfer_line(op.as_str(), Some(peer), failure))
             }
             Event::XferPosted {
                 ended: Some((_, end)), ..
             }
             | Event::XferEnded { end, .. } => match end {
-                XferEnd::Failed(f) => self.say(About::Transfers, transfer_line("transfer", None, f)),
-                XferEnd::Done if self.transfer_said.load(Ordering::Acquire) => self.take_back(&About::Transfers),
+                XferEnd::Failed(f) => self.transfer_failed(|| transfer_line("transfer", None, f)),
+                XferEnd::Done if self.transfer_said.load(Ordering::Acquire) => {
+                    self.take_back(|about| *about == About::Transfers)
+                }
                 _ => {}
             },
             _ => {}
@@ -332,6 +357,37 @@ mod tests {
         std::fs::write(&path, "program").unwrap();
         w.on(&Event::Attempted(&attempted(&aux, Ok(()))));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "program");
+    }
+
+    #[test]
+    fn a_transfer_failure_is_said_once_a_burst_and_taken_back_by_a_completed_transfer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("termination-log");
+        let w = open(&path);
+        let ended = |end| Event::XferEnded {
+            handle: 1,
+            at: std::time::Instant::now(),
+            end,
+            measured: None,
+            sampled: false,
+        };
+        let first = Failure::new(Reason::NixlBackendError, "NIXL_ERR_REMOTE_DISCONNECT peer gone");
+        w.on(&ended(XferEnd::Failed(&first)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.starts_with(
+                "nixl-agent: NIXL transfer failed: reason nixl_backend_error, NIXL status NIXL_ERR_REMOTE_DISCONNECT"
+            ),
+            "{text}"
+        );
+        // A burst: the line is not rewritten for each.
+        let other = Failure::new(Reason::NixlBackendError, "another");
+        for _ in 0..1000 {
+            w.on(&ended(XferEnd::Failed(&other)));
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        w.on(&ended(XferEnd::Done));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
     }
 
     #[test]
