@@ -44,23 +44,39 @@ pub use crate::event::Sink;
 #[derive(Default)]
 pub(crate) struct Sinks {
     any: std::sync::atomic::AtomicBool,
+    /// A failure was told: successes are told from now on too (they may
+    /// resolve it).
+    failed: std::sync::atomic::AtomicBool,
     list: std::sync::RwLock<Vec<Box<dyn Sink>>>,
 }
 
 impl Sinks {
+    /// Tells the subscribers of a failure, and, once one was told, of the
+    /// successes that may resolve it. A healthy process's registrations
+    /// and transfers pay a match and an atomic load, never the list's lock.
     fn tell(&self, e: &Event<'_>) {
+        use crate::event::XferEnd;
+        use std::sync::atomic::Ordering;
         // Only what may end a process's story: never a status poll's tick.
-        let wanted = matches!(
-            e,
-            Event::Attempted(_)
-                | Event::XferCreateFailed { .. }
-                | Event::XferPosted { ended: Some(_), .. }
-                | Event::XferEnded { .. }
-        );
-        if wanted && self.any.load(std::sync::atomic::Ordering::Acquire) {
-            for s in self.list.read().unwrap_or_else(|e| e.into_inner()).iter() {
-                s.on(e);
+        let failure = match e {
+            Event::Attempted(a) => a.outcome.is_err(),
+            Event::XferCreateFailed { .. } => true,
+            Event::XferPosted {
+                ended: Some((_, end)), ..
             }
+            | Event::XferEnded { end, .. } => matches!(end, XferEnd::Failed(_)),
+            _ => return,
+        };
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        if failure {
+            self.failed.store(true, Ordering::Release);
+        } else if !self.failed.load(Ordering::Acquire) {
+            return;
+        }
+        for s in self.list.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            s.on(e);
         }
     }
 }
