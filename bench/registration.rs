@@ -390,7 +390,7 @@ impl AgentPath {
         let spec = GroupSpec::provided("bench", Kind::Kv, MemType::Dram, Vec::new()).with_validate(false);
         let t0 = Instant::now();
         let handles = nixl_agent::bench_support::register_all(&mut self.registrar, &spec, regions)
-            .map_err(|f| format!("register_all: {}", f.message))?;
+            .map_err(|f| format!("register_all: {}", f.failure.message))?;
         let t1 = Instant::now();
         let failed = nixl_agent::bench_support::release_all(&mut self.registrar, handles).failed;
         let t2 = Instant::now();

@@ -540,13 +540,15 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl_up: 
     let t0 = Instant::now();
     let result = registration
         .attempt(registrar, &rec, spec, 1, &mut Backends::default(), 0)
-        .and_then(|()| match registration.deregister(registrar, &rec) {
-            (_, 0) => Ok(()),
-            (_, failed) => Err(GroupFailure::whole(Failure::new(
-                Reason::Unknown,
-                format!("{failed} deregistrations failed"),
-            ))),
-        });
+        .and_then(
+            |()| match registration.deregister(registrar, &rec, crate::event::CallKind::Deregister) {
+                (_, 0) => Ok(()),
+                (_, failed) => Err(GroupFailure::whole(Failure::new(
+                    Reason::Unknown,
+                    format!("{failed} deregistrations failed"),
+                ))),
+            },
+        );
     registration.free();
     g.seconds = t0.elapsed().as_secs_f64();
     if let Err(f) = result {

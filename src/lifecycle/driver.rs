@@ -10,13 +10,13 @@
 //! `nixl.group.deregister`, `nixl.drain`.
 
 use super::machine::{Action, Input, Machine, Phase};
-use super::registration::{declaration, Backends, Registration};
+use super::registration::{declaration, Backends, Registration, Watch};
 use super::Registrar;
 use crate::config::RetryConfig;
 use crate::event::{CallKind as Operation, Event, GroupProgress};
 use crate::model::{MemType, Reason};
 use crate::plan::Plan;
-use crate::record::{Mark, Recorder};
+use crate::record::Recorder;
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -58,8 +58,6 @@ pub struct Driver<R: Registrar> {
     /// Each NIXL call is marked in the recording's in-flight table, held
     /// to this deadline by the recording's watchdog.
     deadline: Option<Duration>,
-    /// Each group's name index in that table.
-    flight: Vec<u32>,
 }
 
 /// Starts the lifecycle thread. `make_registrar` runs on that thread, so the
@@ -109,13 +107,15 @@ impl<R: Registrar> Driver<R> {
     /// Declares the plan's groups to the recorder (idempotent).
     pub fn new(registrar: R, plan: Plan, retry: RetryConfig, rec: Recorder, control: Receiver<Control>) -> Self {
         let required: Vec<bool> = plan.groups.iter().map(|g| g.required).collect();
-        let flight = plan.groups.iter().map(|g| rec.calls().group_index(&g.name)).collect();
         let slots = plan
             .groups
             .iter()
             .map(|spec| {
                 rec.emit(&Event::GroupDeclared(&declaration(spec)));
-                Registration::new(spec)
+                Registration::new(spec).with_watch(Watch {
+                    group: Some(rec.calls().group_index(&spec.name)),
+                    deadline: None,
+                })
             })
             .collect();
         Driver {
@@ -128,7 +128,6 @@ impl<R: Registrar> Driver<R> {
             timers: Vec::new(),
             control,
             deadline: None,
-            flight,
         }
     }
 
@@ -136,13 +135,17 @@ impl<R: Registrar> Driver<R> {
     /// without it calls are marked in flight, with no deadline).
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self.slots = std::mem::take(&mut self.slots)
+            .into_iter()
+            .map(|s| {
+                let watch = Watch {
+                    deadline: Some(deadline),
+                    ..s.watch()
+                };
+                s.with_watch(watch)
+            })
+            .collect();
         self
-    }
-
-    /// Marks a NIXL call in flight until the mark drops.
-    fn mark(&self, operation: Operation, group: Option<usize>) -> Mark {
-        let group = group.and_then(|g| self.flight.get(g).copied());
-        self.rec.calls().begin(operation, group, Instant::now(), self.deadline)
     }
 
     /// Runs until shutdown is requested (or the control channel closes) and
@@ -168,17 +171,13 @@ impl<R: Registrar> Driver<R> {
                 }
                 match action {
                     Action::Preflight => {
-                        let mark = self.mark(Operation::Preflight, None);
                         let r = self.preflight();
-                        drop(mark);
                         queue.extend(self.step(Input::PreflightFinished(r)));
                     }
                     Action::Register { group, attempt } => {
                         // Whatever timer was pending for the group is stale now.
                         self.timers.retain(|(_, g)| *g != group);
-                        let mark = self.mark(Operation::Register, Some(group));
                         let result = self.attempt(group, attempt);
-                        drop(mark);
                         queue.extend(self.step(Input::AttemptFinished { group, result }));
                     }
                     Action::ScheduleRetry { group, after } => {
@@ -193,14 +192,10 @@ impl<R: Registrar> Driver<R> {
                     }
                     Action::Deregister { group } => {
                         self.timers.retain(|(_, g)| *g != group);
-                        let mark = self.mark(Operation::Deregister, Some(group));
-                        self.deregister(group);
-                        drop(mark);
+                        self.deregister(group, Operation::Deregister);
                     }
                     Action::Drain => {
-                        let mark = self.mark(Operation::Drain, None);
                         report = self.drain();
-                        drop(mark);
                         queue.extend(self.step(Input::DrainFinished));
                     }
                     Action::Stop => return report,
@@ -286,7 +281,10 @@ impl<R: Registrar> Driver<R> {
             soft_limit: memlock.soft_limit,
             exempt: memlock.exempt,
         });
-        match self.registrar.preflight() {
+        let mark = (self.rec.calls()).begin(Operation::Preflight, None, Instant::now(), self.deadline);
+        let created = self.registrar.preflight();
+        drop(mark);
+        match created {
             Ok(facts) => {
                 span.record("outcome", "success");
                 self.rec.emit(&Event::NixlLoaded(&facts));
@@ -327,8 +325,8 @@ impl<R: Registrar> Driver<R> {
             .sum()
     }
 
-    fn deregister(&mut self, group: usize) -> (usize, usize) {
-        self.slots[group].deregister(&mut self.registrar, &self.rec)
+    fn deregister(&mut self, group: usize, kind: Operation) -> (usize, usize) {
+        self.slots[group].deregister(&mut self.registrar, &self.rec, kind)
     }
 
     /// Deregisters every group, last registered first, then frees the
@@ -341,7 +339,9 @@ impl<R: Registrar> Driver<R> {
         let t0 = Instant::now();
         let mut report = DrainReport::default();
         for group in (0..self.slots.len()).rev() {
-            let (ok, failed) = self.deregister(group);
+            // Each group's call is marked on its own (`drain`), held to the
+            // deadline of one call; freeing memory is not a NIXL call.
+            let (ok, failed) = self.deregister(group, Operation::Drain);
             report.deregistered += ok;
             report.failed += failed;
             if failed > 0 {
@@ -351,16 +351,8 @@ impl<R: Registrar> Driver<R> {
             }
         }
         for slot in &mut self.slots {
-            let held = report.still_registered.iter().any(|(g, _)| *g == slot.labels().group);
-            if held {
-                tracing::warn!(
-                    group = %slot.labels().group,
-                    "memory kept: NIXL may still hold regions of this group, so it is not freed before exit"
-                );
-                slot.keep();
-            } else {
-                slot.free();
-            }
+            // Kept, not freed, where NIXL may still hold regions of it.
+            slot.free();
         }
         report.elapsed = t0.elapsed();
         span.record("descriptor_count", report.deregistered);

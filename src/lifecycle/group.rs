@@ -3,7 +3,9 @@
 //!
 //! Architecture invariant: when any region of a group fails, every region of
 //! that group registered before it is deregistered before the attempt is
-//! reported, so a failed group holds nothing.
+//! reported, so a failed group holds nothing — but what a failed rollback
+//! left, which comes back as handles ([`Refused::held`]), so that the
+//! group's record holds exactly what NIXL may still hold.
 //!
 //! A success costs one registration call. Only when that call fails is the
 //! failing region searched for, by bisection over the list: each step
@@ -17,13 +19,32 @@ use super::{At, Failure, ListFailure, Registrar, Unreleased};
 pub use crate::model::GroupFailure;
 use crate::plan::{GroupSpec, Region};
 
+/// A group registration that failed: why, and what its rollback could not
+/// release (empty when the rollback succeeded).
+#[derive(Debug)]
+pub struct Refused<H> {
+    pub failure: GroupFailure,
+    pub held: Released<H>,
+}
+
+impl<H> From<GroupFailure> for Refused<H> {
+    fn from(failure: GroupFailure) -> Self {
+        Refused {
+            failure,
+            held: Released::default(),
+        }
+    }
+}
+
 /// Registers every region, or none. Returns the handles of the calls that
 /// succeeded (one on the fast path), in registration order.
+// The refusal is the cold path and carries what NIXL may still hold.
+#[allow(clippy::result_large_err)]
 pub fn register_all<R: Registrar>(
     r: &mut R,
     spec: &GroupSpec,
     regions: &[Region],
-) -> Result<Vec<R::Handle>, GroupFailure> {
+) -> Result<Vec<R::Handle>, Refused<R::Handle>> {
     if regions.is_empty() {
         return Ok(Vec::new());
     }
@@ -32,7 +53,7 @@ pub fn register_all<R: Registrar>(
         Err(f) => f,
     };
     if first.at == At::Whole {
-        return Err(GroupFailure::whole(first.failure));
+        return Err(GroupFailure::whole(first.failure).into());
     }
     let n = regions.len();
     // Invariant: `held` registers regions[..lo]; `failed`, when set, is
@@ -108,50 +129,86 @@ pub fn register_all<R: Registrar>(
             ..GroupFailure::whole(failure)
         },
     };
-    if let Some(e) = released.first {
-        out.message.push_str(&format!("; rollback also failed: {e}"));
+    if let Some(e) = &released.first {
+        out.message.push_str(&format!(
+            "; rollback also failed for {} regions, which NIXL may still hold: {e}",
+            released.failed
+        ));
     }
-    Err(out)
+    Err(Refused {
+        failure: out,
+        held: released,
+    })
 }
 
-/// What a release left: regions whose deregistration failed (NIXL may still
-/// hold them), their bytes, and the first failure.
-#[derive(Debug, Default, PartialEq)]
-pub struct Released {
+/// What a release left: what NIXL may still hold (`held`, as handles that
+/// can be released again), its extent, and the first failure.
+#[derive(Debug)]
+pub struct Released<H> {
     pub failed: usize,
     pub failed_bytes: u64,
     pub first: Option<Failure>,
+    pub held: Vec<H>,
 }
 
-/// Deregisters handles newest first, each in one call. A call that fails
-/// falls back to one call per region, so that each failing region is
-/// counted and the first one named.
-pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> Released {
-    let mut out = Released::default();
-    for h in handles.into_iter().rev() {
-        let Err(Unreleased {
-            failure,
-            regions,
-            bytes,
-            parts,
-        }) = r.deregister(h)
-        else {
-            continue;
-        };
-        if parts.is_empty() {
-            out.failed += regions;
-            out.failed_bytes += bytes;
-            out.first.get_or_insert(failure);
-            continue;
-        }
-        for part in parts.into_iter().rev() {
-            if let Err(u) = r.deregister(part) {
-                out.failed += u.regions;
-                out.failed_bytes += u.bytes;
-                out.first.get_or_insert(u.failure);
-            }
+impl<H> Default for Released<H> {
+    fn default() -> Self {
+        Released {
+            failed: 0,
+            failed_bytes: 0,
+            first: None,
+            held: Vec::new(),
         }
     }
+}
+
+impl<H> Released<H> {
+    /// Everything was released.
+    pub fn is_clean(&self) -> bool {
+        self.failed == 0 && self.first.is_none()
+    }
+
+    /// Adds what another release left (an older one: its handles first).
+    pub fn absorb(&mut self, older: Released<H>) {
+        self.failed += older.failed;
+        self.failed_bytes += older.failed_bytes;
+        if older.first.is_some() {
+            self.first = older.first;
+        }
+        let newer = std::mem::replace(&mut self.held, older.held);
+        self.held.extend(newer);
+    }
+}
+
+/// Deregisters handles newest first, each in one call. A list that fails
+/// whole comes back one handle a region, each tried once more on its own,
+/// so that each failing region is counted and the first one named; what
+/// any call did release is never tried again. Returns what NIXL may still
+/// hold, in registration order.
+pub fn release_all<R: Registrar>(r: &mut R, handles: Vec<R::Handle>) -> Released<R::Handle> {
+    let mut out = Released::default();
+    let mut newest_first = Vec::new();
+    let mut kept = |out: &mut Released<R::Handle>, u: Unreleased<R::Handle>| {
+        newest_first.extend(u.held.into_iter().rev());
+        out.failed += u.regions;
+        out.failed_bytes += u.bytes;
+        out.first.get_or_insert(u.failure);
+    };
+    for h in handles.into_iter().rev() {
+        match r.deregister(h) {
+            Ok(()) => {}
+            Err(u) if u.split => {
+                for part in u.held.into_iter().rev() {
+                    if let Err(p) = r.deregister(part) {
+                        kept(&mut out, p);
+                    }
+                }
+            }
+            Err(u) => kept(&mut out, u),
+        }
+    }
+    newest_first.reverse();
+    out.held = newest_first;
     out
 }
 

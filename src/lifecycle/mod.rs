@@ -46,8 +46,7 @@ pub trait Registrar {
     /// [`group::register_all`] finds it otherwise.
     fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Self::Handle, ListFailure>;
     /// Deregisters what `handle` holds, in one call where it can. `Err`
-    /// hands back what NIXL may still hold: one handle per region to try
-    /// on its own, when the registrar can split it.
+    /// hands back exactly what NIXL may still hold ([`Unreleased`]).
     fn deregister(&mut self, handle: Self::Handle) -> Result<(), Unreleased<Self::Handle>>;
     /// What NIXL/UCX print during an attempt is collected through this.
     fn capture(&self) -> &dyn Capture {
@@ -79,14 +78,18 @@ impl ListFailure {
     }
 }
 
-/// A deregistration that failed: `regions` may still be registered; `parts`
-/// (one per region, in registration order) can be tried one by one, or is
-/// empty when the handle cannot be split (or already was one region).
+/// A deregistration that failed. `held` is what NIXL may still hold, as
+/// handles that can be released again (dropping one tries again): never
+/// what the call did release. `regions` and `bytes` are its extent.
+/// `split` is true when `held` is one handle per region of a list that
+/// failed whole (NIXL removed none of it), each worth one more try on its
+/// own to find which regions NIXL refuses.
 #[derive(Debug)]
 pub struct Unreleased<H> {
     pub failure: Failure,
     pub regions: usize,
     /// The bytes of those regions.
     pub bytes: u64,
-    pub parts: Vec<H>,
+    pub held: Vec<H>,
+    pub split: bool,
 }

@@ -2,15 +2,15 @@
 //! attempt and per deregistration, and what `check` and the benchmark call
 //! directly — so none of them re-implements an attempt or its recording.
 
-use super::group::{register_all, release_all, Released};
+use super::group::{register_all, release_all, Refused, Released};
 use super::Registrar;
-use crate::event::{Event, GroupDecl, Holding, Leaves, Source};
+use crate::event::{CallKind, Event, GroupDecl, Holding, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Region};
 use crate::plan::{GroupSpec, RegionSource};
-use crate::record::{self, Recorder};
+use crate::record::{self, Mark, Recorder};
 use crate::validate;
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::field::Empty;
 
 /// How a group of a plan is declared to the recorder.
@@ -32,6 +32,22 @@ pub fn declaration(spec: &GroupSpec) -> GroupDecl {
 #[derive(Debug, Default)]
 pub struct Backends(HashSet<String>);
 
+/// How a group's NIXL calls are marked in the recording's in-flight table:
+/// its index there and the per-call deadline (none: marked, not held to
+/// one). Only NIXL calls are marked — never allocation, validation or
+/// freeing memory, which are nixl-agent's own work.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Watch {
+    pub group: Option<u32>,
+    pub deadline: Option<Duration>,
+}
+
+impl Watch {
+    fn mark(&self, rec: &Recorder, kind: CallKind) -> Mark {
+        rec.calls().begin(kind, self.group, Instant::now(), self.deadline)
+    }
+}
+
 /// A group's memory and registration handles across attempts.
 pub struct Registration<R: Registrar> {
     labels: GroupLabels,
@@ -42,6 +58,11 @@ pub struct Registration<R: Registrar> {
     handles: Vec<R::Handle>,
     descriptors: usize,
     bytes: u64,
+    /// What NIXL may still hold after a rollback or a deregistration that
+    /// failed, in registration order: released before anything is
+    /// registered again, and kept out of the registered count.
+    stuck: Released<R::Handle>,
+    watch: Watch,
 }
 
 impl<R: Registrar> Registration<R> {
@@ -53,23 +74,46 @@ impl<R: Registrar> Registration<R> {
             handles: Vec::new(),
             descriptors: 0,
             bytes: 0,
+            stuck: Released::default(),
+            watch: Watch::default(),
         }
+    }
+
+    /// Marks this group's NIXL calls with `watch`.
+    pub fn with_watch(mut self, watch: Watch) -> Self {
+        self.watch = watch;
+        self
     }
 
     pub fn labels(&self) -> &GroupLabels {
         &self.labels
     }
 
-    /// What NIXL holds for the group now.
+    /// How this group's NIXL calls are marked.
+    pub fn watch(&self) -> Watch {
+        self.watch
+    }
+
+    /// What NIXL holds (or may still hold) for the group now.
     pub fn holding(&self) -> Holding {
+        let registered = if self.descriptors == 0 { 0 } else { self.bytes };
         Holding {
-            descriptors: self.descriptors,
-            bytes: if self.descriptors == 0 { 0 } else { self.bytes },
+            descriptors: self.descriptors + self.stuck.failed,
+            bytes: registered + self.stuck.failed_bytes,
         }
     }
 
-    /// Frees the memory nixl-agent allocated (after deregistration).
+    /// Frees the memory nixl-agent allocated (after deregistration) — or
+    /// keeps it, when NIXL may still hold regions of it.
     pub fn free(&mut self) {
+        if self.stuck.failed > 0 || self.descriptors > 0 {
+            tracing::warn!(
+                group = %self.labels.group,
+                "memory kept: NIXL may still hold regions of this group, so it is not freed before exit"
+            );
+            self.keep();
+            return;
+        }
         self.backing = None;
     }
 
@@ -97,11 +141,12 @@ impl<R: Registrar> Registration<R> {
     ) -> Result<(), GroupFailure> {
         let (descriptors, bytes) = spec.totals();
         let mut a = record::attempt(&self.labels, attempt, descriptors, bytes, r.capture());
-        let result = ensure_backends(r, rec, spec, backends)
+        let watch = self.watch;
+        let result = ensure_backends(r, rec, spec, backends, |kind| watch.mark(rec, kind))
             .and_then(|()| self.prepare(r, spec))
             .and_then(|()| {
                 a.start_clock();
-                self.register(r, spec, pinned)
+                self.register(r, rec, spec, pinned)
             });
         let regions = self.regions.as_deref().unwrap_or_default();
         let leaves = Leaves::Group(self.holding());
@@ -134,8 +179,29 @@ impl<R: Registrar> Registration<R> {
         Ok(())
     }
 
-    /// Validation, then the registrar's group registration (all or nothing).
-    fn register(&mut self, r: &mut R, spec: &GroupSpec, pinned: u64) -> Result<(), GroupFailure> {
+    /// Releases what an earlier rollback or deregistration left, then
+    /// validation, then the registrar's group registration (all or
+    /// nothing), once per backend: NIXL's `registerMem` succeeds when any
+    /// of its backends takes the list, and its `deregisterMem` then fails
+    /// on the others, so a group on two backends is two registrations,
+    /// each of which holds what it says.
+    fn register(&mut self, r: &mut R, rec: &Recorder, spec: &GroupSpec, pinned: u64) -> Result<(), GroupFailure> {
+        if self.stuck.failed > 0 {
+            self.release_stuck(r, rec);
+            if let Some(first) = &self.stuck.first {
+                return Err(GroupFailure {
+                    reason: first.reason,
+                    region: None,
+                    message: format!(
+                        "{} regions NIXL may still hold from an earlier registration of this group could not be \
+                         released ({first}); they are not registered again on top",
+                        self.stuck.failed
+                    ),
+                    rolled_back: 0,
+                    diagnostics: vec![],
+                });
+            }
+        }
         let regions = self.regions.as_deref().unwrap_or_default();
         if spec.validate {
             validate::validate_group(spec, regions, r.probe(), pinned).map_err(|v| GroupFailure {
@@ -146,18 +212,85 @@ impl<R: Registrar> Registration<R> {
                 diagnostics: vec![],
             })?;
         }
-        self.handles = register_all(r, spec, regions)?;
+        let mut handles = Vec::new();
+        for one in per_backend(spec) {
+            let spec = one.as_ref().unwrap_or(spec);
+            let t0 = Instant::now();
+            let mark = self.watch.mark(rec, CallKind::Register);
+            let outcome = register_all(r, spec, regions);
+            drop(mark);
+            let Refused { mut failure, held } = match outcome {
+                Ok(h) => {
+                    handles.extend(h);
+                    continue;
+                }
+                Err(refused) => refused,
+            };
+            if spec.backends.len() == 1 && one.is_some() {
+                failure.message = format!("backend {}: {}", spec.backends[0], failure.message);
+            }
+            // What other backends took is rolled back too.
+            let mut left = held;
+            if !handles.is_empty() {
+                let mark = self.watch.mark(rec, CallKind::Register);
+                let more = release_all(r, std::mem::take(&mut handles));
+                drop(mark);
+                if let Some(e) = &more.first {
+                    failure.message.push_str(&format!(
+                        "; rollback on the other backends also failed for {} regions: {e}",
+                        more.failed
+                    ));
+                }
+                left.absorb(more);
+            }
+            if !left.is_clean() {
+                self.left_behind(rec, failure.rolled_back, left, t0);
+            }
+            return Err(failure);
+        }
+        self.handles = handles;
         self.descriptors = regions.len();
         self.bytes = regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
         Ok(())
     }
 
-    /// Deregisters the group's handles and records it; its regions and
-    /// memory stay for the next attempt. Returns (deregistered, failed).
-    pub fn deregister(&mut self, r: &mut R, rec: &Recorder) -> (usize, usize) {
-        let handles = std::mem::take(&mut self.handles);
-        let n = std::mem::take(&mut self.descriptors);
-        if n == 0 {
+    /// Tries once more to release what NIXL may still hold of the group.
+    fn release_stuck(&mut self, r: &mut R, rec: &Recorder) {
+        let stuck = std::mem::take(&mut self.stuck);
+        let n = stuck.failed;
+        let t0 = Instant::now();
+        let mark = self.watch.mark(rec, CallKind::Deregister);
+        let left = release_all(r, stuck.held);
+        drop(mark);
+        self.left_behind(rec, n, left, t0);
+    }
+
+    /// Records what a rollback or release left for the group: a
+    /// deregistration (failed, when anything is left), and what NIXL may
+    /// still hold.
+    fn left_behind(&mut self, rec: &Recorder, tried: usize, left: Released<R::Handle>, t0: Instant) {
+        self.stuck = left;
+        rec.emit(&Event::Deregistered {
+            labels: &self.labels,
+            descriptors: tried.max(self.stuck.failed),
+            failed: self.stuck.failed,
+            failure: self.stuck.first.as_ref(),
+            elapsed: t0.elapsed(),
+            holding: self.holding(),
+        });
+    }
+
+    /// Deregisters the group's handles (and what an earlier failure left)
+    /// and records it; its regions and memory stay for the next attempt.
+    /// `kind` is how the calls are marked (a drain's, or one group's).
+    /// Returns (deregistered, failed).
+    pub fn deregister(&mut self, r: &mut R, rec: &Recorder, kind: CallKind) -> (usize, usize) {
+        // What an earlier failure left is tried again with the rest.
+        let n = self.holding().descriptors;
+        self.descriptors = 0;
+        let mut handles = std::mem::take(&mut self.stuck).held;
+        handles.append(&mut self.handles);
+        if handles.is_empty() {
             return (0, 0);
         }
         let labels = &self.labels;
@@ -172,30 +305,44 @@ impl<R: Registrar> Registration<R> {
         );
         let _e = span.enter();
         let t0 = Instant::now();
-        let Released {
-            failed,
-            failed_bytes,
-            first,
-        } = release_all(r, handles);
-        span.record("failed", failed);
-        if failed > 0 {
+        let mark = self.watch.mark(rec, kind);
+        let left = release_all(r, handles);
+        drop(mark);
+        span.record("failed", left.failed);
+        if left.failed > 0 {
             span.record("otel.status_code", "ERROR");
         }
-        // A handle whose deregistration failed has left our hands, but NIXL
-        // may still hold it: the status and the drain report say so.
+        let failed = left.failed;
+        // A handle whose deregistration failed stays ours: NIXL may still
+        // hold it, the status and the drain report say so, and the next
+        // attempt or drain tries it again.
+        self.stuck = left;
         rec.emit(&Event::Deregistered {
-            labels,
+            labels: &self.labels,
             descriptors: n,
             failed,
-            failure: first.as_ref(),
+            failure: self.stuck.first.as_ref(),
             elapsed: t0.elapsed(),
-            holding: Holding {
-                descriptors: failed,
-                bytes: failed_bytes,
-            },
+            holding: self.holding(),
         });
-        (n - failed, failed)
+        (n.saturating_sub(failed), failed)
     }
+}
+
+/// One spec per backend when the group names more than one (`None`: the
+/// spec as it is).
+fn per_backend(spec: &GroupSpec) -> Vec<Option<GroupSpec>> {
+    if spec.backends.len() <= 1 {
+        return vec![None];
+    }
+    spec.backends
+        .iter()
+        .map(|b| {
+            let mut one = spec.clone();
+            one.backends = vec![b.clone()];
+            Some(one)
+        })
+        .collect()
 }
 
 /// Creates the group's backends that are not up yet, each in its own span.
@@ -204,6 +351,7 @@ fn ensure_backends<R: Registrar>(
     rec: &Recorder,
     spec: &GroupSpec,
     backends: &mut Backends,
+    mark: impl Fn(CallKind) -> Mark,
 ) -> Result<(), GroupFailure> {
     for backend in &spec.backends {
         if backends.0.contains(backend) {
@@ -211,7 +359,10 @@ fn ensure_backends<R: Registrar>(
         }
         let span = tracing::info_span!("nixl.backend.create", backend = %backend, outcome = Empty, "error.type" = Empty, "otel.status_code" = Empty);
         let _e = span.enter();
-        match r.ensure_backend(backend) {
+        let call = mark(CallKind::Register);
+        let created = r.ensure_backend(backend);
+        drop(call);
+        match created {
             Ok(elapsed) => {
                 span.record("outcome", "success");
                 backends.0.insert(backend.clone());

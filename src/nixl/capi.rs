@@ -377,6 +377,7 @@ impl CAgent {
             mem_type,
             twins: has_twins(regions),
             regions: regions.into(),
+            unbuilt: false,
         })
     }
 
@@ -450,6 +451,9 @@ pub struct Registered {
     /// The list holds one descriptor twice (only without validation).
     twins: bool,
     regions: Box<[Region]>,
+    /// NIXL may hold `regions` but their list could not be rebuilt after a
+    /// partial release: the next deregistration builds it first.
+    unbuilt: bool,
 }
 
 /// Whether `regions` holds the same descriptor twice. NIXL 1.5.1 registers
@@ -473,6 +477,11 @@ impl Registered {
         &self.regions
     }
 
+    /// Whether the list holds a descriptor twice (released one a call).
+    pub fn has_twins(&self) -> bool {
+        self.twins
+    }
+
     /// This list's agent and backends, disarmed, claiming `regions` instead
     /// (registered or not): how a test gets NIXL to refuse a deregistration.
     #[cfg(test)]
@@ -485,58 +494,87 @@ impl Registered {
             mem_type: self.mem_type,
             twins: has_twins(regions),
             regions: regions.into(),
+            unbuilt: false,
         })
     }
 
     /// One handle per region of a list whose deregistration failed (no
     /// NIXL call): each can then be deregistered, and fail, on its own.
-    pub fn split(mut self) -> Result<Vec<Registered>, CallError> {
-        self.list = None;
+    /// All or nothing: when a part's list cannot be built, `self` comes
+    /// back as it was (still armed), and no part exists to be dropped.
+    pub fn split(mut self) -> Result<Vec<Registered>, Registered> {
         let api = self.agent.0.api;
-        self.regions
+        let mut lists = Vec::with_capacity(self.regions.len());
+        for r in self.regions.iter() {
+            match DescList::new(api, self.mem_type, std::slice::from_ref(r)) {
+                Ok(l) => lists.push(l),
+                Err(_) => return Err(self),
+            }
+        }
+        self.list = None;
+        Ok(self
+            .regions
             .iter()
-            .map(|r| {
-                Ok(Registered {
-                    agent: self.agent.clone(),
-                    list: Some(DescList::new(api, self.mem_type, std::slice::from_ref(r))?),
-                    on: self.on.clone(),
-                    mem_type: self.mem_type,
-                    twins: false,
-                    regions: Box::new([*r]),
-                })
+            .zip(lists)
+            .map(|(r, list)| Registered {
+                agent: self.agent.clone(),
+                list: Some(list),
+                on: self.on.clone(),
+                mem_type: self.mem_type,
+                twins: false,
+                regions: Box::new([*r]),
+                unbuilt: false,
             })
-            .collect()
+            .collect())
     }
 
     /// Deregisters the whole list in one `deregisterMem` call. NIXL 1.5.1
-    /// checks that every descriptor is registered before it removes any.
-    /// A list holding twins is deregistered one descriptor a call
-    /// ([`has_twins`]).
+    /// checks that every descriptor is registered before it removes any,
+    /// so a call that fails leaves the whole list held. A list holding
+    /// twins is deregistered one descriptor a call ([`has_twins`]); when
+    /// some of those fail (or a one-descriptor list cannot be built), the
+    /// handle is left holding exactly those. On `Err` the handle is armed
+    /// again and [`Self::regions`] is what NIXL may still hold.
     pub fn deregister(&mut self) -> Result<(), CallError> {
-        let Some(list) = self.list.take() else {
-            return Ok(());
+        let list = match self.list.take() {
+            Some(list) => list,
+            None if self.unbuilt => DescList::new(self.agent.0.api, self.mem_type, &self.regions)?,
+            None => return Ok(()),
         };
+        self.unbuilt = false;
+        let agent = &self.agent;
         let on = &self.on;
         let release = |list: &DescList| {
-            self.agent.with_agent(|api, agent| {
+            agent.with_agent(|api, a| {
                 // Safety: live agent, list and options; what the list
                 // describes was registered on this agent.
                 check("nixl_capi_deregister_mem", unsafe {
-                    (api.deregister_mem)(agent, list.0, on.opts)
+                    (api.deregister_mem)(a, list.0, on.opts)
                 })
             })
         };
         if !self.twins {
-            return release(&list);
+            return release(&list).inspect_err(|_| self.list = Some(list));
         }
-        let mut first = Ok(());
+        drop(list);
+        let mut first = None;
+        let mut left = Vec::new();
         for r in self.regions.iter().rev() {
-            let one = DescList::new(self.agent.0.api, self.mem_type, std::slice::from_ref(r))?;
-            if let Err(e) = release(&one) {
-                first = first.and(Err(e));
+            let one = DescList::new(agent.0.api, self.mem_type, std::slice::from_ref(r));
+            if let Err(e) = one.and_then(|one| release(&one)) {
+                first.get_or_insert(e);
+                left.push(*r);
             }
         }
-        first
+        let Some(e) = first else {
+            return Ok(());
+        };
+        left.reverse();
+        self.twins = has_twins(&left);
+        self.regions = left.into();
+        self.list = DescList::new(agent.0.api, self.mem_type, &self.regions).ok();
+        self.unbuilt = self.list.is_none();
+        Err(e)
     }
 }
 

@@ -75,6 +75,15 @@ pub enum Held {
     Regions(Vec<(Region, RegistrationHandle)>),
 }
 
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::List(l) => write!(f, "Held::List({} regions)", l.regions().len()),
+            Held::Regions(r) => write!(f, "Held::Regions({} regions)", r.len()),
+        }
+    }
+}
+
 #[cfg(test)]
 impl Held {
     /// See [`capi::Registered::claiming`].
@@ -325,43 +334,53 @@ impl Registrar for NixlRegistrar {
     fn deregister(&mut self, handle: Held) -> Result<(), Unreleased<Held>> {
         match handle {
             Held::List(mut list) => {
+                // A list with twins is released one descriptor a call: what
+                // fails of it is already known region by region.
+                let one_by_one = list.has_twins();
                 let Err(e) = list.deregister() else {
                     return Ok(());
                 };
+                // `list` now holds exactly what NIXL may still hold.
                 let regions = list.regions().len();
                 let bytes = list.regions().iter().map(|r| r.len as u64).sum();
                 let failure = Failure::new(e.reason(), format!("NIXL deregisterMem of {regions} regions: {e}"));
-                let parts = if regions > 1 {
-                    list.split()
-                        .map(|p| p.into_iter().map(Held::List).collect())
-                        .unwrap_or_default()
+                let (held, split) = if regions > 1 && !one_by_one {
+                    match list.split() {
+                        Ok(parts) => (parts.into_iter().map(Held::List).collect(), true),
+                        Err(list) => (vec![Held::List(list)], false),
+                    }
                 } else {
-                    Vec::new()
+                    (vec![Held::List(list)], false)
                 };
                 Err(Unreleased {
                     failure,
                     regions,
                     bytes,
-                    parts,
+                    held,
+                    split,
                 })
             }
             Held::Regions(handles) => {
                 let (mut failed, mut bytes) = (0, 0);
                 let mut first = None;
+                let mut left = Vec::new();
                 for (region, mut h) in handles.into_iter().rev() {
                     if let Err(e) = h.deregister() {
                         failed += 1;
                         bytes += region.len as u64;
                         first.get_or_insert_with(|| failure(e, "NIXL deregisterMem"));
+                        left.push((region, h));
                     }
                 }
+                left.reverse();
                 match first {
                     None => Ok(()),
                     Some(failure) => Err(Unreleased {
                         failure,
                         regions: failed,
                         bytes,
-                        parts: Vec::new(),
+                        held: vec![Held::Regions(left)],
+                        split: false,
                     }),
                 }
             }

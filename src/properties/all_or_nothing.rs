@@ -110,7 +110,9 @@ impl Registrar for Faulty {
         if let Some(&(_, addr)) = h.ids.iter().find(|(_, a)| l.stuck.contains(a)) {
             let failure = Failure::new(Reason::NixlNotFound, format!("stuck {addr:#x}"));
             let regions = h.ids.len();
-            let parts = if regions > 1 {
+            drop(l);
+            let split = regions > 1;
+            let held = if split {
                 // The parts own the ids now; `h` must not release them.
                 h.done = true;
                 let ledger = self.ledger.clone();
@@ -123,15 +125,16 @@ impl Registrar for Faulty {
                     })
                     .collect()
             } else {
-                // Dropped on return, it deregisters itself then.
-                Vec::new()
+                // Still held: handed back, to be released again.
+                vec![h]
             };
             let bytes = 0x1000 * regions as u64;
             return Err(Unreleased {
                 failure,
                 regions,
                 bytes,
-                parts,
+                held,
+                split,
             });
         }
         for (id, _) in h.ids.iter().rev() {
@@ -180,30 +183,39 @@ proptest! {
         let budget = 1 + 2 * (usize::BITS - n.leading_zeros()) as usize;
         prop_assert!(ledger.borrow().register_calls <= budget, "{} calls for {n}", ledger.borrow().register_calls);
         match outcome {
-            Err(GroupFailure { reason, region, message, rolled_back, .. }) => {
+            Err(Refused { failure: GroupFailure { reason, region, message, rolled_back, .. }, held }) => {
                 let f = first_fault.expect("failed without an injected fault");
                 prop_assert_eq!(region, Some(f));
                 prop_assert_eq!(rolled_back, f);
                 prop_assert_eq!(reason, Reason::NixlBackendError);
                 let refused = format!("refused {:#x}", regions[f].addr);
                 prop_assert!(message.contains(&refused), "{}", message);
+                // Nothing of this group is left but what its rollback could
+                // not release, handed back; the other group is intact.
+                let stuck_before: Vec<usize> = stuck_here.iter().copied().filter(|&i| i < f).collect();
+                prop_assert_eq!(held.failed, stuck_before.len());
+                let mut held_addrs: Vec<usize> = held.held.iter().flat_map(|h| h.ids.iter().map(|(_, a)| *a)).collect();
+                held_addrs.sort_unstable();
+                prop_assert_eq!(held_addrs, stuck_before.iter().map(|&i| regions[i].addr).collect::<Vec<_>>());
+                prop_assert_eq!(ledger.borrow().live.len(), kept_ids.len() + stuck_before.len(), "leaked");
+                drop(held);
                 let l = ledger.borrow();
-                // Nothing of this group is left; the other group is intact.
                 prop_assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), kept_ids.clone(), "leaked");
                 prop_assert_eq!(l.double_frees, 0);
-                let dereg_failed = stuck_here.iter().any(|&i| i < f);
-                prop_assert_eq!(message.contains("rollback also failed"), dereg_failed, "{}", message);
+                prop_assert_eq!(message.contains("rollback also failed"), !stuck_before.is_empty(), "{}", message);
             }
             Ok(handles) => {
                 prop_assert!(first_fault.is_none());
                 prop_assert_eq!(handles.len(), usize::from(n > 0), "one call for the group");
                 prop_assert_eq!(ledger.borrow().live.len(), n + other);
                 let released = release_all(&mut r, handles);
-                let l = ledger.borrow();
                 prop_assert_eq!(released.failed, stuck_here.len());
+                prop_assert_eq!(released.held.len(), stuck_here.len(), "one handle a stuck region");
                 // Newest first: the last stuck region is named.
                 let want = stuck_here.last().map(|&i| format!("stuck {:#x}", regions[i].addr));
-                prop_assert_eq!(released.first.map(|f| f.message), want);
+                prop_assert_eq!(released.first.as_ref().map(|f| f.message.clone()), want);
+                drop(released);
+                let l = ledger.borrow();
                 prop_assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), kept_ids.clone(), "leaked");
                 prop_assert_eq!(l.double_frees, 0);
             }

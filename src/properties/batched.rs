@@ -59,8 +59,7 @@ fn a_list_nixl_refuses_halfway_leaves_nothing_registered() {
     let f = n
         .reg
         .register(&spec(&regions), &regions)
-        .err()
-        .expect("NIXL refuses a null region");
+        .expect_err("NIXL refuses a null region");
     assert_eq!(f.at, At::List);
     assert_eq!(f.failure.reason, Reason::NixlBackendError);
     assert_eq!(
@@ -72,8 +71,8 @@ fn a_list_nixl_refuses_halfway_leaves_nothing_registered() {
     // nothing either.
     n.reg.calls = 0;
     let e = register_all(&mut n.reg, &spec(&regions), &regions)
-        .err()
-        .expect("NIXL refuses");
+        .expect_err("NIXL refuses")
+        .failure;
     assert_eq!((e.region, e.rolled_back), (Some(40), 40), "{}", e.message);
     assert!(e.message.starts_with("region 40 [0x0, +64): "), "{}", e.message);
     assert!(n.reg.calls <= 1 + 2 * 7, "{} calls", n.reg.calls);
@@ -83,7 +82,7 @@ fn a_list_nixl_refuses_halfway_leaves_nothing_registered() {
     n.reg.calls = 0;
     let held = register_all(&mut n.reg, &spec(&good), &good).expect("registers");
     assert_eq!((n.reg.calls, held.len(), n.described()), (1, 1, 63));
-    assert_eq!(release_all(&mut n.reg, held), Released::default());
+    assert!(release_all(&mut n.reg, held).is_clean());
     assert_eq!(n.described(), 0);
 }
 
@@ -117,6 +116,82 @@ fn a_list_with_twins_is_released_without_crashing_nixl() {
     regions.push(regions[1]);
     let held = register_all(&mut n.reg, &spec(&regions), &regions).expect("registers");
     assert_eq!(n.described(), 5);
-    assert_eq!(release_all(&mut n.reg, held), Released::default());
+    assert!(release_all(&mut n.reg, held).is_clean());
+    assert_eq!(n.described(), 0);
+}
+
+#[test]
+fn a_twin_list_that_fails_partway_holds_exactly_the_regions_nixl_refused() {
+    // Twins are released one descriptor a call. A list claiming a region
+    // NIXL never registered fails on that one only: the others are
+    // released once, never tried again, and the handle that comes back
+    // holds the refused region alone.
+    let mut n = Nixl::new("nixl-agent-batched-twins-partway");
+    let regions = n.regions(6, None);
+    let mut registered = regions[..5].to_vec();
+    registered.push(regions[1]);
+    let held = register_all(&mut n.reg, &spec(&registered), &registered).expect("registers");
+    assert_eq!(n.described(), 6);
+    let mut claimed = registered.clone();
+    claimed.insert(3, regions[5]);
+    let claim: Vec<Held> = held.into_iter().map(|h| h.claiming(&claimed)).collect();
+    n.reg.calls = 0;
+    let released = release_all(&mut n.reg, claim);
+    assert_eq!(
+        (released.failed, released.failed_bytes),
+        (1, 4096),
+        "only the region NIXL never registered is still held: {:?}",
+        released.first
+    );
+    assert_eq!(n.described(), 0, "every registered descriptor released");
+    assert_eq!(released.held.len(), 1);
+    let first = released.first.as_ref().expect("the failure");
+    assert_eq!(first.reason, Reason::NixlNotFound, "{first}");
+}
+
+#[test]
+fn a_group_on_two_backends_is_registered_on_each_or_on_none() {
+    use crate::lifecycle::registration::{Backends, Registration};
+    use crate::record::Recorder;
+    use crate::status::NixlStatus;
+    // NIXL's registerMem succeeds when any one backend takes the list:
+    // POSIX takes a null region that UCX refuses. The group must not read
+    // registered (its deregisterMem would then fail on UCX at every drain).
+    let mut n = Nixl::new("nixl-agent-batched-two-backends");
+    n.reg.ensure_backend("POSIX").expect("POSIX backend");
+    let rec = Recorder::new(
+        &BuildInfo::current(None),
+        NixlStatus::default(),
+        std::time::Instant::now(),
+    );
+    let on_both = |regions: &[Region]| spec(regions).with_backends(&["POSIX", "UCX"]);
+    let bad = n.regions(8, Some(5));
+    let bad_spec = on_both(&bad);
+    let mut group = Registration::new(&bad_spec);
+    let e = group
+        .attempt(&mut n.reg, &rec, &bad_spec, 1, &mut Backends::default(), 0)
+        .expect_err("UCX refuses the null region");
+    assert!(
+        e.message.starts_with("backend UCX: region 5 [0x0, +64)"),
+        "{}",
+        e.message
+    );
+    assert_eq!(group.holding().descriptors, 0, "POSIX's registration was rolled back");
+    assert_eq!(
+        group.deregister(&mut n.reg, &rec, crate::event::CallKind::Deregister),
+        (0, 0)
+    );
+    // A list both take registers on both, and both release it.
+    let good = n.regions(8, None);
+    let good_spec = on_both(&good);
+    let mut group = Registration::new(&good_spec);
+    group
+        .attempt(&mut n.reg, &rec, &good_spec, 1, &mut Backends::default(), 0)
+        .expect("registers");
+    assert_eq!(group.holding().descriptors, 8);
+    assert_eq!(
+        group.deregister(&mut n.reg, &rec, crate::event::CallKind::Deregister),
+        (8, 0)
+    );
     assert_eq!(n.described(), 0);
 }

@@ -15,7 +15,7 @@
 //! - the same against the real NIXL runtime (a bounded number of cases).
 
 use crate::config::{self, Config, ConfigError};
-use crate::lifecycle::group::{register_all, release_all, GroupFailure, Released};
+use crate::lifecycle::group::{register_all, release_all, GroupFailure, Refused};
 use crate::lifecycle::{At, Failure, ListFailure, Registrar, RuntimeFacts, Unreleased};
 use crate::model::{MemType, Reason};
 use crate::plan::{GroupSpec, Kind, Plan, Region, RegionSource};

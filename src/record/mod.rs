@@ -121,7 +121,7 @@ impl Recorder {
     /// `deadline` (each call is held to the deadline it was marked with):
     /// one watchdog thread per recording, started by the first caller.
     pub(crate) fn watch_calls(&self, deadline: std::time::Duration) {
-        watchdog::watch(self, deadline);
+        let _detached = watchdog::watch(self, deadline);
     }
 
     /// Records one event: applied to the ledger and projected onto the

@@ -174,6 +174,13 @@ impl InFlight {
         deadline: Option<Duration>,
     ) -> Mark {
         let s = self.slot();
+        // A sequence lock: the slot reads idle while its fields change, and
+        // the fence keeps the field stores after that (on a weakly ordered
+        // CPU a relaxed store may otherwise be seen before the idle one, and
+        // a look would read the previous call's key with this call's
+        // operation). `look` pairs it with an acquire fence.
+        s.started.store(0, Ordering::Relaxed);
+        fence(Ordering::Release);
         s.operation.store(kind_code(operation), Ordering::Relaxed);
         s.group.store(group.unwrap_or(NO_GROUP), Ordering::Relaxed);
         s.deadline
@@ -283,12 +290,13 @@ impl Watchdog {
 /// Starts the recording's watchdog, once, or makes it look often enough
 /// for `deadline` too. It ends when the recording (every `Recorder` of it)
 /// is gone.
-pub(crate) fn watch(rec: &Recorder, deadline: Duration) {
+/// Returns the thread when this call started it.
+pub(crate) fn watch(rec: &Recorder, deadline: Duration) -> Option<std::thread::JoinHandle<()>> {
     let table = &rec.calls.0;
     let period = (deadline / 4).clamp(MIN_PERIOD, MAX_PERIOD);
     table.period.fetch_min(nanos(period), Ordering::Relaxed);
     if table.watching.swap(true, Ordering::AcqRel) {
-        return;
+        return None;
     }
     let weak = Arc::downgrade(table);
     let (metrics, ledger, sink) = (rec.metrics.clone(), rec.ledger.clone(), rec.sink.clone());
@@ -310,9 +318,13 @@ pub(crate) fn watch(rec: &Recorder, deadline: Duration) {
                 dog.check(&rec.calls, Instant::now(), &rec);
             }
         });
-    if let Err(e) = spawned {
-        table.watching.store(false, Ordering::Release);
-        tracing::warn!(error = %e, "cannot start the watchdog of NIXL calls; a hung call will not fail /livez");
+    match spawned {
+        Ok(thread) => Some(thread),
+        Err(e) => {
+            table.watching.store(false, Ordering::Release);
+            tracing::warn!(error = %e, "cannot start the watchdog of NIXL calls; a hung call will not fail /livez");
+            None
+        }
     }
 }
 

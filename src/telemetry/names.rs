@@ -114,7 +114,7 @@ pub const FAMILIES: &[Family] = &[
         DEREGISTRATIONS_TOTAL,
         Type::Counter,
         GROUP_LABELS,
-        "Deregistrations of a group's registered regions: at drain, before each re-registration (SIGUSR1 or reregister()), and each observed deregister call. Undoing a failed attempt's partial registration is not counted.",
+        "Deregistrations of a group's registered regions: at drain, before each re-registration (SIGUSR1 or reregister()), and each observed deregister call. Undoing a failed attempt's partial registration is counted only when it fails, as is each later try to release what it left.",
     ),
     Family::new(
         DEREGISTRATION_FAILURES_TOTAL,

@@ -335,7 +335,8 @@ impl Registrar for Sticky {
             failure: Failure::new(Reason::NixlNotFound, "stuck"),
             regions: 4,
             bytes: 4 * 4096,
-            parts: Vec::new(),
+            held: vec![group],
+            split: false,
         })
     }
 }
@@ -380,4 +381,170 @@ fn a_failed_deregistration_keeps_its_memory_and_reports_its_bytes() {
         (4, 4 * 4096),
         "what the failed group still holds"
     );
+}
+
+/// Registers lists like NIXL 1.5.1: a list holding a `bad` address fails
+/// whole; the deregistration of a list holding a `stuck` address removes
+/// none of it. Counts register calls; allocates one guard.
+struct Rollback {
+    live: Arc<Mutex<Vec<usize>>>,
+    bad: usize,
+    stuck: Arc<Mutex<Option<usize>>>,
+    registers: Arc<AtomicUsize>,
+    freed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Registrar for Rollback {
+    type Handle = Vec<usize>;
+    type Backing = Guard;
+    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+        Ok(RuntimeFacts::default())
+    }
+    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
+        Ok(None)
+    }
+    fn allocate(&mut self, _: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Guard), Failure> {
+        Ok((
+            (1..=count).map(|i| Region::new(i * size, size, 0)).collect(),
+            Guard(self.freed.clone()),
+        ))
+    }
+    fn probe(&self) -> &dyn MemoryProbe {
+        &NullProbe
+    }
+    fn register(&mut self, _: &GroupSpec, regions: &[Region]) -> Result<Vec<usize>, ListFailure> {
+        self.registers.fetch_add(1, Ordering::SeqCst);
+        if regions.iter().any(|r| r.addr == self.bad) {
+            let f = Failure::new(Reason::NixlBackendError, "refused");
+            return Err(ListFailure::new(f, At::List));
+        }
+        let addrs: Vec<usize> = regions.iter().map(|r| r.addr).collect();
+        self.live.lock().unwrap().extend(&addrs);
+        Ok(addrs)
+    }
+    fn deregister(&mut self, h: Vec<usize>) -> Result<(), Unreleased<Vec<usize>>> {
+        let stuck = *self.stuck.lock().unwrap();
+        if stuck.is_some_and(|s| h.contains(&s)) {
+            let split = h.len() > 1;
+            let n = h.len();
+            let held = if split {
+                h.iter().map(|a| vec![*a]).collect()
+            } else {
+                vec![h]
+            };
+            return Err(Unreleased {
+                failure: Failure::new(Reason::NixlNotFound, "stuck"),
+                regions: n,
+                bytes: 4096 * n as u64,
+                held,
+                split,
+            });
+        }
+        self.live.lock().unwrap().retain(|a| !h.contains(a));
+        Ok(())
+    }
+}
+
+/// A rollback that fails leaves the group holding exactly what NIXL still
+/// holds: shown in the status, never registered again on top while it
+/// cannot be released, released first once it can, and its memory kept
+/// at a drain while it cannot.
+#[test]
+fn a_failed_rollback_is_held_shown_and_never_registered_again_on_top() {
+    let mut g = GroupSpec::provided("aux", Kind::Aux, MemType::Dram, vec![]).with_validate(false);
+    g.source = crate::plan::RegionSource::Allocate { count: 4, size: 4096 };
+    let plan = Plan { groups: vec![g] };
+    let retry = RetryConfig {
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(20),
+        max_attempts: 3,
+    };
+    let live = Arc::new(Mutex::new(Vec::new()));
+    let stuck = Arc::new(Mutex::new(Some(2 * 4096)));
+    let registers = Arc::new(AtomicUsize::new(0));
+    let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let registrar = Rollback {
+        live: live.clone(),
+        bad: 4 * 4096,
+        stuck: stuck.clone(),
+        registers: registers.clone(),
+        freed: freed.clone(),
+    };
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let driver = Driver::new(registrar, plan, retry, rec.clone(), rx);
+    let thread = std::thread::spawn(move || driver.run());
+    let t0 = Instant::now();
+    while rec.ledger().snapshot().groups[0].attempts < 3
+        || rec.ledger().snapshot().groups[0].state == GroupState::Registering
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "waited 10 s for three attempts: {:#?}",
+            rec.ledger().snapshot()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after_first = registers.load(Ordering::SeqCst);
+    let snapshot = rec.ledger().snapshot();
+    let group = &snapshot.groups[0];
+    assert_eq!(
+        (group.descriptors, group.bytes),
+        (1, 4096),
+        "the region the rollback could not release"
+    );
+    assert_eq!(*live.lock().unwrap(), vec![2 * 4096], "nothing registered on top");
+    assert!(
+        group
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not registered again on top"),
+        "{:?}",
+        group.last_error
+    );
+    let text = rec.metrics().encode(crate::telemetry::exposition::Format::Text);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("nixl_agent_deregistration_failures_total{") && l.ends_with(" 3")),
+        "the failed rollback and the two failed retries are counted:\n{text}"
+    );
+    // The later attempts made no registration call at all.
+    assert!(after_first <= 4, "{after_first} register calls");
+    tx.send(Control::Shutdown).unwrap();
+    let report = thread.join().unwrap();
+    assert_eq!(report.still_registered, [("aux".to_string(), 1)]);
+    assert!(!freed.load(Ordering::SeqCst), "memory NIXL may still hold was freed");
+    let _ = stuck;
+}
+
+/// A call's deadline is about NIXL's call: the agent's own allocation
+/// (150 ms here, past a 50 ms deadline) is never marked, so it is never
+/// "stuck" and never fails /livez.
+#[test]
+fn allocation_is_not_held_to_a_nixl_calls_deadline() {
+    use crate::record::watchdog::Watchdog;
+    let mut g = GroupSpec::provided("kv", Kind::Kv, MemType::Dram, vec![]).with_validate(false);
+    g.source = crate::plan::RegionSource::Allocate { count: 4, size: 4096 };
+    let plan = Plan { groups: vec![g] };
+    let rec = Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let driver =
+        Driver::new(SlowAlloc, plan, RetryConfig::default(), rec.clone(), rx).with_deadline(Duration::from_millis(50));
+    let thread = std::thread::spawn(move || driver.run());
+    let mut watchdog = Watchdog::default();
+    let t0 = Instant::now();
+    while !rec.ledger().snapshot().ready {
+        watchdog.check(rec.calls(), Instant::now(), &rec);
+        let s = rec.ledger().snapshot();
+        assert!(
+            s.stuck.is_empty(),
+            "allocation was held to the call deadline: {:?}",
+            s.stuck
+        );
+        assert!(t0.elapsed() < Duration::from_secs(10), "waited 10 s for ready: {s:#?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    tx.send(Control::Shutdown).unwrap();
+    thread.join().unwrap();
 }

@@ -64,16 +64,19 @@ impl Registrar for Ledger {
     fn deregister(&mut self, h: Vec<usize>) -> Result<(), Unreleased<Vec<usize>>> {
         if let Some(&a) = h.iter().find(|a| self.stuck.contains(a)) {
             let failure = Failure::new(Reason::NixlNotFound, format!("stuck {a:#x}"));
-            let parts = if h.len() > 1 {
+            // Like NIXL 1.5.1: a list with a stuck region releases none.
+            let split = h.len() > 1;
+            let held = if split {
                 h.iter().map(|a| vec![*a]).collect()
             } else {
-                vec![]
+                vec![h.clone()]
             };
             return Err(Unreleased {
                 failure,
                 regions: h.len(),
                 bytes: 0x1000 * h.len() as u64,
-                parts,
+                held,
+                split,
             });
         }
         for a in h.iter().rev() {
@@ -103,7 +106,7 @@ fn a_success_is_one_call_and_a_release_one_call() {
     let mut l = Ledger::default();
     let h = register_all(&mut l, &spec(4096), &regions(4096)).unwrap();
     assert_eq!((l.calls, h.len(), l.live.len()), (1, 1, 4096));
-    assert_eq!(release_all(&mut l, h), Released::default());
+    assert!(release_all(&mut l, h).is_clean());
     assert!(l.live.is_empty());
     assert_eq!(l.deregistered.first(), Some(&(4096 * 0x1000)), "newest first");
 }
@@ -114,7 +117,7 @@ fn the_search_names_the_failing_region_and_leaves_nothing_registered() {
         for fail in (0..n).step_by((n / 16).max(1)).chain([n - 1]) {
             let mut l = Ledger::default();
             l.bad.insert((fail + 1) * 0x1000);
-            let e = register_all(&mut l, &spec(n), &regions(n)).unwrap_err();
+            let e = register_all(&mut l, &spec(n), &regions(n)).unwrap_err().failure;
             assert!(l.live.is_empty(), "n={n} fail={fail}: leaked {:?}", l.live);
             assert_eq!((e.region, e.rolled_back), (Some(fail), fail), "n={n}");
             assert_eq!(e.reason, Reason::NixlBackendError);
@@ -133,7 +136,7 @@ fn a_memlock_limit_blames_the_first_region_that_does_not_fit() {
         room: Some(700),
         ..Ledger::default()
     };
-    let e = register_all(&mut l, &spec(1000), &regions(1000)).unwrap_err();
+    let e = register_all(&mut l, &spec(1000), &regions(1000)).unwrap_err().failure;
     assert_eq!((e.region, e.rolled_back), (Some(700), 700));
     assert!(e.message.contains("memlock"));
     assert!(l.live.is_empty());
@@ -158,7 +161,7 @@ fn a_failure_about_no_region_is_the_groups_after_one_call() {
         whole: true,
         ..Ledger::default()
     };
-    let e = register_all(&mut l, &spec(64), &regions(64)).unwrap_err();
+    let e = register_all(&mut l, &spec(64), &regions(64)).unwrap_err().failure;
     assert_eq!((e.region, e.reason, l.calls), (None, Reason::NixlNotFound, 1));
 }
 
@@ -175,16 +178,39 @@ fn a_failed_batch_release_falls_back_to_one_call_a_region() {
 }
 
 #[test]
-fn a_rollback_that_fails_is_told_in_the_message() {
+fn a_rollback_that_fails_hands_back_exactly_what_nixl_still_holds() {
     let mut l = Ledger::default();
     l.bad.insert(9 * 0x1000);
     l.stuck.insert(2 * 0x1000);
-    let e = register_all(&mut l, &spec(10), &regions(10)).unwrap_err();
+    let Refused { failure: e, held } = register_all(&mut l, &spec(10), &regions(10)).unwrap_err();
     assert_eq!(e.region, Some(8));
     assert!(
         e.message
-            .ends_with("; rollback also failed: nixl_not_found: stuck 0x2000"),
+            .ends_with("; rollback also failed for 1 regions, which NIXL may still hold: nixl_not_found: stuck 0x2000"),
         "{}",
         e.message
     );
+    // Only region 2 is still registered, and it comes back as a handle
+    // that can be released once NIXL lets it go.
+    assert_eq!(l.live, [0x2000].into());
+    assert_eq!(
+        (held.failed, held.failed_bytes, held.held.clone()),
+        (1, 0x1000, vec![vec![0x2000]])
+    );
+    l.stuck.clear();
+    assert!(release_all(&mut l, held.held).is_clean());
+    assert!(l.live.is_empty());
+}
+
+#[test]
+fn a_split_release_retries_only_what_is_still_held() {
+    let mut l = Ledger::default();
+    let h = register_all(&mut l, &spec(6), &regions(6)).unwrap();
+    l.stuck = [4 * 0x1000].into();
+    let out = release_all(&mut l, h);
+    assert_eq!((out.failed, out.held.clone()), (1, vec![vec![0x4000]]));
+    // Each of the others was deregistered exactly once.
+    let mut once = l.deregistered.clone();
+    once.sort_unstable();
+    assert_eq!(once, vec![0x1000, 0x2000, 0x3000, 0x5000, 0x6000]);
 }
