@@ -11,6 +11,30 @@ use crate::validate::{MemoryProbe, NullProbe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The parts of a scripted registrar that every one here makes alike: an
+/// agent that starts, backends that exist, no memory facts.
+macro_rules! plain_preflight {
+    () => {
+        fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
+            Ok(RuntimeFacts::default())
+        }
+    };
+}
+macro_rules! plain_backends {
+    () => {
+        fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
+            Ok(None)
+        }
+    };
+}
+macro_rules! plain_probe {
+    () => {
+        fn probe(&self) -> &dyn MemoryProbe {
+            &NullProbe
+        }
+    };
+}
+
 /// A registrar whose every registration takes `delay`, is counted, and
 /// fails when `fail` says so.
 struct Scripted {
@@ -32,18 +56,12 @@ impl Scripted {
 impl Registrar for Scripted {
     type Handle = ();
     type Backing = ();
-    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
-        Ok(RuntimeFacts::default())
-    }
-    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
-        Ok(None)
-    }
+    plain_preflight!();
+    plain_backends!();
     fn allocate(&mut self, _: &GroupSpec, _: usize, _: usize) -> Result<(Vec<Region>, ()), Failure> {
         Ok((vec![], ()))
     }
-    fn probe(&self) -> &dyn MemoryProbe {
-        &NullProbe
-    }
+    plain_probe!();
     fn register(&mut self, _: &GroupSpec, _: &[Region]) -> Result<(), ListFailure> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.delay);
@@ -103,9 +121,7 @@ struct SlowAlloc;
 impl Registrar for SlowAlloc {
     type Handle = ();
     type Backing = ();
-    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
-        Ok(RuntimeFacts::default())
-    }
+    plain_preflight!();
     fn ensure_backend(&mut self, name: &str) -> Result<Option<Duration>, Failure> {
         match name {
             "NOPE" => Err(Failure::new(Reason::PluginUnavailable, "no NOPE")),
@@ -119,9 +135,7 @@ impl Registrar for SlowAlloc {
             (),
         ))
     }
-    fn probe(&self) -> &dyn MemoryProbe {
-        &NullProbe
-    }
+    plain_probe!();
     fn register(&mut self, _: &GroupSpec, _: &[Region]) -> Result<(), ListFailure> {
         Ok(())
     }
@@ -305,12 +319,8 @@ struct Sticky {
 impl Registrar for Sticky {
     type Handle = String;
     type Backing = Guard;
-    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
-        Ok(RuntimeFacts::default())
-    }
-    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
-        Ok(None)
-    }
+    plain_preflight!();
+    plain_backends!();
     fn allocate(&mut self, spec: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Guard), Failure> {
         let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut freed = self.freed.lock().unwrap();
@@ -321,9 +331,7 @@ impl Registrar for Sticky {
             Guard(flag),
         ))
     }
-    fn probe(&self) -> &dyn MemoryProbe {
-        &NullProbe
-    }
+    plain_probe!();
     fn register(&mut self, spec: &GroupSpec, _: &[Region]) -> Result<String, ListFailure> {
         Ok(spec.name.clone())
     }
@@ -397,21 +405,15 @@ struct Rollback {
 impl Registrar for Rollback {
     type Handle = Vec<usize>;
     type Backing = Guard;
-    fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
-        Ok(RuntimeFacts::default())
-    }
-    fn ensure_backend(&mut self, _: &str) -> Result<Option<Duration>, Failure> {
-        Ok(None)
-    }
+    plain_preflight!();
+    plain_backends!();
     fn allocate(&mut self, _: &GroupSpec, count: usize, size: usize) -> Result<(Vec<Region>, Guard), Failure> {
         Ok((
             (1..=count).map(|i| Region::new(i * size, size, 0)).collect(),
             Guard(self.freed.clone()),
         ))
     }
-    fn probe(&self) -> &dyn MemoryProbe {
-        &NullProbe
-    }
+    plain_probe!();
     fn register(&mut self, _: &GroupSpec, regions: &[Region]) -> Result<Vec<usize>, ListFailure> {
         self.registers.fetch_add(1, Ordering::SeqCst);
         if regions.iter().any(|r| r.addr == self.bad) {
