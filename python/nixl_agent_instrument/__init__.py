@@ -42,13 +42,11 @@ def instrument():
 
     Raises ValueError naming the setting when a ``NIXL_AGENT_*`` variable is
     unusable."""
-    from . import _native
-
-    err = _native.settings_error()
-    if err is not None:
-        raise ValueError(f"nixl-agent-instrument: {err}")
     from . import _hook
 
+    err = _hook._settings_error()
+    if err is not None:
+        raise ValueError(f"nixl-agent-instrument: {err}")
     _hook._load()
 
     _hook.install()

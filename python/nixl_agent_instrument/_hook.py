@@ -85,6 +85,8 @@ def wrap_class(cls):
             _native.start(_frameworks(), _site.rank_hint(sys._getframe(1)))
             if not _started:
                 _started_now()
+            if _native.output_tapped():
+                _wrap_os_exit()
             # One identity from here on: the backends NIXL's config creates
             # inside __init__ are this agent's.
             _native.agent_creating(self)
@@ -181,6 +183,42 @@ def _backend_name(args, kwargs):
 
 _settings_checked = False
 
+# The values NIXL_AGENT_TRANSPORTS takes for on (instrument::Settings).
+_TRANSPORTS_ON = ("1", "on", "true")
+
+
+def _ask_proto_info(environ):
+    """``NIXL_AGENT_TRANSPORTS=1``: asks UCX for its protocol report
+    (``UCX_PROTO_INFO=y``) unless the operator set it, and says so
+    (``NIXL_AGENT_PROTO_INFO_SET=1``): UCX's tables are then kept off the
+    program's stdout. An operator's own report passes. True when it set
+    them."""
+    if environ.get("NIXL_AGENT_TRANSPORTS", "").strip().lower() not in _TRANSPORTS_ON:
+        return False
+    if "UCX_PROTO_INFO" in environ:
+        return False
+    environ["UCX_PROTO_INFO"] = "y"
+    environ["NIXL_AGENT_PROTO_INFO_SET"] = "1"
+    return True
+
+
+def _settings_error():
+    """Why the settings are unusable, or None. The extension reads them
+    once (the first call), so UCX's report is asked for just before, and
+    taken back when they are refused: it stays only where the settings were
+    accepted and ask for transports. Set before NIXL creates a UCX context,
+    it is what UCX reads."""
+    import os
+
+    from . import _native as native
+
+    asked = _ask_proto_info(os.environ)
+    err = native.settings_error()
+    if err is not None and asked:
+        os.environ.pop("UCX_PROTO_INFO", None)
+        os.environ.pop("NIXL_AGENT_PROTO_INFO_SET", None)
+    return err
+
 
 def _load():
     """Loads the extension; False (said once on stderr) when the settings
@@ -190,7 +228,7 @@ def _load():
         from . import _native as native, _site as site
 
         _native, _site = native, site
-    err = _native.settings_error()
+    err = _settings_error()
     if err is not None:
         if not _settings_checked:
             sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {err}\n")
@@ -211,6 +249,35 @@ def _load():
         os.register_at_fork(after_in_child=_native.after_fork_in_child)
     _settings_checked = True
     return True
+
+
+_exit_wrapped = False
+
+
+def _wrap_os_exit():
+    """Once the fd tap is in place (``NIXL_AGENT_CAPTURE=on`` or
+    ``NIXL_AGENT_TRANSPORTS=1``): ``os._exit`` first writes out what is
+    still in the tap's pipes (waiting at most about a second), then is the
+    real one. ``os._exit`` runs no exit handler of C's or Python's, so
+    without this the program's last bytes die with the pipe."""
+    global _exit_wrapped
+    if _exit_wrapped:
+        return
+    import functools
+    import os
+
+    real = os._exit
+
+    @functools.wraps(real)
+    def _exit(*args, **kwargs):
+        try:
+            _native.drain_output()
+        except Exception:
+            pass
+        return real(*args, **kwargs)
+
+    os._exit = _exit
+    _exit_wrapped = True
 
 
 def _at_exit():
@@ -255,14 +322,11 @@ class _Loader:
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        # NIXL_AGENT_TRANSPORTS=1 where the launcher is not used: UCX's
-        # protocol report asked for before NIXL creates a UCX context.
+        # The settings are read before NIXL's module runs: UCX's protocol
+        # report (NIXL_AGENT_TRANSPORTS=1) is asked for before NIXL can
+        # create a UCX context, and only when they are accepted.
         try:
-            import os
-
-            from ._launcher import proto_info
-
-            proto_info(os.environ)
+            _load()
         except Exception as e:
             _hook_failed("import", e)
         self._loader.exec_module(module)

@@ -28,18 +28,6 @@ def bootstrap_dir():
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 
 
-def proto_info(environ):
-    """``NIXL_AGENT_TRANSPORTS=1``: asks UCX for its protocol report
-    (``UCX_PROTO_INFO=y``) before NIXL loads, unless the operator set it, and
-    says so (``NIXL_AGENT_PROTO_INFO_SET=1``): the instrumentation then keeps
-    UCX's tables off the program's stdout. An operator's own report passes."""
-    if environ.get("NIXL_AGENT_TRANSPORTS", "").strip().lower() not in ("1", "on", "true"):
-        return
-    if "UCX_PROTO_INFO" not in environ:
-        environ["UCX_PROTO_INFO"] = "y"
-        environ["NIXL_AGENT_PROTO_INFO_SET"] = "1"
-
-
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -59,7 +47,6 @@ def main(argv=None):
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    proto_info(os.environ)
     os.execv(exe, argv)
 
 

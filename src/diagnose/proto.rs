@@ -96,6 +96,84 @@ pub fn table_line(line: &str) -> Option<&str> {
     (body.starts_with('|') || body.starts_with("+-")).then_some(body)
 }
 
+/// What the start of a line says of whose it is: UCX prefixes each line it
+/// prints with `[seconds.micros] [host:pid` (then `:thread]`, the pid
+/// left-aligned in 5 columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UcxPrefix {
+    /// Too short to tell: what is there could still be one.
+    Partial,
+    /// A UCX prefix, of the process with this pid.
+    Pid(u32),
+    /// Not a UCX prefix.
+    Not,
+}
+
+/// Reads UCX's `[seconds.micros] [host:pid` at the start of `bytes`.
+pub fn ucx_prefix(bytes: &[u8]) -> UcxPrefix {
+    let mut i = 0;
+    let at = |i: usize| bytes.get(i).copied();
+    // `[`, the time (digits and one dot), `]`.
+    match at(i) {
+        None => return UcxPrefix::Partial,
+        Some(b'[') => i += 1,
+        Some(_) => return UcxPrefix::Not,
+    }
+    let start = i;
+    loop {
+        match at(i) {
+            None => return UcxPrefix::Partial,
+            Some(b) if b.is_ascii_digit() || b == b'.' => i += 1,
+            Some(b']') if i > start => break,
+            Some(_) => return UcxPrefix::Not,
+        }
+    }
+    i += 1;
+    // Blanks, `[`, the host, `:`.
+    loop {
+        match at(i) {
+            None => return UcxPrefix::Partial,
+            Some(b' ') => i += 1,
+            Some(b'[') if i > start + 1 => break,
+            Some(_) => return UcxPrefix::Not,
+        }
+    }
+    i += 1;
+    let host = i;
+    loop {
+        match at(i) {
+            None => return UcxPrefix::Partial,
+            Some(b':') if i > host => break,
+            Some(b) if b.is_ascii_graphic() && b != b']' && b != b'[' && b != b':' => i += 1,
+            Some(_) => return UcxPrefix::Not,
+        }
+    }
+    i += 1;
+    // The pid, up to a blank or `:`.
+    let pid = i;
+    loop {
+        match at(i) {
+            None => return UcxPrefix::Partial,
+            Some(b) if b.is_ascii_digit() => i += 1,
+            Some(b' ' | b':') if i > pid => break,
+            Some(_) => return UcxPrefix::Not,
+        }
+    }
+    std::str::from_utf8(&bytes[pid..i])
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .map_or(UcxPrefix::Not, UcxPrefix::Pid)
+}
+
+/// [`table_line`] of a line the process `pid`'s UCX printed; `None` for
+/// any other line (another process's, or a program's look-alike).
+pub fn own_table_line(line: &str, pid: u32) -> Option<&str> {
+    match ucx_prefix(line.as_bytes()) {
+        UcxPrefix::Pid(p) if p == pid => table_line(line),
+        _ => None,
+    }
+}
+
 /// Cells of a `| a | b | c |` row, trimmed.
 fn cells(row: &str) -> Vec<&str> {
     let inner = row.trim().trim_start_matches('|').trim_end_matches('|');
@@ -274,6 +352,32 @@ mod tests {
         assert_eq!(table_line("[1.2] [vm:1 :0]   ucp_context.c:123 UCX WARN x"), None);
         assert_eq!(table_line("| a program's own table |"), None, "no UCX prefix");
         assert_eq!(table_line("2026-12-02 NIXL INFO x"), None);
+    }
+
+    #[test]
+    fn a_table_line_is_ucxs_own_only_with_this_processs_pid() {
+        let line = "[1796185907.212271] [vm:4013 :0]   | a | b |";
+        assert_eq!(ucx_prefix(line.as_bytes()), UcxPrefix::Pid(4013));
+        assert_eq!(own_table_line(line, 4013), Some("| a | b |"));
+        assert_eq!(own_table_line(line, 4014), None, "another process's");
+        let wide = "[1796185907.212271] [gpu-node-7:123456:3]   +----+";
+        assert_eq!(own_table_line(wide, 123456), Some("+----+"));
+        // As it comes: undecided while it could still be one.
+        for cut in 0..line.find(" :0]").unwrap() {
+            assert_eq!(ucx_prefix(&line.as_bytes()[..cut]), UcxPrefix::Partial, "{cut}");
+        }
+        // A prompt, a program's own bracketed words: not UCX's at once.
+        for not in [
+            "[y/N] ",
+            "[INFO] x",
+            "[1.2]x",
+            "[] [h:1 ",
+            "[1.2] [h:x",
+            "[1.2] [:1 ",
+            "x[1.2]",
+        ] {
+            assert_eq!(ucx_prefix(not.as_bytes()), UcxPrefix::Not, "{not:?}");
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl Instrumentation {
     /// claiming a pod slot unless a rank was told explicitly.
     pub fn start(settings: &Settings, frameworks: &[&str], rank_hint: Option<u32>) -> Instrumentation {
         let tap = if settings.capture || settings.transports {
-            match StderrTap::install() {
+            match StderrTap::install_in_host() {
                 Ok(t) => Some(t),
                 Err(e) => {
                     eprintln!(
@@ -86,11 +86,14 @@ impl Instrumentation {
         }
         if let Some(t) = tap.as_ref().filter(|_| settings.transports) {
             // UCX's tables: read, and kept off stdout when nixl-agent asked
-            // for them; an operator's own pass through.
-            t.keep_protocol_tables(settings.proto_info_ours);
-            if settings.proto_info_ours {
-                t.line_buffer_c_stdout();
-            }
+            // for them; an operator's own pass through. The import hook
+            // asks for them as NIXL is imported, which may be after the
+            // settings were first read: its word is read now.
+            let ours = settings.proto_info_ours || std::env::var(super::ENV_PROTO_INFO_SET).is_ok_and(|v| v == "1");
+            t.keep_protocol_tables(ours);
+            // C's stdout line by line (the same bytes): UCX's table lines
+            // reach the pipe whole, without flushing the host's buffers.
+            t.line_buffer_c_stdout();
             observer = observer.with_protocol_tables(Box::new(t.clone()));
         }
         // Without a pod directory, the processes sharing this address are a
@@ -234,6 +237,21 @@ impl Instrumentation {
             t.restore_in_child();
         }
         std::mem::forget(self);
+    }
+
+    /// Whether fds 1 and 2 go through the tap (`NIXL_AGENT_CAPTURE=on` or
+    /// `NIXL_AGENT_TRANSPORTS=1`, and it could be installed).
+    pub fn output_tapped(&self) -> bool {
+        self.tap.is_some()
+    }
+
+    /// Just before the process ends without exit handlers (Python's
+    /// `os._exit`): what is in the tap's pipes is written out, and fds 1
+    /// and 2 point at the real streams again (waits at most a second).
+    pub fn drain_output(&self) {
+        if let Some(t) = &self.tap {
+            t.drain();
+        }
     }
 
     /// Flushes the traces, waiting at most `timeout` (at interpreter exit).

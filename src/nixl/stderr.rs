@@ -22,14 +22,30 @@
 //! `nixl-agent check` also asks the tap to keep UCX's protocol tables
 //! (`UCX_PROTO_INFO=y`, printed on stdout) to read which transport UCX
 //! picked; when check itself turned them on, they are kept and not passed
-//! through, so its report (JSON on stdout) is what the operator sees.
+//! through, so its report (JSON on stdout) is what the operator sees. Only
+//! UCX's own lines are kept: a table line behind UCX's `[time] [host:pid`
+//! prefix with this process's pid. Anything else, a prompt included, goes
+//! out as it comes.
+//!
+//! What is still in the pipes when the process ends is written out on
+//! every exit path ([`drain`]): `exit` (a C `atexit` handler), the fatal
+//! signals (SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE: a handler that drains,
+//! then hands the signal to the handler that was there before), and any
+//! front-end's own path (the Python package wraps `os._exit`). Draining
+//! points fds 1 and 2 back at the real streams and waits (at most
+//! [`DRAIN_WAIT`]) until the pipes are empty and their readers idle.
+//!
+//! C's stdio buffers (`fflush(NULL)`) are flushed only in a process
+//! nixl-agent owns ([`StderrTap::install`]: the binary, `check`), never in
+//! a host program's ([`StderrTap::install_in_host`]).
 
 use crate::diagnose;
+use crate::diagnose::proto::UcxPrefix;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 const MARKER: &str = "\u{1e}nixl-agent-capture-end ";
@@ -41,6 +57,8 @@ const CLOSE_WAIT: Duration = Duration::from_millis(200);
 const LINE_CAP: usize = 16 * 1024;
 /// Bytes read from a pipe at once.
 const CHUNK: usize = 64 * 1024;
+/// How long an exit path waits for the pipes to be written out.
+pub const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// One thread's capture window.
 struct Window {
@@ -88,6 +106,53 @@ struct Shared {
     cv: Condvar,
     /// `PROTO_*`: read without the lock on every line.
     proto: AtomicU8,
+    /// This process's pid: UCX's own lines carry it.
+    pid: u32,
+    /// The process is nixl-agent's own (the binary, `check`): C's stdio
+    /// may be flushed when settling. Never in a host program.
+    owns_stdio: bool,
+    /// An exit path is draining: the readers hold nothing back.
+    dying: AtomicBool,
+}
+
+impl Shared {
+    fn new(owns_stdio: bool) -> Shared {
+        Shared {
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            proto: AtomicU8::new(PROTO_PASS),
+            pid: std::process::id(),
+            owns_stdio,
+            dying: AtomicBool::new(false),
+        }
+    }
+}
+
+/// What an exit path needs of one reader, read without a lock.
+struct PumpCtl {
+    /// The reader's thread id once it runs (an exit path on it drains nothing).
+    tid: AtomicU64,
+    /// Set before each read; cleared once what was read (and, dying, what
+    /// was held back) is written out. Stays set while bytes are held.
+    busy: AtomicBool,
+    /// Cleared when the reader has ended.
+    alive: AtomicBool,
+    /// An eventfd that wakes the reader's `poll`.
+    wake: i32,
+    /// The pipe's read end (for `FIONREAD`).
+    read: i32,
+}
+
+/// What [`drain`] needs of an installed tap: raw descriptors and atomics,
+/// so that a signal handler can use it.
+pub(crate) struct Exit {
+    pid: u32,
+    /// Each tapped fd and the real stream's descriptor.
+    fds: [(i32, i32); 2],
+    pumps: [Arc<PumpCtl>; 2],
+    shared: Arc<Shared>,
+    /// Keeps the real streams' descriptors open for as long as this lives.
+    _originals: [Arc<File>; 2],
 }
 
 /// The installed tap. Cheap to clone.
@@ -98,6 +163,7 @@ pub struct StderrTap {
     /// Each tapped fd and the real stream it pointed at.
     originals: Arc<[(i32, Arc<File>)]>,
     seq: Arc<Mutex<u64>>,
+    exit: Arc<Exit>,
 }
 
 /// The id of the calling thread, as glog prints it.
@@ -111,10 +177,38 @@ impl StderrTap {
     /// before other threads start. The agent's logger should write to
     /// [`Self::original`]. All or nothing: when any step fails, both fds
     /// point where they did before and the error is returned.
+    ///
+    /// For a process nixl-agent owns (its binary, `check`, an embedder's
+    /// `main`): settling while UCX's tables are kept flushes C's stdio
+    /// buffers first. A host program's tap is [`Self::install_in_host`].
+    /// The exit paths are armed: what is in the pipes is written out at
+    /// `exit` and on a fatal signal ([`drain`]).
     pub fn install() -> std::io::Result<StderrTap> {
-        install_on([1, 2], &|name, f| {
-            std::thread::Builder::new().name(name.into()).spawn(f).map(drop)
-        })
+        Self::install_owned(true)
+    }
+
+    /// [`Self::install`] inside a host program (the Python front-end):
+    /// C's stdio is never flushed, locked or touched by settling.
+    pub(crate) fn install_in_host() -> std::io::Result<StderrTap> {
+        Self::install_owned(false)
+    }
+
+    fn install_owned(owns_stdio: bool) -> std::io::Result<StderrTap> {
+        let tap = install_on(
+            [1, 2],
+            &|name, f| std::thread::Builder::new().name(name.into()).spawn(f).map(drop),
+            owns_stdio,
+        )?;
+        arm_exit_paths(&tap.exit);
+        Ok(tap)
+    }
+
+    /// Writes out what is in the pipes now and points fds 1 and 2 back at
+    /// the real streams, for good: for an exit path of the front-end's own
+    /// (Python's `os._exit`) just before the process ends. Waits at most
+    /// [`DRAIN_WAIT`].
+    pub fn drain(&self) {
+        drain(&self.exit);
     }
 
     /// In a forked child: points fds 1 and 2 back at the real streams. The
@@ -170,11 +264,13 @@ impl StderrTap {
     /// everything printed so far; the windows stay open. A front-end that
     /// holds an interpreter lock calls this without it, then closes.
     pub fn settle(&self) {
-        if self.shared.proto.load(Ordering::Relaxed) != PROTO_PASS {
+        if self.shared.owns_stdio && self.shared.proto.load(Ordering::Relaxed) != PROTO_PASS {
             // UCX prints its tables through C's stdio, block-buffered on a
             // pipe: flushed first, so the marker never lands inside a line
-            // half in the pipe and half in the buffer. Only in check, which
-            // owns the process (a host program's buffers are left alone).
+            // half in the pipe and half in the buffer. Only in a process
+            // nixl-agent owns (check): fflush(NULL) takes every FILE's
+            // lock, and a host program's buffers are its own (its C stdout
+            // is line-buffered instead, `line_buffer_c_stdout`).
             // Safety: fflush(NULL) flushes every C output stream; it takes
             // no pointer of ours and changes nothing but buffer contents.
             unsafe { libc::fflush(std::ptr::null_mut()) };
@@ -250,8 +346,9 @@ impl StderrTap {
 /// Starts a reader thread (a seam, so a test can make it fail).
 type Spawn<'a> = &'a dyn Fn(&str, Box<dyn FnOnce() + Send>) -> std::io::Result<()>;
 
-/// [`StderrTap::install`] for the given fds (stdout-like, stderr-like).
-fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
+/// [`StderrTap::install`] for the given fds (stdout-like, stderr-like),
+/// without arming the exit paths.
+fn install_on(fds: [i32; 2], spawn: Spawn<'_>, owns_stdio: bool) -> std::io::Result<StderrTap> {
     let mut redirected: Vec<(i32, Arc<File>, File)> = Vec::new();
     for fd in fds {
         match redirect(fd) {
@@ -264,14 +361,38 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
             }
         }
     }
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State::default()),
-        cv: Condvar::new(),
-        proto: AtomicU8::new(PROTO_PASS),
-    });
+    let shared = Arc::new(Shared::new(owns_stdio));
     let originals: Vec<(i32, Arc<File>)> = redirected.iter().map(|(fd, o, _)| (*fd, o.clone())).collect();
+    let undo = |e: std::io::Error| {
+        for (fd, original) in &originals {
+            restore(*fd, original);
+        }
+        e
+    };
+    let mut pumps = Vec::new();
+    for (_, _, read) in &redirected {
+        let wake = eventfd().map_err(undo)?;
+        pumps.push(Arc::new(PumpCtl {
+            tid: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            wake,
+            read: read.as_raw_fd(),
+        }));
+    }
+    let exit = Arc::new(Exit {
+        pid: shared.pid,
+        fds: [
+            (originals[0].0, originals[0].1.as_raw_fd()),
+            (originals[1].0, originals[1].1.as_raw_fd()),
+        ],
+        pumps: [pumps[0].clone(), pumps[1].clone()],
+        shared: shared.clone(),
+        _originals: [originals[0].1.clone(), originals[1].1.clone()],
+    });
     for (stream, (fd, original, read)) in redirected.into_iter().enumerate() {
         let s = shared.clone();
+        let ctl = pumps[stream].clone();
         let pump_and_restore = Box::new(move || {
             // However the pump ends (a read error, a panic), the host's fd
             // goes back to the real stream before the pipe's read end
@@ -281,14 +402,12 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
             let _restore = Restore {
                 fd,
                 original: &original,
+                ctl: &ctl,
             };
-            pump(&read, &original, &s, stream);
+            pump(&read, &original, &s, stream, &ctl);
         });
         if let Err(e) = spawn(["stdout-tap", "stderr-tap"][stream], pump_and_restore) {
-            for (fd, original) in &originals {
-                restore(*fd, original);
-            }
-            return Err(e);
+            return Err(undo(e));
         }
     }
     Ok(StderrTap {
@@ -296,24 +415,216 @@ fn install_on(fds: [i32; 2], spawn: Spawn<'_>) -> std::io::Result<StderrTap> {
         original: originals[1].1.clone(),
         originals: originals.into(),
         seq: Arc::new(Mutex::new(0)),
+        exit,
     })
 }
 
-/// Points `fd` back at `original` when dropped.
+/// A non-blocking eventfd (closed on exec), to wake a reader's `poll`.
+fn eventfd() -> std::io::Result<i32> {
+    // Safety: eventfd takes no pointer; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// The installed tap's [`Exit`], for the exit paths (`atexit`, the fatal
+/// signal handlers): the latest tap of this process (a forked child that
+/// installs its own replaces its parent's; the one replaced is leaked).
+static EXIT: AtomicPtr<Exit> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The signals after which a process dies, drained before it does.
+const FATAL: [libc::c_int; 5] = [libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
+
+/// The disposition each of [`FATAL`] had before the tap's handler.
+static PREVIOUS: [OnceLock<libc::sigaction>; 5] = [const { OnceLock::new() }; 5];
+
+/// Makes `exit` the one the exit paths drain, and arms them once a process
+/// (a forked child inherits both the handlers and the registration).
+fn arm_exit_paths(exit: &Arc<Exit>) {
+    let old = EXIT.swap(Arc::into_raw(exit.clone()).cast_mut(), Ordering::AcqRel);
+    // The one replaced may still be read by a handler running now: leaked.
+    let _ = old;
+    static ARMED: std::sync::Once = std::sync::Once::new();
+    ARMED.call_once(|| {
+        // Safety: `at_exit` is an `extern "C" fn()` that lives for the
+        // process; atexit only records it.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            tracing::debug!("cannot register the tap's exit handler");
+        }
+        for (i, sig) in FATAL.into_iter().enumerate() {
+            // Safety: sigaction with a zeroed struct filled below (handler,
+            // flags, an empty mask) and a valid out-pointer for the
+            // previous disposition; the handler is an `extern "C" fn` that
+            // lives for the process. The previous disposition is stored
+            // before ours is installed, so the handler always finds it.
+            unsafe {
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut prev) != 0 {
+                    continue;
+                }
+                let _ = PREVIOUS[i].set(prev);
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = on_fatal_signal as *const () as usize;
+                act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut act.sa_mask);
+                libc::sigaction(sig, &act, std::ptr::null_mut());
+            }
+        }
+    });
+}
+
+/// The C `atexit` handler: the pipes are written out before the process
+/// ends (C's own stdio buffers, flushed after this, go straight to the
+/// real streams).
+extern "C" fn at_exit() {
+    drain_installed();
+}
+
+/// Drains the tap [`EXIT`] holds, if any. Async-signal-safe.
+fn drain_installed() {
+    let exit = EXIT.load(Ordering::Acquire);
+    if !exit.is_null() {
+        // Safety: the pointer came from `Arc::into_raw` and is never
+        // released (a replaced one is leaked), so it is valid for the life
+        // of the process.
+        drain(unsafe { &*exit });
+    }
+}
+
+/// A fatal signal: drains, then hands the signal to whatever handled it
+/// before — its handler is called; a default disposition is restored and
+/// the signal raised again (it is delivered, and the process ends as it
+/// would have, once this returns); an ignored signal is left ignored.
+/// `errno` is as it was.
+extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // Safety: errno is this thread's; read and written back unchanged.
+    let errno = unsafe { *libc::__errno_location() };
+    drain_installed();
+    let prev = FATAL.iter().position(|s| *s == sig).and_then(|i| PREVIOUS[i].get());
+    // Safety: only async-signal-safe calls (sigaction, raise), and the
+    // previous handler is called as the kernel would have called it, with
+    // the same arguments, per its SA_SIGINFO flag.
+    unsafe {
+        *libc::__errno_location() = errno;
+        match prev.map(|p| (p.sa_sigaction, p.sa_flags)) {
+            Some((libc::SIG_IGN, _)) => {}
+            Some((handler, flags)) if handler != libc::SIG_DFL => {
+                if flags & libc::SA_RESETHAND != 0 {
+                    default_and_raise(sig, false);
+                }
+                if flags & libc::SA_SIGINFO != 0 {
+                    let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                        std::mem::transmute(handler);
+                    f(sig, info, ctx);
+                } else {
+                    let f: extern "C" fn(libc::c_int) = std::mem::transmute(handler);
+                    f(sig);
+                }
+            }
+            _ => default_and_raise(sig, true),
+        }
+    }
+}
+
+/// Puts `sig` back to its default disposition and, with `raise`, raises
+/// it (blocked while its handler runs: delivered when it returns).
+///
+/// # Safety
+/// Async-signal-safe; call only from the handler of `sig`.
+unsafe fn default_and_raise(sig: libc::c_int, raise: bool) {
+    let mut act: libc::sigaction = std::mem::zeroed();
+    act.sa_sigaction = libc::SIG_DFL;
+    libc::sigemptyset(&mut act.sa_mask);
+    libc::sigaction(sig, &act, std::ptr::null_mut());
+    if raise {
+        libc::raise(sig);
+    }
+}
+
+/// Writes out what is in the tap's pipes: points the tapped fds back at the
+/// real streams (what is written from now on goes there directly), tells
+/// the readers to hold nothing back, and waits (at most [`DRAIN_WAIT`])
+/// until both pipes are empty and both readers idle. Async-signal-safe (no
+/// lock, no allocation); does nothing in another process than the tap's
+/// (a forked child) or on a reader thread itself.
+fn drain(exit: &Exit) {
+    // Safety: getpid has no preconditions.
+    if unsafe { libc::getpid() } as u32 != exit.pid {
+        return;
+    }
+    let me = thread_id();
+    if exit.pumps.iter().any(|p| p.tid.load(Ordering::SeqCst) == me) {
+        return;
+    }
+    exit.shared.dying.store(true, Ordering::SeqCst);
+    for ((fd, real), p) in exit.fds.iter().zip(&exit.pumps) {
+        let one = 1u64.to_ne_bytes();
+        // Safety: dup2 between descriptors this tap holds open for the
+        // life of the process; write of 8 bytes from a local to an eventfd.
+        unsafe {
+            libc::dup2(*real, *fd);
+            libc::write(p.wake, one.as_ptr().cast(), one.len());
+        }
+    }
+    let deadline = now_ns().saturating_add(DRAIN_WAIT.as_nanos() as u64);
+    loop {
+        // The pipe first, then the flag: a reader sets it before it reads,
+        // so an empty pipe and an idle reader mean it is all written.
+        let quiet = exit
+            .pumps
+            .iter()
+            .all(|p| !p.alive.load(Ordering::SeqCst) || (unread(p.read) == 0 && !p.busy.load(Ordering::SeqCst)));
+        if quiet || now_ns() >= deadline {
+            return;
+        }
+        let ms = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // Safety: nanosleep with a valid timespec and no remainder wanted.
+        unsafe { libc::nanosleep(&ms, std::ptr::null_mut()) };
+    }
+}
+
+/// Bytes waiting in the pipe `fd` (0 when it cannot be told).
+fn unread(fd: i32) -> libc::c_int {
+    let mut n: libc::c_int = 0;
+    // Safety: FIONREAD writes one int into `n`.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } < 0 {
+        return 0;
+    }
+    n
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (async-signal-safe).
+fn now_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // Safety: clock_gettime writes one timespec into `t`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// Points `fd` back at `original` when dropped, and says the reader ended.
 struct Restore<'a> {
     fd: i32,
     original: &'a File,
+    ctl: &'a PumpCtl,
 }
 
 impl Drop for Restore<'_> {
     fn drop(&mut self) {
         restore(self.fd, self.original);
+        self.ctl.busy.store(false, Ordering::SeqCst);
+        self.ctl.alive.store(false, Ordering::SeqCst);
     }
 }
 
 /// Points `fd` back at `original`.
 fn restore(fd: i32, original: &File) {
-    use std::os::fd::AsRawFd;
     // Safety: dup2 on two descriptors this process holds open (`original`
     // is owned by the caller); the result is only logged.
     if unsafe { libc::dup2(original.as_raw_fd(), fd) } < 0 {
@@ -353,25 +664,61 @@ fn redirect(fd: i32) -> std::io::Result<(Arc<File>, File)> {
 /// Copies what the program writes to `stream` through to `out` as it
 /// comes (a line without its newline too), keeping each line for the
 /// windows, UCX's tables and the end markers. Returns when the pipe ends or
-/// a read fails.
-fn pump(mut read: &File, out: &File, shared: &Shared, stream: usize) {
+/// a read fails. `ctl` tells an exit path ([`drain`]) whether it is busy;
+/// its wake fd ends a wait in `poll` so that held bytes go out.
+fn pump(mut read: &File, out: &File, shared: &Shared, stream: usize, ctl: &PumpCtl) {
+    ctl.tid.store(thread_id(), Ordering::SeqCst);
     let mut chunk = vec![0u8; CHUNK];
     let mut line = Line::default();
+    let mut fds = [
+        libc::pollfd {
+            fd: read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: ctl.wake,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
     loop {
-        let n = match read.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        let mut rest = &chunk[..n];
-        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-            line.bytes.extend_from_slice(&rest[..=i]);
-            rest = &rest[i + 1..];
-            line.end(out, shared, stream);
+        // Safety: `fds` is a valid array of two pollfd for its length.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
         }
-        line.bytes.extend_from_slice(rest);
-        line.forward_unfinished(out, shared, stream);
+        if fds[1].revents != 0 {
+            let mut n = [0u8; 8];
+            // Safety: reads at most 8 bytes into `n`, the eventfd's counter
+            // (non-blocking: nothing to read is EAGAIN, ignored).
+            let _ = unsafe { libc::read(ctl.wake, n.as_mut_ptr().cast(), n.len()) };
+        }
+        if fds[0].revents != 0 {
+            ctl.busy.store(true, Ordering::SeqCst);
+            let n = match read.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+                Err(_) => break,
+            };
+            let mut rest = &chunk[..n];
+            while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+                line.bytes.extend_from_slice(&rest[..=i]);
+                rest = &rest[i + 1..];
+                line.end(out, shared, stream);
+            }
+            line.bytes.extend_from_slice(rest);
+            line.forward_unfinished(out, shared, stream);
+        }
+        if shared.dying.load(Ordering::SeqCst) {
+            line.forward_held(out);
+        }
+        // Idle only with nothing held back: an exit path waits for that.
+        ctl.busy.store(line.holds(), Ordering::SeqCst);
     }
     line.forward_rest(out);
 }
@@ -397,14 +744,34 @@ impl Line {
         self.sent = 0;
     }
 
+    /// Bytes of the line not written out yet.
+    fn holds(&self) -> bool {
+        self.bytes.len() > self.sent
+    }
+
+    /// The process is ending: what is held back goes out as it is.
+    fn forward_held(&mut self, out: &File) {
+        let end = self.bytes.len();
+        self.write(out, end);
+    }
+
     /// What the program wrote of a line it has not finished goes out now,
     /// but for what may be nixl-agent's own: from a byte that may start an
     /// end marker, or, while UCX's tables are kept from stdout, a line that
-    /// may be one of them (it starts with `[`). Past [`LINE_CAP`] the line
-    /// goes out whole and is forgotten (but for a marker's worth).
+    /// may be one of them (so far it reads as UCX's prefix with this
+    /// process's pid; a prompt such as `[y/N] ` is told apart at its second
+    /// byte). Past [`LINE_CAP`] the line goes out whole and is forgotten
+    /// (but for a marker's worth). While dying, nothing is held.
     fn forward_unfinished(&mut self, out: &File, shared: &Shared, stream: usize) {
         let quiet = stream == 0 && shared.proto.load(Ordering::Relaxed) == PROTO_KEEP_QUIET;
-        let hold_from = if quiet && self.bytes.first() == Some(&b'[') {
+        let ucx = || match diagnose::proto::ucx_prefix(&self.bytes) {
+            UcxPrefix::Partial => true,
+            UcxPrefix::Pid(p) => p == shared.pid,
+            UcxPrefix::Not => false,
+        };
+        let hold_from = if shared.dying.load(Ordering::Relaxed) {
+            self.bytes.len()
+        } else if quiet && self.sent == 0 && ucx() {
             0
         } else {
             let m = MARKER.as_bytes()[0];
@@ -437,7 +804,7 @@ impl Line {
             let at = content.len();
             let half_table = stream == 0
                 && shared.proto.load(Ordering::Relaxed) != PROTO_PASS
-                && diagnose::proto::table_line(&String::from_utf8_lossy(content)).is_some();
+                && diagnose::proto::own_table_line(&String::from_utf8_lossy(content), shared.pid).is_some();
             if half_table {
                 self.bytes.truncate(at);
                 self.sent = self.sent.min(at);
@@ -453,7 +820,7 @@ impl Line {
         let line = String::from_utf8_lossy(&self.bytes).into_owned();
         let proto = shared.proto.load(Ordering::Relaxed);
         if proto != PROTO_PASS && stream == 0 {
-            if let Some(table) = diagnose::proto::table_line(&line) {
+            if let Some(table) = diagnose::proto::own_table_line(&line, shared.pid) {
                 let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                 if st.proto.len() < diagnose::proto::MAX_TABLE_LINES {
                     st.proto.push(table.to_string());
@@ -583,10 +950,14 @@ mod tests {
     fn each_thread_has_its_own_window() {
         let (_out_real, out_fd) = fake_stream();
         let (_err_real, err_fd) = fake_stream();
-        let tap = install_on([out_fd, err_fd], &|_, f| {
-            std::thread::spawn(f);
-            Ok(())
-        })
+        let tap = install_on(
+            [out_fd, err_fd],
+            &|_, f| {
+                std::thread::spawn(f);
+                Ok(())
+            },
+            false,
+        )
         .unwrap();
         let (to_b, b_rx) = std::sync::mpsc::channel::<()>();
         let (to_a, a_rx) = std::sync::mpsc::channel::<u64>();
@@ -633,15 +1004,20 @@ mod tests {
     fn half_a_ucx_table_line_cut_by_a_marker_is_joined_and_kept_off_stdout() {
         let (mut out_real, out_fd) = fake_stream();
         let (_err_real, err_fd) = fake_stream();
-        let tap = install_on([out_fd, err_fd], &|_, f| {
-            std::thread::spawn(f);
-            Ok(())
-        })
+        let tap = install_on(
+            [out_fd, err_fd],
+            &|_, f| {
+                std::thread::spawn(f);
+                Ok(())
+            },
+            false,
+        )
         .unwrap();
         tap.keep_protocol_tables(true);
         // Another thread's stdio flushed half a table line; a marker came
         // between the halves.
-        write_fd(out_fd, b"[1.2] [vm:1 :0]   +------");
+        let ucx = format!("[1.2] [vm:{:<5}:0]   +------", std::process::id());
+        write_fd(out_fd, ucx.as_bytes());
         write_fd(out_fd, format!("{MARKER}1\n").as_bytes());
         write_fd(out_fd, b"------+\nthe program's own line\n");
         until(&tap, |st| st.proto.len() == 1);
@@ -652,6 +1028,84 @@ mod tests {
             &buf, b"the program's own line\n",
             "only the program's line went through"
         );
+    }
+
+    fn tap_on(out_fd: i32, err_fd: i32) -> StderrTap {
+        install_on(
+            [out_fd, err_fd],
+            &|_, f| {
+                std::thread::spawn(f);
+                Ok(())
+            },
+            false,
+        )
+        .unwrap()
+    }
+
+    /// With UCX's tables kept off stdout, only this process's UCX lines are
+    /// kept: another process's (or a program's look-alike) passes, and an
+    /// unfinished line starting with `[` (a prompt) goes out as it comes.
+    #[test]
+    fn only_ucxs_own_lines_are_kept_and_a_prompt_goes_out_as_it_comes() {
+        let (out_real, out_fd) = fake_stream();
+        let (_err_real, err_fd) = fake_stream();
+        let tap = tap_on(out_fd, err_fd);
+        tap.keep_protocol_tables(true);
+        write_fd(out_fd, b"[y/N] ");
+        assert_eq!(read_within(&out_real, 6).as_deref(), Some(&b"[y/N] "[..]), "the prompt");
+        write_fd(out_fd, b"y\n");
+        let mine = format!("[1796185907.212271] [vm:{:<5}:0]   | mine |\n", std::process::id());
+        let other = "[1796185907.212271] [vm:1    :0]   | not mine |\n";
+        // This process's UCX line is held while it comes, and kept.
+        let (head, tail) = mine.split_at(30);
+        write_fd(out_fd, head.as_bytes());
+        write_fd(out_fd, tail.as_bytes());
+        write_fd(out_fd, other.as_bytes());
+        assert_eq!(
+            read_within(&out_real, 2 + other.len()).as_deref(),
+            Some(format!("y\n{other}").as_bytes()),
+            "another process's table line passes; this one's does not"
+        );
+        until(&tap, |st| st.proto.len() == 1);
+        assert_eq!(tap.shared.state.lock().unwrap().proto, ["| mine |"]);
+    }
+
+    /// Draining (an exit path) writes out what is in the pipe and what a
+    /// reader holds back (half a line that may be UCX's, the start of what
+    /// may be a marker), and points the fds back at the real streams.
+    #[test]
+    fn a_drain_writes_out_the_pipes_and_what_is_held_back() {
+        let (out_real, out_fd) = fake_stream();
+        let (err_real, err_fd) = fake_stream();
+        let tap = tap_on(out_fd, err_fd);
+        tap.keep_protocol_tables(true);
+        let held = format!("[1796185907.212271] [vm:{:<5}:0]   | half", std::process::id());
+        write_fd(out_fd, held.as_bytes());
+        write_fd(err_fd, b"last words\n\x1e");
+        assert_eq!(read_within(&err_real, 11).as_deref(), Some(&b"last words\n"[..]));
+        tap.drain();
+        assert_eq!(read_within(&out_real, held.len()).as_deref(), Some(held.as_bytes()));
+        assert_eq!(read_within(&err_real, 1).as_deref(), Some(&b"\x1e"[..]));
+        // From now on the fds write to the real streams directly.
+        write_fd(out_fd, b"direct\n");
+        assert_eq!(read_within(&out_real, 7).as_deref(), Some(&b"direct\n"[..]));
+        // A drain from another process (a forked child's copy) does nothing.
+        let mut other = Exit {
+            pid: 1,
+            ..clone_exit(&tap.exit)
+        };
+        other.fds = [(-1, -1), (-1, -1)];
+        drain(&other);
+    }
+
+    fn clone_exit(e: &Exit) -> Exit {
+        Exit {
+            pid: e.pid,
+            fds: e.fds,
+            pumps: e.pumps.clone(),
+            shared: e.shared.clone(),
+            _originals: e._originals.clone(),
+        }
     }
 
     /// Reads `n` bytes from `from` on a thread; `None` when they do not
@@ -672,10 +1126,14 @@ mod tests {
     fn a_line_without_its_newline_goes_through_as_it_comes() {
         let (out_real, out_fd) = fake_stream();
         let (err_real, err_fd) = fake_stream();
-        let _tap = install_on([out_fd, err_fd], &|_, f| {
-            std::thread::spawn(f);
-            Ok(())
-        })
+        let _tap = install_on(
+            [out_fd, err_fd],
+            &|_, f| {
+                std::thread::spawn(f);
+                Ok(())
+            },
+            false,
+        )
         .unwrap();
         // A progress bar's update: no newline, ever.
         write_fd(err_fd, b"progress 50%\r");
@@ -700,10 +1158,13 @@ mod tests {
         // Safety: dup of an fd this test owns.
         let original = Arc::new(unsafe { File::from_raw_fd(libc::dup(target)) });
         let (read, _) = redirect_pipe_into(target);
-        let shared = Shared {
-            state: Mutex::new(State::default()),
-            cv: Condvar::new(),
-            proto: AtomicU8::new(PROTO_PASS),
+        let shared = Shared::new(false);
+        let ctl = PumpCtl {
+            tid: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            wake: eventfd().unwrap(),
+            read: read.as_raw_fd(),
         };
         // The pipe's read end, made unreadable: the reader's next read fails.
         let dev_null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
@@ -715,8 +1176,9 @@ mod tests {
             let _restore = Restore {
                 fd: target,
                 original: &original,
+                ctl: &ctl,
             };
-            pump(&read, &original, &shared, 1);
+            pump(&read, &original, &shared, 1, &ctl);
         }
         write_fd(target, b"after\n");
         let mut buf = [0u8; 6];
@@ -744,7 +1206,7 @@ mod tests {
             std::thread::spawn(f);
             Ok(())
         };
-        assert!(install_on([out_fd, err_fd], &failing_second).is_err());
+        assert!(install_on([out_fd, err_fd], &failing_second, false).is_err());
         // Both fds write straight to the real streams again.
         write_fd(out_fd, b"to stdout\n");
         write_fd(err_fd, b"to stderr\n");

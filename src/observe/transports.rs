@@ -11,6 +11,13 @@
 //! are then those of the tables already seen for this agent, op and memory
 //! types when they all agree, and unknown (not recorded) when they differ.
 //! A worker's endpoint to itself (scope `self`) is never another peer's.
+//!
+//! Several threads may post first to several peers at once: taking the
+//! tables UCX printed, reading them and remembering them is one step under
+//! one lock, so a thread that takes another's table leaves it among the
+//! remembered ones before that other thread looks. A look that finds
+//! nothing is tried again at the next posts to that peer for that op (up
+//! to [`LOOKS`]) before the transports are recorded as unknown.
 
 use super::Observer;
 use crate::diagnose::proto::{self, ProtoTable};
@@ -22,12 +29,25 @@ use std::sync::{Mutex, OnceLock};
 
 /// Tables remembered for peers that print none of their own.
 const TABLES_KEPT: usize = 64;
+/// Posts to a peer for an op whose look finds nothing before its
+/// transports are recorded as unknown.
+pub const LOOKS: u8 = 4;
+/// (agent, peer, op) whose looks found nothing yet, remembered at most.
+const MISSES_KEPT: usize = 256;
 
 /// The tap that keeps UCX's tables, and the tables read so far.
 #[derive(Default)]
 pub(super) struct Learned {
     tap: OnceLock<Box<dyn Capture + Send + Sync>>,
-    tables: Mutex<Vec<ProtoTable>>,
+    tables: Mutex<Tables>,
+}
+
+#[derive(Default)]
+struct Tables {
+    /// The tables read so far, the last [`TABLES_KEPT`].
+    known: Vec<ProtoTable>,
+    /// Looks that found nothing, per (agent, peer, op).
+    misses: Vec<((crate::model::AgentId, String, XferOp), u8)>,
 }
 
 impl Observer {
@@ -61,7 +81,6 @@ impl Observer {
         let Some(want) = self.0.rec.ledger().transport_wanted(handle) else {
             return;
         };
-        let lines = tap.protocol_tables();
         let worker = self
             .status()
             .agents
@@ -70,12 +89,36 @@ impl Observer {
             .map(|a| a.name.clone())
             .unwrap_or_default();
         let found = {
-            let mut known = self.0.transports.tables.lock().unwrap_or_else(|e| e.into_inner());
-            let fresh = proto::parse(&lines);
-            let found = pick(&fresh, &worker, &want).or_else(|| pick(&known, &worker, &want));
-            known.extend(fresh);
-            let excess = known.len().saturating_sub(TABLES_KEPT);
-            known.drain(..excess);
+            // Held while the tables are taken: what this thread takes of
+            // another's is remembered before that one looks.
+            let mut t = self.0.transports.tables.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = proto::parse(&tap.protocol_tables());
+            let found = pick(&fresh, &worker, &want).or_else(|| pick(&t.known, &worker, &want));
+            t.known.extend(fresh);
+            let excess = t.known.len().saturating_sub(TABLES_KEPT);
+            t.known.drain(..excess);
+            let key = (want.agent, want.peer.clone(), want.op);
+            let at = t.misses.iter().position(|(k, _)| *k == key);
+            match (&found, at) {
+                (Some(_), Some(i)) => {
+                    t.misses.remove(i);
+                }
+                (Some(_), None) => {}
+                (None, Some(i)) if t.misses[i].1 + 1 < LOOKS => {
+                    t.misses[i].1 += 1;
+                    return;
+                }
+                (None, Some(i)) => {
+                    t.misses.remove(i);
+                }
+                (None, None) => {
+                    if t.misses.len() >= MISSES_KEPT {
+                        t.misses.remove(0);
+                    }
+                    t.misses.push((key, 1));
+                    return;
+                }
+            }
             found
         };
         self.0.rec.emit(&Event::XferTransport {
@@ -158,6 +201,130 @@ mod tests {
             op,
             mem: (Some(MemType::Dram), Some(MemType::Dram)),
         }
+    }
+
+    /// A tap whose first taker takes every table printed so far, and
+    /// returns them only after a second taker came (who finds none left) or
+    /// 300 ms passed: two threads whose first posts ran at once.
+    struct Racing {
+        lines: Mutex<Vec<String>>,
+        takers: Mutex<u32>,
+        cv: std::sync::Condvar,
+    }
+
+    impl Capture for Racing {
+        fn begin(&self) {}
+        fn end(&self, _: bool) -> Vec<String> {
+            Vec::new()
+        }
+        fn protocol_tables(&self) -> Vec<String> {
+            let taken = std::mem::take(&mut *self.lines.lock().unwrap());
+            let mut n = self.takers.lock().unwrap();
+            *n += 1;
+            self.cv.notify_all();
+            if *n == 1 {
+                let t0 = std::time::Instant::now();
+                while *n < 2 && t0.elapsed() < std::time::Duration::from_millis(300) {
+                    n = self.cv.wait_timeout(n, std::time::Duration::from_millis(10)).unwrap().0;
+                }
+                drop(n);
+                // The other look, if it ran meanwhile, has ended by now.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            taken
+        }
+    }
+
+    fn posted(o: &Observer, agent: AgentId, handle: u64, peer: &str) {
+        o.transfer_created(&crate::model::Transfer {
+            agent,
+            handle,
+            op: XferOp::Write,
+            descriptors: 1,
+            bytes: 4096,
+            local: Some(MemType::Dram),
+            remote: Some(MemType::Dram),
+            backend: Some("UCX"),
+            peer,
+        });
+    }
+
+    fn transports_of(o: &Observer, peer: &str) -> Vec<Transport> {
+        let s = o.status();
+        s.transfers
+            .peers
+            .iter()
+            .find(|p| p.name == peer)
+            .and_then(|p| p.transports.first())
+            .map(|t| t.transports.clone())
+            .unwrap_or_default()
+    }
+
+    /// Two threads post first to two peers at once; one takes the table
+    /// UCX printed for both (one endpoint configuration): the other still
+    /// finds it, and neither peer is left unknown.
+    #[test]
+    fn concurrent_first_posts_do_not_steal_each_others_tables() {
+        let tap = Racing {
+            lines: Mutex::new(table("decode", "intra-node", "write by ucp_put*", "tcp/lo")),
+            takers: Mutex::new(0),
+            cv: std::sync::Condvar::new(),
+        };
+        let o = Observer::new(Default::default()).with_protocol_tables(Box::new(tap));
+        let agent = AgentId::fresh();
+        o.saw_agent(agent, "decode", Vec::new);
+        posted(&o, agent, 1, "pa");
+        posted(&o, agent, 2, "pb");
+        assert!(o.wants_transport(1) && o.wants_transport(2));
+        std::thread::scope(|s| {
+            s.spawn(|| o.transport_after_post(1));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            s.spawn(|| o.transport_after_post(2));
+        });
+        assert_eq!(transports_of(&o, "pa"), [Transport::Tcp]);
+        assert_eq!(
+            transports_of(&o, "pb"),
+            [Transport::Tcp],
+            "the second look found the table the first took"
+        );
+    }
+
+    /// A look that finds no table (UCX printed it later) is not the last:
+    /// the next posts look again, and only after [`LOOKS`] of them are the
+    /// transports recorded as unknown.
+    #[test]
+    fn a_look_that_finds_nothing_is_tried_again() {
+        struct Late(Mutex<Vec<Vec<String>>>);
+        impl Capture for Late {
+            fn begin(&self) {}
+            fn end(&self, _: bool) -> Vec<String> {
+                Vec::new()
+            }
+            fn protocol_tables(&self) -> Vec<String> {
+                self.0.lock().unwrap().pop().unwrap_or_default()
+            }
+        }
+        let late = vec![table("decode", "intra-node", "write by ucp_put*", "tcp/lo"), Vec::new()];
+        let o = Observer::new(Default::default()).with_protocol_tables(Box::new(Late(Mutex::new(late))));
+        let agent = AgentId::fresh();
+        o.saw_agent(agent, "decode", Vec::new);
+        posted(&o, agent, 1, "pa");
+        o.transport_after_post(1);
+        assert!(o.wants_transport(1), "one look found nothing: looked again");
+        o.transport_after_post(1);
+        assert!(!o.wants_transport(1));
+        assert_eq!(transports_of(&o, "pa"), [Transport::Tcp]);
+        // Nothing ever printed for another agent's worker: unknown after
+        // LOOKS posts, then no more looks.
+        let other = AgentId::fresh();
+        o.saw_agent(other, "prefill", Vec::new);
+        posted(&o, other, 2, "pb");
+        for _ in 0..LOOKS {
+            assert!(o.wants_transport(2));
+            o.transport_after_post(2);
+        }
+        assert!(!o.wants_transport(2));
+        assert!(transports_of(&o, "pb").is_empty());
     }
 
     #[test]
