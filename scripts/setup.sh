@@ -8,8 +8,9 @@
 #   d. .deps/venv: a Python 3.11 virtualenv (the NIXL wheel is cp311) with
 #      NIXL's Python API (nixl-cu12 + nixl, --no-deps: no torch), numpy,
 #      maturin (builds the nixl_agent_instrument wheel, scripts/python.sh)
-#      prometheus-client (the peer of the Python benchmark) and
-#      kubernetes-validate (tests of deploy/)
+#      prometheus-client (the peer of the Python benchmark),
+#      kubernetes-validate (tests of deploy/) and mypy (its stubtest checks
+#      the extension's type stub, tests/python_stub.rs)
 set -euo pipefail
 
 NIXL_WHEEL_VERSION=1.5.1
@@ -23,6 +24,7 @@ NUMPY_VERSION=2.4.6
 MATURIN_VERSION=1.16.0
 PROMETHEUS_CLIENT_VERSION=0.21.1
 KUBERNETES_VALIDATE_VERSION=1.37.0
+MYPY_VERSION=2.4.1
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
@@ -211,6 +213,16 @@ else
     "$VENV/bin/python" -c 'import numpy; from nixl._api import nixl_agent' \
         || die "NIXL's Python API does not import in $VENV"
     touch "$VENV_STAMP"
+fi
+
+# mypy for stubtest: a step of its own, so that a venv made before it gets
+# it without being made anew.
+if "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(m.version("mypy") != sys.argv[1])' \
+    "$MYPY_VERSION" 2>/dev/null; then
+    log "mypy $MYPY_VERSION present in .deps/venv"
+else
+    log "pip install mypy==$MYPY_VERSION into .deps/venv"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mypy==$MYPY_VERSION"
 fi
 
 # --- e. environment for callers -----------------------------------------------

@@ -1,20 +1,63 @@
-# The extension module (python/native/src/lib.rs).
+# The extension module (python/native/src/lib.rs, xfer_args.rs, dlists.rs).
+# Checked against the built module by tests/python_stub.rs (mypy's stubtest).
 from typing import Any, Callable, Optional
+
+__all__ = [
+    "RegistrationRefused",
+    "DEFAULT_LISTEN",
+    "VERSION",
+    "settings_error",
+    "group_error",
+    "start",
+    "shutdown",
+    "output_tapped",
+    "drain_output",
+    "rank",
+    "after_fork_in_child",
+    "address",
+    "metrics_text",
+    "status_json",
+    "agent_creating",
+    "agent_created",
+    "agent_released",
+    "agent_failed",
+    "backend",
+    "hook_failed",
+    "name_call",
+    "register",
+    "deregister",
+    "clock_base",
+    "xfer_posted",
+    "xfer_state",
+    "xfer_created",
+    "xfer_create_failed",
+    "dlist_prepped",
+    "xfer_descs_made",
+    "xfer_released",
+    "dlist_released",
+    "peer",
+    "notified",
+]
 
 class RegistrationRefused(ValueError): ...
 
 DEFAULT_LISTEN: str
 VERSION: str
 
+# The process: settings, the recording, what it serves.
 def settings_error() -> Optional[str]: ...
 def group_error(name: str, kind: str) -> Optional[str]: ...
 def start(frameworks: list[str], rank_hint: Optional[int] = None) -> Optional[str]: ...
 def rank() -> Optional[int]: ...
 def shutdown(exception: Optional[str] = None) -> None: ...
+def output_tapped() -> bool: ...
+def drain_output() -> None: ...
 def after_fork_in_child() -> None: ...
 def address() -> Optional[str]: ...
 def metrics_text() -> Optional[str]: ...
 def status_json() -> Optional[str]: ...
+
+# NIXL agents, their backends and registrations.
 def agent_creating(agent: object) -> None: ...
 def agent_created(agent: object, name: str, plugins: list[str], telemetry: bool = False) -> Optional[int]: ...
 def agent_released(id: int) -> None: ...
@@ -23,6 +66,41 @@ def backend(agent: object, name: str, seconds: float, error: Optional[BaseExcept
 def hook_failed(operation: str, message: str) -> None: ...
 def name_call(module: str, function: str, argument: Optional[str] = None) -> tuple[str, str]: ...
 def register(
-    group: str, kind: str, func: Callable[..., Any], self_: Any, args: tuple, kwargs: Optional[dict] = None
+    group: str, kind: str, func: Callable[..., Any], self_: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None
 ) -> Any: ...
-def deregister(func: Callable[..., Any], self_: Any, args: tuple, kwargs: Optional[dict] = None) -> Any: ...
+def deregister(
+    func: Callable[..., Any], self_: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None
+) -> Any: ...
+
+# The data path (python/nixl_agent_instrument/_xfer.py): each is handed what
+# NIXL's method was given and what it returned or raised, after the call.
+# `handle`: NIXL's handle object (`nixl_xfer_handle`, `nixl_prepped_dlist_handle`).
+def clock_base(now_ns: int) -> None: ...
+def xfer_posted(handle: object, t0_ns: int, state: Optional[str], error: Optional[BaseException]) -> None: ...
+def xfer_state(agent: object, handle: object, state: Optional[str], error: Optional[BaseException]) -> None: ...
+def xfer_created(
+    agent: object, method: str, handle: object, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None
+) -> None: ...
+def xfer_create_failed(
+    agent: object, method: str, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]], error: BaseException
+) -> None: ...
+def dlist_prepped(agent: object, handle: object, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None) -> None: ...
+def xfer_descs_made(list: object, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None) -> None: ...
+def xfer_released(handle: object) -> None: ...
+def dlist_released(handle: object) -> None: ...
+def peer(
+    agent: object,
+    event: str,
+    args: tuple[Any, ...],
+    kwargs: Optional[dict[str, Any]],
+    result: object,
+    error: Optional[BaseException],
+) -> None: ...
+def notified(
+    agent: object,
+    direction: str,
+    notifs: object,
+    error: Optional[BaseException],
+    args: Optional[tuple[Any, ...]] = None,
+    kwargs: Optional[dict[str, Any]] = None,
+) -> None: ...

@@ -228,12 +228,15 @@ def _plain_params(f):
 
 def wrap_handles(module, native, mark):
     """Wraps the release of NIXL's transfer and prepared-list handles
-    (``release()``, and ``__del__`` when a handle is collected unreleased),
-    once (a class wrapped already carries the attribute ``mark``): a
-    transfer still in flight then ends as released in flight. A release that
-    raises (NIXL could not cancel the transfer and keeps the handle) records
-    nothing: the transfer is still in flight. The caller (``_hook``) hands
-    the mark over, so this module imports nothing of the package."""
+    (``release()``, and ``__del__`` when a handle is collected), once (a
+    class wrapped already carries the attribute ``mark``): a transfer still
+    in flight then ends as released in flight. The extension knows each
+    handle object it saw created and ends it once, on its first release
+    that returns or at its collection, whichever comes first; NIXL's private
+    state (``_released``) is never read. A release that raises (NIXL could
+    not cancel the transfer and keeps the handle) records nothing: the
+    transfer is still in flight. The caller (``_hook``) hands the mark over,
+    so this module imports nothing of the package."""
     import functools
 
     for cls_name, released in (("nixl_xfer_handle", "xfer_released"), ("nixl_prepped_dlist_handle", "dlist_released")):
@@ -248,10 +251,8 @@ def wrap_handles(module, native, mark):
             def make_release(release=release, note=note):
                 @functools.wraps(release)
                 def release_(self):
-                    was = getattr(self, "_released", True)
                     result = release(self)
-                    if not was:
-                        note(self)
+                    note(self)
                     return result
 
                 return release_
@@ -263,11 +264,12 @@ def wrap_handles(module, native, mark):
                 @functools.wraps(finalize)
                 def finalize_(self):
                     try:
-                        if not getattr(self, "_released", True):
+                        finalize(self)
+                    finally:
+                        try:
                             note(self)
-                    except Exception:
-                        pass
-                    finalize(self)
+                        except Exception:
+                            pass
 
                 return finalize_
 

@@ -12,9 +12,10 @@ use std::fmt;
 pub struct Transfer<'a> {
     /// The NIXL agent it was created on.
     pub agent: AgentId,
-    /// NIXL's handle for the request (its address; a counter in Rust
-    /// observe mode): unique among the process's live requests, what later
-    /// calls name.
+    /// The request's identity in the recording: a serial the front-end
+    /// hands out when the request is made (never NIXL's address, which a
+    /// later request may reuse), unique for the life of the process, what
+    /// later calls name.
     pub handle: u64,
     pub op: XferOp,
     /// Local descriptors and their bytes (what moves each time it is posted).
@@ -22,7 +23,8 @@ pub struct Transfer<'a> {
     pub bytes: u64,
     pub local: Option<MemType>,
     pub remote: Option<MemType>,
-    /// The backend NIXL chose (`query_xfer_backend`), when known.
+    /// The backend the program named for the request (or the only one its
+    /// agent has), when known: never asked of NIXL.
     pub backend: Option<&'a str>,
     /// The remote agent's name (NIXL's; a UUID in SGLang and vLLM): ledger
     /// and /v1/status only, never a label.

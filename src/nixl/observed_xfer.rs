@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Identities of Rust transfer requests: from the top half of the space, so
-/// they never meet a Python handle's address in one process.
+/// they never meet a Python request's serial in one process.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1 << 63);
 
 /// A transfer request made through [`ObservedAgent::create_xfer_req`]: the

@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 mod dlists;
+mod handles;
 mod prepped;
 mod xfer_args;
 
@@ -59,7 +60,9 @@ struct Running {
     /// Each live `nixl_agent` instance (by its address) and its identity in
     /// the recording; removed when the instance is collected.
     agents: Mutex<HashMap<usize, AgentId>>,
-    /// Prepared descriptor lists by NIXL's handle (`make_prepped_xfer`
+    /// Transfer requests by handle object, each with its serial.
+    requests: handles::Requests,
+    /// Prepared descriptor lists by handle object (`make_prepped_xfer`
     /// indexes into them).
     prepped: prepped::PreppedLists,
     /// Transfer lists `get_xfer_descs` made, summarised when made.
@@ -267,6 +270,7 @@ fn start_running(py: Python<'_>, frameworks: &[String], rank_hint: Option<u32>) 
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
         agents: Mutex::new(HashMap::new()),
+        requests: handles::Requests::default(),
         prepped: prepped::PreppedLists::default(),
         made: dlists::MadeLists::default(),
         telemetry: Mutex::new(std::collections::HashSet::new()),
@@ -314,6 +318,21 @@ fn shutdown(py: Python<'_>, exception: Option<String>) {
         r.inst.end(exception.as_deref());
         r.inst.flush_traces(Duration::from_secs(2));
     })
+}
+
+/// Whether fds 1 and 2 go through the fd tap (capture or transports on).
+#[pyfunction]
+fn output_tapped() -> bool {
+    running().is_some_and(|r| r.inst.output_tapped())
+}
+
+/// Before `os._exit`: writes out what is in the fd tap's pipes (at most a
+/// second, without the GIL).
+#[pyfunction]
+fn drain_output(py: Python<'_>) {
+    if let Some(r) = running() {
+        py.detach(|| r.inst.drain_output());
+    }
 }
 
 /// The address /metrics is served on, if it is.
@@ -870,6 +889,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rank, m)?)?;
     m.add_function(wrap_pyfunction!(after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(address, m)?)?;
+    m.add_function(wrap_pyfunction!(output_tapped, m)?)?;
+    m.add_function(wrap_pyfunction!(drain_output, m)?)?;
     m.add_function(wrap_pyfunction!(metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(status_json, m)?)?;
     m.add_function(wrap_pyfunction!(agent_creating, m)?)?;

@@ -1,12 +1,12 @@
 //! Prepared descriptor lists (`prep_xfer_dlist`), what `make_prepped_xfer`
 //! indexes into: each list's descriptor lengths (an N×5 strided array is
 //! `count` descriptors per row, as NIXL expands it), memory type, peer and
-//! when it was prepared, in a table bounded by last use. Lists prepared for
+//! when it was prepared, in a table by handle object bounded by last use. Lists prepared for
 //! the local side (`NIXL_INIT_AGENT`) live as long as the program's KV
 //! buffers and are kept; of the others, the least recently used go.
 
+use crate::handles::{HandleTable, Key};
 use nixl_agent::MemType;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -25,6 +25,8 @@ pub(crate) struct Prepped {
     pub(crate) peer: String,
     /// When it was prepared: a peer reloaded since makes it stale.
     pub(crate) prepared: Instant,
+    /// The one backend it was prepared for (`backends=[one]`), if named.
+    pub(crate) backend: Option<String>,
     last_used: AtomicU64,
 }
 
@@ -49,8 +51,14 @@ impl Prepped {
             mem,
             peer,
             prepared: Instant::now(),
+            backend: None,
             last_used: AtomicU64::new(0),
         }
+    }
+
+    /// The list, prepared for `backend` alone (when it named one).
+    pub(crate) fn confined_to(self, backend: Option<String>) -> Prepped {
+        Prepped { backend, ..self }
     }
 
     /// The one length of every descriptor, when they are all alike.
@@ -69,57 +77,43 @@ impl Prepped {
     }
 }
 
-/// The table, by NIXL's handle.
+/// The table, by handle object (see [`crate::handles`]): a list NIXL
+/// prepared at a released one's address is a new list, and the release of
+/// the old object is not the new one's.
 #[derive(Default)]
 pub(crate) struct PreppedLists {
-    lists: Mutex<HashMap<u64, Arc<Prepped>>>,
+    lists: Mutex<HandleTable<Arc<Prepped>>>,
     uses: AtomicU64,
 }
 
 impl PreppedLists {
-    pub(crate) fn insert(&self, handle: u64, p: Prepped) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HandleTable<Arc<Prepped>>> {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn insert(&self, handle: Key, p: Prepped) {
         p.last_used
             .store(self.uses.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        let mut map = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= PREPPED_KEPT && !map.contains_key(&handle) {
-            evict(&mut map, PREPPED_KEPT / 8);
+        let mut map = self.lock();
+        if map.len() >= PREPPED_KEPT {
+            // The least recently used go, local ones last: only when
+            // nothing else is left does a local list go.
+            map.evict(PREPPED_KEPT / 8, |p| {
+                (p.peer.is_empty(), p.last_used.load(Ordering::Relaxed))
+            });
         }
         map.insert(handle, Arc::new(p));
     }
 
     /// The list `handle`, marked as used now.
-    pub(crate) fn get(&self, handle: u64) -> Option<Arc<Prepped>> {
-        let p = self
-            .lists
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&handle)
-            .cloned()?;
+    pub(crate) fn get(&self, handle: Key) -> Option<Arc<Prepped>> {
+        let p = self.lock().get(handle).cloned()?;
         p.last_used
             .store(self.uses.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         Some(p)
     }
 
-    pub(crate) fn remove(&self, handle: u64) {
-        self.lists.lock().unwrap_or_else(|e| e.into_inner()).remove(&handle);
-    }
-}
-
-/// Drops the `n` least recently used lists, local ones last: only when
-/// nothing else is left does a local list go.
-fn evict(map: &mut HashMap<u64, Arc<Prepped>>, n: usize) {
-    let mut ages: Vec<(bool, u64, u64)> = map
-        .iter()
-        .map(|(h, p)| (p.peer.is_empty(), p.last_used.load(Ordering::Relaxed), *h))
-        .collect();
-    let n = n.min(ages.len());
-    if n == 0 {
-        return;
-    }
-    if n < ages.len() {
-        ages.select_nth_unstable(n - 1);
-    }
-    for (_, _, h) in &ages[..n] {
-        map.remove(h);
+    pub(crate) fn remove(&self, handle: Key) {
+        self.lock().remove(handle);
     }
 }

@@ -17,21 +17,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::handles::Key;
 use crate::prepped::Prepped;
-
-/// NIXL's handle number of a handle object (`_handle`), or of an int.
-fn handle_of(h: &Bound<'_, PyAny>) -> Option<u64> {
-    let py = h.py();
-    let v = match h.getattr(intern!(py, "_handle")).soft() {
-        Some(v) => v,
-        None => h.clone(),
-    };
-    // `PyLong_AsLong` first: the unsigned path goes through a byte array.
-    match v.extract::<i64>() {
-        Ok(n) => Some(n as u64),
-        Err(_) => v.extract::<u64>().soft(),
-    }
-}
 
 /// A name as NIXL's API gives it: a str, or bytes (`add_remote_agent`).
 fn name_of(v: &Bound<'_, PyAny>) -> Option<String> {
@@ -110,7 +97,7 @@ pub(crate) fn xfer_posted(
 ) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
-        let h = handle_of(handle)?;
+        let h = r.requests.serial(Key::of(handle)?)?;
         // `PyLong_AsLong` (a monotonic reading fits i64): the unsigned path
         // goes through a byte array.
         let posted = t0_ns
@@ -142,10 +129,11 @@ pub(crate) fn xfer_state(
 ) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
-        let h = handle_of(handle)?;
+        let key = Key::of(handle)?;
+        let h = r.requests.serial(key)?;
         let poll = poll_of(state, error);
         let measured = match poll {
-            XferPoll::Done if r.captures_telemetry(agent) => telemetry_of(agent, h),
+            XferPoll::Done if r.captures_telemetry(agent) => telemetry_of(agent, key.pointer()),
             _ => None,
         };
         r.observer().transfer_status(h, &poll, measured);
@@ -180,7 +168,7 @@ fn peer_of(r: &Running, method: &str, args: &Bound<'_, PyTuple>, kwargs: Option<
             .and_then(|v| name_of(&v))
             .unwrap_or_default(),
         _ => arg(args, kwargs, 3, "remote_xfer_side")
-            .and_then(|v| handle_of(&v))
+            .and_then(|v| Key::of(&v))
             .and_then(|h| r.prepped(h))
             .map(|p| p.peer.clone())
             .unwrap_or_default(),
@@ -228,7 +216,7 @@ fn local_side(
     }
     let prepped = |i: usize, name: &str| {
         arg(args, kwargs, i, name)
-            .and_then(|v| handle_of(&v))
+            .and_then(|v| Key::of(&v))
             .and_then(|h| r.prepped(h))
     };
     let local = prepped(1, "local_xfer_side");
@@ -308,27 +296,22 @@ pub(crate) fn xfer_created(
 ) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
-        let h = handle_of(handle)?;
+        let key = Key::of(handle)?;
         let op = op_of(args, kwargs)?;
+        // A new request, whatever address NIXL gave it; one that NIXL's
+        // address shows gone (released by a path nobody saw) ends here.
+        let (h, gone) = r.requests.created(key);
+        for old in gone {
+            r.observer().transfer_released(old);
+        }
         let peer = peer_of(&r, method, args, kwargs);
         let (descriptors, bytes, local, remote) = local_side(&r, method, args, kwargs);
         let id = r.agent_id(agent);
-        // The backend NIXL chose: the agent's only one, else a lookup in
-        // NIXL's own table (a microsecond through its Python API), no
-        // transfer.
+        let named = named_backend(&r, method, args, kwargs);
         let sole = r.observer().sole_backend(id);
-        let asked = match sole {
-            Some(_) => None,
-            None => agent
-                .call_method1(intern!(agent.py(), "query_xfer_backend"), (handle,))
-                .ok()
-                .and_then(|b| b.extract::<String>().ok()),
-        };
-        let backend = sole
-            .as_ref()
-            .and_then(|l| l.first())
-            .or(asked.as_ref())
-            .map(String::as_str);
+        let backend = named
+            .as_deref()
+            .or_else(|| sole.as_ref().and_then(|l| l.first()).map(String::as_str));
         r.observer().transfer_created(&Transfer {
             agent: id,
             handle: h,
@@ -343,6 +326,37 @@ pub(crate) fn xfer_created(
         Some(())
     });
     finish()
+}
+
+/// The backend a creation call confines the request to: its own
+/// `backends=[one]`, else (`make_prepped_xfer`) the one its local prepared
+/// list was confined to. Read from what the program passed, never asked of
+/// NIXL (a call the program did not make); an agent of one backend is the
+/// caller's fallback, and a choice among several left unknown.
+fn named_backend(
+    r: &Running,
+    method: &str,
+    args: &Bound<'_, PyTuple>,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> Option<String> {
+    let at = if method == "initialize_xfer" { 5 } else { 6 };
+    if let Some(one) = arg(args, kwargs, at, "backends").and_then(|b| only_backend(&b)) {
+        return Some(one);
+    }
+    if method == "make_prepped_xfer" {
+        let local = arg(args, kwargs, 1, "local_xfer_side").and_then(|v| Key::of(&v))?;
+        return r.prepped(local)?.backend.clone();
+    }
+    None
+}
+
+/// The one name of a `backends` list, when it names exactly one.
+fn only_backend(backends: &Bound<'_, PyAny>) -> Option<String> {
+    let l = backends.cast::<PyList>().ok()?;
+    if l.len() != 1 {
+        return None;
+    }
+    l.get_item(0).ok()?.extract::<String>().ok()
 }
 
 /// Creating a transfer request raised `error`.
@@ -364,7 +378,7 @@ pub(crate) fn xfer_create_failed(
         // A prepared remote list names its peer and when it was prepared:
         // a peer reloaded since makes it stale (peer_invalidated).
         let remote = (method == "make_prepped_xfer")
-            .then(|| arg(args, kwargs, 3, "remote_xfer_side").and_then(|v| handle_of(&v)))
+            .then(|| arg(args, kwargs, 3, "remote_xfer_side").and_then(|v| Key::of(&v)))
             .flatten()
             .and_then(|h| r.prepped(h));
         match remote {
@@ -393,7 +407,7 @@ pub(crate) fn dlist_prepped(
     let _ = agent;
     guarded(Hooked::Transfer, || {
         let r = running()?;
-        let h = handle_of(handle)?;
+        let h = Key::of(handle)?;
         let peer = arg(args, kwargs, 0, "agent_name")
             .and_then(|v| name_of(&v))
             .unwrap_or_default();
@@ -416,29 +430,33 @@ pub(crate) fn dlist_prepped(
                 None => Prepped::new([], named, peer),
             },
         };
-        r.prepped.insert(h, prepped);
+        let backend = arg(args, kwargs, 3, "backends").and_then(|b| only_backend(&b));
+        r.prepped.insert(h, prepped.confined_to(backend));
         Some(())
     });
     finish()
 }
 
-/// A transfer handle released (or collected) unreleased before.
+/// A transfer handle's `release()` returned, or the handle was collected:
+/// the request it names ends, once (a second release, or the finalizer
+/// of a released handle, finds nothing).
 #[pyfunction]
 pub(crate) fn xfer_released(handle: &Bound<'_, PyAny>) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
-        r.observer().transfer_released(handle_of(handle)?);
+        let serial = r.requests.released(Key::of(handle)?)?;
+        r.observer().transfer_released(serial);
         Some(())
     });
     finish()
 }
 
-/// A prepared list's handle released: forgotten.
+/// A prepared list's handle released or collected: forgotten.
 #[pyfunction]
 pub(crate) fn dlist_released(handle: &Bound<'_, PyAny>) -> PyResult<()> {
     guarded(Hooked::Transfer, || {
         let r = running()?;
-        let h = handle_of(handle)?;
+        let h = Key::of(handle)?;
         r.prepped.remove(h);
         Some(())
     });
@@ -546,7 +564,7 @@ impl Running {
         !set.is_empty() && set.contains(&self.agent_id(agent))
     }
 
-    fn prepped(&self, handle: u64) -> Option<Arc<Prepped>> {
+    fn prepped(&self, handle: Key) -> Option<Arc<Prepped>> {
         self.prepped.get(handle)
     }
 }

@@ -1,12 +1,12 @@
-//! The data path's bounded tables: requests by NIXL's handle (a cheap hash:
-//! handles are addresses or counters) and eviction by last use, so a
+//! The data path's bounded tables: requests by their identity (a cheap
+//! hash: identities are serials the front-ends hand out) and eviction by last use, so a
 //! program that never releases its handles cannot grow the ledger, and the
 //! requests it still uses are the ones kept.
 
 use std::collections::HashMap;
 
-/// NIXL's handles are addresses (Rust's, a counter): spread by one
-/// multiplication, not SipHash — the post and poll path hashes them.
+/// Request identities are serials: spread by one multiplication, not
+/// SipHash — the post and poll path hashes them.
 #[derive(Default, Clone, Copy)]
 pub(super) struct HandleHasher(u64);
 
