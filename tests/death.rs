@@ -11,10 +11,11 @@
 mod prom;
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
+use support::CommandWithin;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,7 +24,7 @@ fn repo() -> PathBuf {
 /// `nixl-agent-instrument python tests/python/serving.py <args>`, with a
 /// clean NIXL_AGENT_* environment plus `env`; stdin and stdout piped,
 /// stderr dropped (`DEATH_DEBUG` set: inherited).
-fn instrumented(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
+fn instrumented(args: &[&str], env: &[(&str, &str)]) -> (Child, support::Lines) {
     let program = repo().join("tests/python/serving.py");
     let mut child = support::held::command(program.to_str().unwrap(), true, args, env)
         .env_remove("LOCAL_RANK")
@@ -36,16 +37,18 @@ fn instrumented(args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::p
         })
         .spawn()
         .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let out = support::Lines::new(child.stdout.take().unwrap());
     (child, out)
 }
 
-/// Reads `out` until a line equal to `want` (the program printed it).
-fn until_line(out: &mut BufReader<std::process::ChildStdout>, want: &str) {
-    let mut line = String::new();
+/// Reads `out` until a line equal to `want` (the program printed it),
+/// which must come within [`support::RUN_WITHIN`].
+fn until_line(out: &mut support::Lines, want: &str) {
+    let what = format!("the program's line {want:?}");
     loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "ended before {want}");
+        let line = out
+            .next_within(support::RUN_WITHIN, &what)
+            .unwrap_or_else(|| panic!("ended before {want}"));
         if line.trim_end() == want {
             return;
         }
@@ -347,7 +350,7 @@ fn a_rank_whose_directory_is_full_is_stale_never_dead() {
             .spawn()
             .unwrap(),
     );
-    let mut out = BufReader::new(rank.0.stdout.take().unwrap());
+    let mut out = support::Lines::new(rank.0.stdout.take().unwrap());
     until_line(&mut out, "HOLD");
     let ns = format!("--mount=/proc/{}/ns/mnt", rank.0.id());
     let addr = support::free_port();
@@ -375,8 +378,7 @@ fn a_rank_whose_directory_is_full_is_stale_never_dead() {
             "dd if=/dev/zero of=\"$0\" bs=1k 2>/dev/null; test -s \"$0\"",
         ])
         .arg(&fill)
-        .status()
-        .unwrap();
+        .status_within(support::RUN_WITHIN);
     assert!(filled.success());
     // Rewritten at least every 2 s: those writes fail; stale within 5 s.
     let stale = support::wait_for(Duration::from_secs(20), "the rank read as stale", || {
@@ -396,8 +398,7 @@ fn a_rank_whose_directory_is_full_is_stale_never_dead() {
         .arg(&ns)
         .args(["rm", "-f"])
         .arg(&fill)
-        .status()
-        .unwrap();
+        .status_within(support::RUN_WITHIN);
     assert!(freed.success());
     let s = support::wait_for(
         Duration::from_secs(20),

@@ -8,11 +8,12 @@
 mod prom;
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use support::CommandWithin;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -20,18 +21,13 @@ fn repo() -> PathBuf {
 
 /// `nixl-agent-instrument python <script> <args>` with a clean
 /// NIXL_AGENT_* / rank environment plus `env`; stdin and stdout piped.
-fn instrumented(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, BufReader<std::process::ChildStdout>) {
+fn instrumented(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, support::Lines) {
     instrumented_via(&[], script, args, env)
 }
 
 /// [`instrumented`], run by `via` (a command and its arguments, which
 /// `exec`s the rest).
-fn instrumented_via(
-    via: &[&str],
-    script: &str,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (Child, BufReader<std::process::ChildStdout>) {
+fn instrumented_via(via: &[&str], script: &str, args: &[&str], env: &[(&str, &str)]) -> (Child, support::Lines) {
     let instrument = support::venv_bin("nixl-agent-instrument");
     let mut c = match via.split_first() {
         Some((first, rest)) => {
@@ -56,7 +52,7 @@ fn instrumented_via(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
+    let out = support::Lines::new(child.stdout.take().unwrap());
     (child, out)
 }
 
@@ -78,11 +74,13 @@ impl RankProcess {
         ];
         all.extend_from_slice(env);
         let (child, mut out) = instrumented("tests/python/serving.py", &["sglang", "--hold"], &all);
-        let mut line = String::new();
-        while line.trim_end() != "HOLD" {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "{env:?}: ended before HOLD");
-        }
+        let what = format!("the rank's HOLD ({env:?})");
+        while out
+            .next_within(support::RUN_WITHIN, &what)
+            .unwrap_or_else(|| panic!("{env:?}: ended before HOLD"))
+            .trim_end()
+            != "HOLD"
+        {}
         RankProcess { child }
     }
 
@@ -236,8 +234,12 @@ impl Tp {
         let (child, mut out) = instrumented_via(via, "tests/python/tp.py", &all, env);
         let mut workers = Vec::new();
         loop {
-            let mut line = String::new();
-            assert!(out.read_line(&mut line).unwrap() > 0, "the launcher ended: {workers:?}");
+            let line = out
+                .next_within(
+                    support::RUN_WITHIN,
+                    &format!("the TP launcher's next line after {workers:?}"),
+                )
+                .unwrap_or_else(|| panic!("the launcher ended: {workers:?}"));
             let line = line.trim_end();
             if line == "ranks up" {
                 break;
@@ -303,8 +305,7 @@ fn plant_hostile_files(dir: &Path) {
     std::os::unix::fs::symlink("/dev/zero", dir.join("rank-20.json")).unwrap();
     assert!(Command::new("mkfifo")
         .arg(dir.join("rank-21.json"))
-        .status()
-        .unwrap()
+        .status_within(support::RUN_WITHIN)
         .success());
     std::fs::File::create(dir.join("rank-22.json"))
         .unwrap()
@@ -524,8 +525,8 @@ fn holder_of(tp: &Tp, addr: SocketAddr) -> u32 {
 fn tp_ranks_meet_elsewhere_when_another_user_took_their_directory() {
     let isolated = Command::new("unshare")
         .args(["-m", "--propagation", "private", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
+        .spawn()
+        .is_ok_and(|mut c| support::wait_within(&mut c, Duration::from_secs(30), "unshare -m true").success());
     assert!(isolated, "unshare -m failed although the build found root");
     let addr = support::free_port();
     let listen = addr.to_string();
@@ -686,7 +687,7 @@ fn the_sidecar_logs_the_life_of_each_rank() {
     if let Some(mut s) = first.child.stdin.take() {
         s.write_all(b"\n").unwrap();
     }
-    assert!(first.child.wait().unwrap().success());
+    assert!(support::wait_within(&mut first.child, support::RUN_WITHIN, "rank 0's clean exit").success());
     said(&format!("rank 0 ended: pid {pid} exited at "));
     let body = support::wait_for(Duration::from_secs(5), "the end in readyz", || {
         Some(verbose()).filter(|b| b.contains("[-]rank:0"))
@@ -707,7 +708,7 @@ fn the_sidecar_logs_the_life_of_each_rank() {
     ));
 
     support::signal(pod.id(), "TERM");
-    assert!(pod.wait().unwrap().success());
+    assert!(support::wait_within(&mut pod, Duration::from_secs(30), "the pod agent's exit on SIGTERM").success());
     said("shutting down on SIGTERM");
 }
 
@@ -801,12 +802,13 @@ fn status_is_one_schema_for_a_process_a_zero_config_pod_and_a_sidecar() {
 fn a_hung_call_in_one_rank_fails_the_zero_config_pods_livez_naming_rank_and_call() {
     let addr = support::free_port();
     let listen = addr.to_string();
-    let hold = |out: &mut BufReader<std::process::ChildStdout>| {
-        let mut line = String::new();
-        while line.trim_end() != "HOLD" {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "ended before HOLD");
-        }
+    let hold = |out: &mut support::Lines| {
+        while out
+            .next_within(support::RUN_WITHIN, "the rank's HOLD")
+            .expect("ended before HOLD")
+            .trim_end()
+            != "HOLD"
+        {}
     };
     let (mut first, mut first_out) = instrumented(
         "tests/python/serving.py",

@@ -6,11 +6,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::Scrape;
+use support::{CommandWithin, Scrape};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,7 +34,9 @@ impl Held {
 
 /// Runs a program to the end; (stdout, stderr).
 fn run(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
-    let out = command(instrumented, args, env).stdin(Stdio::null()).output().unwrap();
+    let out = command(instrumented, args, env)
+        .stdin(Stdio::null())
+        .output_within(support::RUN_WITHIN);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
@@ -238,14 +240,17 @@ fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
         .spawn()
         .unwrap();
     let mut child_stdin = parent.stdin.take().unwrap();
-    let mut stdout = BufReader::new(parent.stdout.take().unwrap());
+    let mut stdout = support::Lines::new(parent.stdout.take().unwrap());
     let mut lines = Vec::new();
     let mut child_pid = None;
     let mut parents_socket = None;
     while child_pid.is_none() || !lines.iter().any(|l: &String| l == "parent exits") {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "ended early: {lines:?}");
-        let line = line.trim_end().to_string();
+        let line = stdout
+            .next_within(
+                support::RUN_WITHIN,
+                &format!("the forking program's next line after {lines:?}"),
+            )
+            .unwrap_or_else(|| panic!("ended early: {lines:?}"));
         if line == "parent listening" {
             parents_socket = support::listening_inode(addr.port());
             child_stdin.write_all(b"\n").unwrap();
@@ -262,7 +267,10 @@ fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
         !support::socket_inodes(child).contains(&parents_socket),
         "the child holds its parent's listening socket"
     );
-    assert!(parent.wait().unwrap().success(), "{lines:?}");
+    assert!(
+        support::wait_within(&mut parent, support::RUN_WITHIN, "the forking parent").success(),
+        "{lines:?}"
+    );
     let exited = Instant::now();
     // Not a zombie waiting for a reaper either.
     let alive = || {
@@ -538,8 +546,7 @@ fn stdout_and_stderr_are_byte_identical_when_capture_is_off() {
                     .stdin(Stdio::null())
                     .stdout(std::fs::File::create(&o).unwrap())
                     .stderr(std::fs::File::create(&e).unwrap())
-                    .status()
-                    .unwrap();
+                    .status_within(support::RUN_WITHIN);
                 assert!(status.success());
                 (std::fs::read(&o).unwrap(), std::fs::read(&e).unwrap())
             })
@@ -740,31 +747,31 @@ fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off
     c.env("NIXL_AGENT_INSTRUMENT", "1")
         .env("NIXL_AGENT_LISTEN", addr.to_string());
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while line.trim_end() != "HOLD" {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0);
-    }
+    let mut out = support::Lines::new(child.stdout.take().unwrap());
+    let hold = |out: &mut support::Lines| {
+        while out
+            .next_within(support::RUN_WITHIN, "the program's HOLD")
+            .expect("the program ended before HOLD")
+            .trim_end()
+            != "HOLD"
+        {}
+    };
+    hold(&mut out);
     let s = support::scrape(addr);
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 8.0);
     drop(child.stdin.take());
-    assert!(child.wait().unwrap().success());
+    assert!(support::wait_within(&mut child, support::RUN_WITHIN, "the held program").success());
 
     // The launcher with NIXL_AGENT_INSTRUMENT=off: nothing is served.
     let addr = support::free_port();
     let mut c = command(true, &["vllm", "--hold"], &[("NIXL_AGENT_INSTRUMENT", "off")]);
     c.env("NIXL_AGENT_LISTEN", addr.to_string());
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    line.clear();
-    while line.trim_end() != "HOLD" {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0);
-    }
+    let mut out = support::Lines::new(child.stdout.take().unwrap());
+    hold(&mut out);
     assert!(support::get(addr, "/metrics").is_err(), "nothing listens");
     drop(child.stdin.take());
-    assert!(child.wait().unwrap().success());
+    assert!(support::wait_within(&mut child, support::RUN_WITHIN, "the held program").success());
 }
 
 /// An unusable setting is named once on stderr and the program runs as if
@@ -788,19 +795,15 @@ fn bad_settings_are_named_and_leave_the_program_alone() {
             "-c",
             "import sys; print('nixl' in sys.modules, 'nixl_cu12' in sys.modules)",
         ])
-        .output()
-        .unwrap();
+        .output_within(support::RUN_WITHIN);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "False False");
     // No command: usage and exit 2; an unknown command: 127.
-    let out = Command::new(support::venv_bin("nixl-agent-instrument"))
-        .output()
-        .unwrap();
+    let out = Command::new(support::venv_bin("nixl-agent-instrument")).output_within(support::RUN_WITHIN);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("usage: nixl-agent-instrument"));
     let out = Command::new(support::venv_bin("nixl-agent-instrument"))
         .arg("no-such-command-here")
-        .output()
-        .unwrap();
+        .output_within(support::RUN_WITHIN);
     assert_eq!(out.status.code(), Some(127));
     assert!(String::from_utf8_lossy(&out.stderr).contains("command not found: no-such-command-here"));
 }
@@ -816,8 +819,7 @@ fn a_program_on_a_python_without_the_package_is_told_where_to_install_it() {
     let out = Command::new(support::venv_bin("nixl-agent-instrument"))
         .arg(other)
         .args(["-c", "print('ran')"])
-        .output()
-        .unwrap();
+        .output_within(support::RUN_WITHIN);
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -834,15 +836,14 @@ fn a_program_on_a_python_without_the_package_is_told_where_to_install_it() {
 #[test]
 fn the_launcher_answers_version_and_help() {
     let launcher = || Command::new(support::venv_bin("nixl-agent-instrument"));
-    let out = launcher().arg("--version").output().unwrap();
+    let out = launcher().arg("--version").output_within(support::RUN_WITHIN);
     assert_eq!(out.status.code(), Some(0));
     let native = Command::new(support::python())
         .args([
             "-c",
             "from nixl_agent_instrument import _native; print(_native.VERSION)",
         ])
-        .output()
-        .unwrap();
+        .output_within(support::RUN_WITHIN);
     let native = String::from_utf8_lossy(&native.stdout).trim().to_string();
     assert_eq!(native, env!("CARGO_PKG_VERSION"));
     assert_eq!(
@@ -850,13 +851,13 @@ fn the_launcher_answers_version_and_help() {
         format!("nixl-agent-instrument {native}\n")
     );
     for help in ["--help", "-h"] {
-        let out = launcher().arg(help).output().unwrap();
+        let out = launcher().arg(help).output_within(support::RUN_WITHIN);
         assert_eq!(out.status.code(), Some(0));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.starts_with("usage: nixl-agent-instrument COMMAND"), "{text}");
         assert!(text.contains("--version | --help"), "{text}");
     }
-    let out = launcher().arg("--verbose").output().unwrap();
+    let out = launcher().arg("--verbose").output_within(support::RUN_WITHIN);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -901,7 +902,9 @@ fn bad_values_are_one_line_never_a_guess() {
                 \x20   except ValueError as e:\n\
                 \x20       print(e)\n\
                 print(nai.group('kv_cache', kind='kv')._chosen)\n";
-    let out = Command::new(support::python()).args(["-c", code]).output().unwrap();
+    let out = Command::new(support::python())
+        .args(["-c", code])
+        .output_within(support::RUN_WITHIN);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = text.lines().collect();
@@ -986,8 +989,7 @@ fn a_duplicate_region_crash_is_announced_in_record_and_refused_in_enforce() {
     use std::os::unix::process::ExitStatusExt;
     let bare = command(false, &["duplicate"], &[])
         .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        .output_within(support::RUN_WITHIN);
     assert_eq!(bare.status.signal(), Some(11), "bare: {:?}", bare);
     let bare_out = String::from_utf8_lossy(&bare.stdout).into_owned();
     assert!(
@@ -1023,7 +1025,7 @@ fn a_duplicate_region_crash_is_announced_in_record_and_refused_in_enforce() {
         "{g}"
     );
     h.resume();
-    let status = h.child.wait().unwrap();
+    let status = support::wait_within(&mut h.child, support::RUN_WITHIN, "the held program's crash");
     assert_eq!(
         status.signal(),
         Some(11),
@@ -1144,7 +1146,7 @@ fn a_hook_failure_before_the_extension_loads_is_counted() {
         .arg(repo().join("tests/python/hook_failure.py"))
         .env("NIXL_AGENT_LISTEN", "off")
         .env_remove("NIXL_AGENT_EXPECT");
-    let out = c.output().unwrap();
+    let out = c.output_within(support::RUN_WITHIN);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -55,7 +55,7 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
         use std::io::Write;
         bare.stdin.as_ref().unwrap().write_all(b"\n\n\n").unwrap();
     }
-    let out = bare.wait_with_output().unwrap();
+    let out = support::wait_with_output_within(bare, support::RUN_WITHIN, "vllm_sequence.py run bare");
     assert!(out.status.success(), "bare run failed: {out:?}");
     let bare_lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
     // NIXL 1.5.1's own words for what the program did: the stale handles

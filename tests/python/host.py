@@ -20,6 +20,7 @@ registered before NIXL is imported).
 import gc
 import os
 import sys
+import time
 
 
 def out(*parts):
@@ -169,7 +170,11 @@ def interrupted_transfer(argv):
     except KeyboardInterrupt:
         out("register_memory: KeyboardInterrupt")
     state = "PROC"
+    deadline = time.monotonic() + 60
     while state == "PROC":
+        if time.monotonic() > deadline:
+            out("transfer: still PROC after 60 s")
+            sys.exit(3)
         state = a.check_xfer_state(handle)
     a.release_xfer_handle(handle)
     a.remove_remote_agent("receiver")

@@ -97,8 +97,8 @@ def run(peer, remote, md):
     print("metadata there:", agent.check_remote_metadata("decode"))
 
     def poll(h, state="PROC", limit=30.0):
-        t0 = time.time()
-        while state == "PROC" and time.time() - t0 < limit:
+        deadline = time.monotonic() + limit
+        while state == "PROC" and time.monotonic() < deadline:
             state = agent.check_xfer_state(h)
         return state
 
@@ -132,15 +132,11 @@ def run(peer, remote, md):
     # A peer stopped past the stall threshold, then resumed.
     os.kill(peer.pid, signal.SIGSTOP)
     h = request("WRITE", BIG)
-    state, t0 = agent.transfer(h), time.time()
-    while state == "PROC" and time.time() - t0 < 1.5:
-        state = agent.check_xfer_state(h)
+    state = poll(h, agent.transfer(h), limit=1.5)
     print("stopped peer after 1.5 s:", state)
     hold()
     os.kill(peer.pid, signal.SIGCONT)
-    while state == "PROC":
-        state = agent.check_xfer_state(h)
-    print("resumed peer:", state)
+    print("resumed peer:", poll(h, state, limit=60))
     h.release()
 
     # The remote agent removed while a transfer to it is in flight.

@@ -99,8 +99,10 @@ def target(path):
         time.sleep(0.01)
 
 
-def wait(agent, h, state="PROC"):
+def wait(agent, h, state="PROC", limit=60.0):
+    deadline = time.monotonic() + limit
     while state == "PROC":
+        assert time.monotonic() < deadline, f"the transfer was still in flight after {limit} s"
         state = agent.check_xfer_state(h)
     return state
 

@@ -16,6 +16,7 @@ prints the same, with the recorded figure "bare".
 """
 
 import sys
+import time
 
 import numpy as np
 from nixl._api import nixl_agent, nixl_agent_config
@@ -52,6 +53,15 @@ def write_bytes():
     return 0
 
 
+def poll(agent, h, limit=60.0):
+    """Posts ``h`` and polls it to its end, for at most ``limit`` seconds."""
+    state, deadline = agent.transfer(h), time.monotonic() + limit
+    while state == "PROC":
+        assert time.monotonic() < deadline, f"the transfer was still in flight after {limit} s"
+        state = agent.check_xfer_state(h)
+    return state
+
+
 def main():
     agent = nixl_agent("lists", nixl_agent_config(backends=["UCX"]))
     src = np.random.default_rng(7).integers(0, 255, N * DESC, dtype=np.uint8)
@@ -75,9 +85,7 @@ def main():
         before = write_bytes()
         local, remote = make(src.ctypes.data, n), make(dst.ctypes.data, n)
         h = agent.initialize_xfer("WRITE", local, remote, agent.name)
-        state = agent.transfer(h)
-        while state == "PROC":
-            state = agent.check_xfer_state(h)
+        state = poll(agent, h)
         h.release()
         moved = bool((dst[: n * DESC] == src[: n * DESC]).all())
         after = write_bytes()
@@ -99,9 +107,7 @@ def main():
         before = write_bytes()
         idx = np.arange(0, N, 2, dtype=np.int64)
         h = agent.make_prepped_xfer("WRITE", local, idx, remote, idx)
-        state = agent.transfer(h)
-        while state == "PROC":
-            state = agent.check_xfer_state(h)
+        state = poll(agent, h)
         h.release()
         moved = bool(all((dst[i * DESC : (i + 1) * DESC] == src[i * DESC : (i + 1) * DESC]).all() for i in idx))
         after = write_bytes()

@@ -2,11 +2,16 @@
 //! Python API, run bare or under `nixl-agent-instrument`, and a handle on
 //! one stopped at its `HOLD` lines so a test can probe it meanwhile.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
 
-use super::Scrape;
+use super::{Lines, Scrape};
+
+/// The longest a held program may take from one `HOLD` to the next (its
+/// transfers poll with limits of their own well below this).
+pub const HOLD_WITHIN: Duration = Duration::from_secs(120);
 
 /// The command for `program args`, bare or under the launcher, with a
 /// clean NIXL_AGENT_* environment.
@@ -36,7 +41,7 @@ pub struct Held {
     pub child: Child,
     stderr: tempfile::NamedTempFile,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    stdout: Lines,
     pub addr: SocketAddr,
     pub lines: Vec<String>,
 }
@@ -57,7 +62,7 @@ impl Held {
             .spawn()
             .expect("start the program");
         let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let stdout = Lines::new(child.stdout.take().unwrap());
         let mut h = Held {
             child,
             stderr,
@@ -70,12 +75,26 @@ impl Held {
         h
     }
 
-    /// Reads the program's stdout up to its next `HOLD`.
+    /// Reads the program's stdout up to its next `HOLD`, which must come
+    /// within [`HOLD_WITHIN`].
     pub fn until_hold(&mut self) {
+        self.until_hold_within(HOLD_WITHIN);
+    }
+
+    /// Reads the program's stdout up to its next `HOLD` within `timeout`.
+    pub fn until_hold_within(&mut self, timeout: Duration) {
+        let end = std::time::Instant::now() + timeout;
         loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "the program ended before HOLD; stdout: {:?}", self.lines);
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            let lines = &self.lines;
+            let what = || format!("the program's next HOLD; stdout so far: {lines:?}");
+            let Some(line) = self.stdout.next_or(left, what) else {
+                panic!(
+                    "the program ended before HOLD; stdout: {:?}; stderr: {}",
+                    self.lines,
+                    self.stderr()
+                );
+            };
             let line = line.trim_end().to_string();
             if line == "HOLD" {
                 return;
@@ -120,13 +139,14 @@ impl Held {
         super::get(self.addr, "/readyz").unwrap().status
     }
 
-    /// Lets the program finish; returns its whole stdout.
+    /// Lets the program finish (within [`HOLD_WITHIN`]); returns its whole
+    /// stdout.
     pub fn finish(mut self) -> Vec<String> {
         drop(self.stdin.take());
-        for line in self.stdout.by_ref().lines() {
-            self.lines.push(line.unwrap());
-        }
-        let status = self.child.wait().unwrap();
+        let what = format!("the held program's end; stdout so far: {:?}", self.lines);
+        let rest = self.stdout.rest_within(HOLD_WITHIN, &what);
+        self.lines.extend(rest);
+        let status = super::wait_within(&mut self.child, HOLD_WITHIN, "the held program");
         assert!(status.success(), "program failed: {status}; stdout {:?}", self.lines);
         std::mem::take(&mut self.lines)
     }

@@ -76,6 +76,161 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
     }
 }
 
+/// Waits for `child` to exit within `timeout`; past it, kills it and
+/// panics naming `what`.
+pub fn wait_within(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("waiting for {what}: {e}")) {
+            return status;
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out after {timeout:?} waiting for {what} to exit (killed)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What a pipe of a child said, read to its end on a thread: handed over
+/// when the pipe closes, or `None` past `end` (a grandchild that holds it).
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    match pipe {
+        Some(mut p) => {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = p.read_to_end(&mut buf);
+                let _ = tx.send(buf);
+            });
+        }
+        None => {
+            let _ = tx.send(Vec::new());
+        }
+    }
+    rx
+}
+
+/// `child.wait_with_output()` within `timeout`: its piped stdout and stderr
+/// read on threads while it runs; past the deadline it is killed and the
+/// test panics naming `what`.
+pub fn wait_with_output_within(mut child: Child, timeout: Duration, what: &str) -> std::process::Output {
+    let end = Instant::now() + timeout;
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let status = wait_within(&mut child, timeout, what);
+    let left = end.saturating_duration_since(Instant::now()) + Duration::from_secs(5);
+    let read = |rx: std::sync::mpsc::Receiver<Vec<u8>>, which: &str| {
+        rx.recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{what} exited but its {which} stayed open past {timeout:?}"))
+    };
+    std::process::Output {
+        status,
+        stdout: read(out, "stdout"),
+        stderr: read(err, "stderr"),
+    }
+}
+
+/// `cmd.output()` within `timeout` (stdin null, stdout and stderr piped, as
+/// `output()` has them); past it the process is killed and the test
+/// panics naming `what`.
+pub fn output_within(cmd: &mut Command, timeout: Duration, what: &str) -> std::process::Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    wait_with_output_within(child, timeout, what)
+}
+
+/// `cmd.status()` within `timeout` (stdio as the caller set it).
+pub fn status_within(cmd: &mut Command, timeout: Duration, what: &str) -> ExitStatus {
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
+    wait_within(&mut child, timeout, what)
+}
+
+/// The longest a test's program (a Python program, a launcher, a tool) may
+/// run to its end.
+pub const RUN_WITHIN: Duration = Duration::from_secs(180);
+
+/// [`output_within`], [`status_within`] as methods, naming the command.
+pub trait CommandWithin {
+    /// `output()` within `timeout`.
+    fn output_within(&mut self, timeout: Duration) -> std::process::Output;
+    /// `status()` within `timeout`.
+    fn status_within(&mut self, timeout: Duration) -> ExitStatus;
+}
+
+impl CommandWithin for Command {
+    fn output_within(&mut self, timeout: Duration) -> std::process::Output {
+        let what = format!("{self:?}");
+        output_within(self, timeout, &what)
+    }
+
+    fn status_within(&mut self, timeout: Duration) -> ExitStatus {
+        let what = format!("{self:?}");
+        status_within(self, timeout, &what)
+    }
+}
+
+/// The lines of a pipe, read on a thread so that each can be awaited with a
+/// deadline.
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<std::io::Result<String>>,
+    ended: bool,
+}
+
+impl Lines {
+    pub fn new(pipe: impl Read + Send + 'static) -> Lines {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let stop = line.is_err();
+                if tx.send(line).is_err() || stop {
+                    return;
+                }
+            }
+        });
+        Lines { rx, ended: false }
+    }
+
+    /// The next line (without its end), `None` at the end of the pipe; panics
+    /// naming `what` if none comes within `timeout`.
+    pub fn next_within(&mut self, timeout: Duration, what: &str) -> Option<String> {
+        self.next_or(timeout, || what.to_string())
+    }
+
+    /// [`Lines::next_within`], the wait named by `what()` only if it fails.
+    pub fn next_or(&mut self, timeout: Duration, what: impl FnOnce() -> String) -> Option<String> {
+        if self.ended {
+            return None;
+        }
+        match self.rx.recv_timeout(timeout) {
+            Ok(Ok(line)) => Some(line),
+            Ok(Err(e)) => panic!("reading {}: {e}", what()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                self.ended = true;
+                None
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("timed out after {timeout:?} waiting for {}", what())
+            }
+        }
+    }
+
+    /// Every line up to the end of the pipe, which must come within
+    /// `timeout`.
+    pub fn rest_within(&mut self, timeout: Duration, what: &str) -> Vec<String> {
+        let end = Instant::now() + timeout;
+        let mut out = Vec::new();
+        while let Some(l) = self.next_within(end.saturating_duration_since(Instant::now()), what) {
+            out.push(l);
+        }
+        out
+    }
+}
+
 /// A response from [`get`].
 #[derive(Debug)]
 pub struct Response {
@@ -107,8 +262,23 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &st
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    // Each read is bounded by the socket's timeout, the whole response by
+    // a deadline (a server that trickles bytes cannot hold the test).
+    let (mut raw, mut chunk) = (Vec::new(), [0u8; 16 << 10]);
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&chunk[..n]);
+        if Instant::now() > end {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{method} {path} on {addr}: the response did not end within 30 s"),
+            ));
+        }
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
@@ -153,7 +323,7 @@ pub fn assert_promtool_clean(body: &str) {
         .spawn()
         .expect("run promtool");
     lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = lint.wait_with_output().unwrap();
+    let out = wait_with_output_within(lint, Duration::from_secs(60), "promtool check metrics");
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -387,7 +557,12 @@ pub fn example_binary(name: &str) -> PathBuf {
             cmd.arg("--release");
         }
         assert!(
-            cmd.status().is_ok_and(|s| s.success()),
+            status_within(
+                &mut cmd,
+                Duration::from_secs(900),
+                &format!("cargo build --example {name}")
+            )
+            .success(),
             "cargo build --example {name} failed"
         );
     }
@@ -397,10 +572,11 @@ pub fn example_binary(name: &str) -> PathBuf {
 
 /// Sends `sig` (a name such as `TERM`) to a process.
 pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args(["-s", sig, &pid.to_string()])
-        .status()
-        .unwrap();
+    let ok = status_within(
+        Command::new("kill").args(["-s", sig, &pid.to_string()]),
+        Duration::from_secs(10),
+        &format!("kill -s {sig} {pid}"),
+    );
     assert!(ok.success());
 }
 
@@ -596,7 +772,7 @@ pub fn status_schema_errors(doc: &serde_json::Value) -> Result<(), String> {
         .unwrap()
         .write_all(doc.to_string().as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = wait_with_output_within(child, Duration::from_secs(60), "the status schema check (venv python)");
     if out.status.success() {
         return Ok(());
     }

@@ -3,7 +3,27 @@
 //! `cfg(nixl_agent_netns)`): two namespaces joined by a veth pair, or one
 //! joined to this one. Deleted, with their pairs, when dropped.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The longest one `ip` command may take.
+const IP_WITHIN: Duration = Duration::from_secs(30);
+
+/// `ip args`, to its end within [`IP_WITHIN`]; `Err` when there is no `ip`.
+fn run_ip(args: &[&str]) -> Result<std::process::Output, String> {
+    let child = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("ip: {e}"))?;
+    Ok(super::wait_with_output_within(
+        child,
+        IP_WITHIN,
+        &format!("ip {}", args.join(" ")),
+    ))
+}
 
 /// Two network namespaces joined by a veth pair; deleted (with the pair)
 /// when dropped, panic or not.
@@ -14,13 +34,13 @@ pub struct Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
+            let _ = run_ip(&["netns", "del", n]);
         }
     }
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    let out = run_ip(args)?;
     if out.status.success() {
         Ok(())
     } else {
@@ -46,7 +66,7 @@ pub fn veth_pair(ns: [&str; 2], dev: [&str; 2], ips: [&str; 2]) -> Result<Netns,
     }
     let mut guard = Netns { names: Vec::new() };
     for n in ns {
-        let _ = Command::new("ip").args(["netns", "del", n]).output();
+        let _ = run_ip(&["netns", "del", n]);
         ip(&["netns", "add", n])?;
         guard.names.push(n.to_string());
     }
@@ -69,7 +89,7 @@ pub fn veth_to_here(ns: &str, dev: [&str; 2], ips: [&str; 2]) -> Result<Netns, S
         Some(0) => {}
         uid => return Err(format!("needs root (euid {uid:?})")),
     }
-    let _ = Command::new("ip").args(["netns", "del", ns]).output();
+    let _ = run_ip(&["netns", "del", ns]);
     ip(&["netns", "add", ns])?;
     let guard = Netns {
         names: vec![ns.to_string()],

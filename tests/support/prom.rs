@@ -509,6 +509,8 @@ impl Webhook {
         let sink = got.clone();
         std::thread::spawn(move || {
             for stream in l.incoming().map_while(Result::ok) {
+                // A client that stops mid-request cannot hold the hook.
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
                 let mut r = BufReader::new(stream);
                 let mut first = String::new();
                 if r.read_line(&mut first).is_err() {
