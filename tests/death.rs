@@ -343,13 +343,7 @@ fn a_rank_whose_directory_is_full_is_stale_never_dead() {
             None => c.env_remove(k),
         };
     }
-    let mut rank = support::Killed(
-        c.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut rank = support::Killed(support::spawn_piped(&mut c));
     let mut out = support::Lines::new(rank.0.stdout.take().unwrap());
     until_line(&mut out, "HOLD");
     let ns = format!("--mount=/proc/{}/ns/mnt", rank.0.id());

@@ -46,12 +46,7 @@ fn instrumented_via(via: &[&str], script: &str, args: &[&str], env: &[(&str, &st
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut child = c
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = support::spawn_piped(&mut c);
     let out = support::Lines::new(child.stdout.take().unwrap());
     (child, out)
 }
@@ -74,13 +69,7 @@ impl RankProcess {
         ];
         all.extend_from_slice(env);
         let (child, mut out) = instrumented("tests/python/serving.py", &["sglang", "--hold"], &all);
-        let what = format!("the rank's HOLD ({env:?})");
-        while out
-            .next_within(support::RUN_WITHIN, &what)
-            .unwrap_or_else(|| panic!("{env:?}: ended before HOLD"))
-            .trim_end()
-            != "HOLD"
-        {}
+        out.skip_to("HOLD", support::RUN_WITHIN, &format!("the rank's HOLD ({env:?})"));
         RankProcess { child }
     }
 
@@ -802,14 +791,7 @@ fn status_is_one_schema_for_a_process_a_zero_config_pod_and_a_sidecar() {
 fn a_hung_call_in_one_rank_fails_the_zero_config_pods_livez_naming_rank_and_call() {
     let addr = support::free_port();
     let listen = addr.to_string();
-    let hold = |out: &mut support::Lines| {
-        while out
-            .next_within(support::RUN_WITHIN, "the rank's HOLD")
-            .expect("ended before HOLD")
-            .trim_end()
-            != "HOLD"
-        {}
-    };
+    let hold = |out: &mut support::Lines| out.skip_to("HOLD", support::RUN_WITHIN, "the rank's HOLD");
     let (mut first, mut first_out) = instrumented(
         "tests/python/serving.py",
         &["sglang", "--hold"],

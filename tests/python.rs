@@ -233,12 +233,11 @@ fn a_forked_child_records_on_its_own() {
 fn a_forked_child_does_not_keep_its_parents_port_and_takes_the_address_over() {
     let addr = support::free_port();
     let listen = addr.to_string();
-    let mut parent = command(true, &["fork", "--orphan"], &[("NIXL_AGENT_LISTEN", listen.as_str())])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut parent = support::spawn_piped(&mut command(
+        true,
+        &["fork", "--orphan"],
+        &[("NIXL_AGENT_LISTEN", listen.as_str())],
+    ));
     let mut child_stdin = parent.stdin.take().unwrap();
     let mut stdout = support::Lines::new(parent.stdout.take().unwrap());
     let mut lines = Vec::new();
@@ -748,14 +747,7 @@ fn environment_variable_instruments_without_the_launcher_and_off_switches_it_off
         .env("NIXL_AGENT_LISTEN", addr.to_string());
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut out = support::Lines::new(child.stdout.take().unwrap());
-    let hold = |out: &mut support::Lines| {
-        while out
-            .next_within(support::RUN_WITHIN, "the program's HOLD")
-            .expect("the program ended before HOLD")
-            .trim_end()
-            != "HOLD"
-        {}
-    };
+    let hold = |out: &mut support::Lines| out.skip_to("HOLD", support::RUN_WITHIN, "the program's HOLD");
     hold(&mut out);
     let s = support::scrape(addr);
     assert_eq!(group_value(&s, "nixl_agent_registered_descriptors", "kv"), 8.0);

@@ -118,7 +118,7 @@ fn the_hosts_last_bytes_survive_every_way_it_dies() {
 /// the program's: it passes.
 #[test]
 fn a_prompt_goes_out_as_it_comes_and_only_ucxs_own_lines_are_kept() {
-    let mut child = support::held::command(
+    let mut child = support::spawn_piped(&mut support::held::command(
         &program(),
         true,
         &["prompt"],
@@ -127,12 +127,7 @@ fn a_prompt_goes_out_as_it_comes_and_only_ucxs_own_lines_are_kept() {
             ("NIXL_AGENT_EXPECT", "none"),
             ("NIXL_AGENT_TRANSPORTS", "1"),
         ],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    ));
     let mut stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::spawn(move || {

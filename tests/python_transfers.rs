@@ -11,13 +11,14 @@ mod prom;
 mod support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 use support::held::{command, Held};
 
-fn program() -> String {
+/// A program of tests/python, by file name.
+fn program(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python/kv_transfer.py")
+        .join("tests/python")
+        .join(name)
         .display()
         .to_string()
 }
@@ -37,12 +38,7 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     let work = dir.path().display().to_string();
     let ucx = [("UCX_TLS", "tcp")];
     // Bare: what the program sees without nixl-agent.
-    let bare = command(&program(), false, &[&work], &ucx)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let bare = support::spawn_piped(&mut command(&program("kv_transfer.py"), false, &[&work], &ucx));
     {
         use std::io::Write;
         let mut stdin = bare.stdin.as_ref().unwrap();
@@ -55,7 +51,7 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     let rx = support::otlp::Receiver::start();
     let endpoint = rx.endpoint();
     let mut h = Held::start(
-        &program(),
+        &program("kv_transfer.py"),
         &[&work],
         &[
             ("UCX_TLS", "tcp"),
@@ -308,13 +304,6 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
     });
 }
 
-fn lists_program() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python/xfer_lists.py")
-        .display()
-        .to_string()
-}
-
 /// `shape: STATE moved=… items_read=… expected=B recorded=R` lines.
 fn list_lines(out: &std::process::Output) -> Vec<String> {
     assert!(out.status.success(), "xfer_lists.py failed: {out:?}");
@@ -329,7 +318,12 @@ fn list_lines(out: &std::process::Output) -> Vec<String> {
 fn every_shape_of_transfer_list_is_read_in_bulk_and_counts_its_bytes() {
     let run = |instrumented: bool| {
         let out = support::output_within(
-            &mut command(&lists_program(), instrumented, &[], &[("NIXL_AGENT_LISTEN", "off")]),
+            &mut command(
+                &program("xfer_lists.py"),
+                instrumented,
+                &[],
+                &[("NIXL_AGENT_LISTEN", "off")],
+            ),
             Duration::from_secs(180),
             "xfer_lists.py",
         );
@@ -358,13 +352,6 @@ fn every_shape_of_transfer_list_is_read_in_bulk_and_counts_its_bytes() {
     }
 }
 
-fn handles_program() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python/xfer_handles.py")
-        .display()
-        .to_string()
-}
-
 /// NIXL makes a request at the address of one released where no wrapper
 /// saw it (NIXL's binding, NIXL's own leak list): it is a new request, and
 /// the old one's open transfer ends released in flight, never "done" at the
@@ -383,7 +370,7 @@ fn a_request_at_a_released_ones_address_is_new_and_nixl_is_asked_nothing_for_the
         );
         let env = [("UCX_TLS", "tcp"), ("NIXL_AGENT_LISTEN", "off")];
         let out = support::output_within(
-            &mut command(&handles_program(), instrumented, &[&work], &env),
+            &mut command(&program("xfer_handles.py"), instrumented, &[&work], &env),
             Duration::from_secs(180),
             &what,
         );

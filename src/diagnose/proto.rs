@@ -111,58 +111,32 @@ pub enum UcxPrefix {
 
 /// Reads UCX's `[seconds.micros] [host:pid` at the start of `bytes`.
 pub fn ucx_prefix(bytes: &[u8]) -> UcxPrefix {
-    let mut i = 0;
-    let at = |i: usize| bytes.get(i).copied();
-    // `[`, the time (digits and one dot), `]`.
-    match at(i) {
-        None => return UcxPrefix::Partial,
-        Some(b'[') => i += 1,
-        Some(_) => return UcxPrefix::Not,
-    }
-    let start = i;
-    loop {
-        match at(i) {
-            None => return UcxPrefix::Partial,
-            Some(b) if b.is_ascii_digit() || b == b'.' => i += 1,
-            Some(b']') if i > start => break,
-            Some(_) => return UcxPrefix::Not,
+    scan_prefix(bytes).unwrap_or_else(|e| e)
+}
+
+fn scan_prefix(bytes: &[u8]) -> Result<UcxPrefix, UcxPrefix> {
+    // One part of the prefix: bytes `take` accepts from `from`, up to the
+    // byte `ends` accepts once `min` were taken; that byte's index.
+    let part = |from: usize, min: usize, take: &dyn Fn(u8) -> bool, ends: &dyn Fn(u8) -> bool| {
+        let mut i = from;
+        loop {
+            match bytes.get(i).copied() {
+                None => return Err(UcxPrefix::Partial),
+                Some(b) if ends(b) && i >= from + min => return Ok(i),
+                Some(b) if take(b) => i += 1,
+                Some(_) => return Err(UcxPrefix::Not),
+            }
         }
-    }
-    i += 1;
-    // Blanks, `[`, the host, `:`.
-    loop {
-        match at(i) {
-            None => return UcxPrefix::Partial,
-            Some(b' ') => i += 1,
-            Some(b'[') if i > start + 1 => break,
-            Some(_) => return UcxPrefix::Not,
-        }
-    }
-    i += 1;
-    let host = i;
-    loop {
-        match at(i) {
-            None => return UcxPrefix::Partial,
-            Some(b':') if i > host => break,
-            Some(b) if b.is_ascii_graphic() && b != b']' && b != b'[' && b != b':' => i += 1,
-            Some(_) => return UcxPrefix::Not,
-        }
-    }
-    i += 1;
-    // The pid, up to a blank or `:`.
-    let pid = i;
-    loop {
-        match at(i) {
-            None => return UcxPrefix::Partial,
-            Some(b) if b.is_ascii_digit() => i += 1,
-            Some(b' ' | b':') if i > pid => break,
-            Some(_) => return UcxPrefix::Not,
-        }
-    }
-    std::str::from_utf8(&bytes[pid..i])
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .map_or(UcxPrefix::Not, UcxPrefix::Pid)
+    };
+    let open = part(0, 0, &|_| false, &|b| b == b'[')?;
+    let time = part(open + 1, 1, &|b| b.is_ascii_digit() || b == b'.', &|b| b == b']')?;
+    let host = part(time + 1, 0, &|b| b == b' ', &|b| b == b'[')? + 1;
+    let pid = part(host, 1, &|b| b.is_ascii_graphic() && !b"[]:".contains(&b), &|b| {
+        b == b':'
+    })? + 1;
+    let end = part(pid, 1, &|b| b.is_ascii_digit(), &|b| b == b' ' || b == b':')?;
+    let pid = std::str::from_utf8(&bytes[pid..end]).ok().and_then(|p| p.parse().ok());
+    Ok(pid.map_or(UcxPrefix::Not, UcxPrefix::Pid))
 }
 
 /// [`table_line`] of a line the process `pid`'s UCX printed; `None` for

@@ -950,15 +950,7 @@ mod tests {
     fn each_thread_has_its_own_window() {
         let (_out_real, out_fd) = fake_stream();
         let (_err_real, err_fd) = fake_stream();
-        let tap = install_on(
-            [out_fd, err_fd],
-            &|_, f| {
-                std::thread::spawn(f);
-                Ok(())
-            },
-            false,
-        )
-        .unwrap();
+        let tap = tap_on(out_fd, err_fd);
         let (to_b, b_rx) = std::sync::mpsc::channel::<()>();
         let (to_a, a_rx) = std::sync::mpsc::channel::<u64>();
         let b_tap = tap.clone();
@@ -1004,15 +996,7 @@ mod tests {
     fn half_a_ucx_table_line_cut_by_a_marker_is_joined_and_kept_off_stdout() {
         let (mut out_real, out_fd) = fake_stream();
         let (_err_real, err_fd) = fake_stream();
-        let tap = install_on(
-            [out_fd, err_fd],
-            &|_, f| {
-                std::thread::spawn(f);
-                Ok(())
-            },
-            false,
-        )
-        .unwrap();
+        let tap = tap_on(out_fd, err_fd);
         tap.keep_protocol_tables(true);
         // Another thread's stdio flushed half a table line; a marker came
         // between the halves.
@@ -1042,15 +1026,37 @@ mod tests {
         .unwrap()
     }
 
+    /// A tap on two fake streams that keeps UCX's tables off stdout.
+    struct Quiet {
+        out_real: File,
+        out_fd: i32,
+        err_real: File,
+        err_fd: i32,
+        tap: StderrTap,
+    }
+
+    fn quiet() -> Quiet {
+        let (out_real, out_fd) = fake_stream();
+        let (err_real, err_fd) = fake_stream();
+        let tap = tap_on(out_fd, err_fd);
+        tap.keep_protocol_tables(true);
+        Quiet {
+            out_real,
+            out_fd,
+            err_real,
+            err_fd,
+            tap,
+        }
+    }
+
     /// With UCX's tables kept off stdout, only this process's UCX lines are
     /// kept: another process's (or a program's look-alike) passes, and an
     /// unfinished line starting with `[` (a prompt) goes out as it comes.
     #[test]
     fn only_ucxs_own_lines_are_kept_and_a_prompt_goes_out_as_it_comes() {
-        let (out_real, out_fd) = fake_stream();
-        let (_err_real, err_fd) = fake_stream();
-        let tap = tap_on(out_fd, err_fd);
-        tap.keep_protocol_tables(true);
+        let Quiet {
+            out_real, out_fd, tap, ..
+        } = quiet();
         write_fd(out_fd, b"[y/N] ");
         assert_eq!(read_within(&out_real, 6).as_deref(), Some(&b"[y/N] "[..]), "the prompt");
         write_fd(out_fd, b"y\n");
@@ -1075,10 +1081,13 @@ mod tests {
     /// may be a marker), and points the fds back at the real streams.
     #[test]
     fn a_drain_writes_out_the_pipes_and_what_is_held_back() {
-        let (out_real, out_fd) = fake_stream();
-        let (err_real, err_fd) = fake_stream();
-        let tap = tap_on(out_fd, err_fd);
-        tap.keep_protocol_tables(true);
+        let Quiet {
+            out_real,
+            out_fd,
+            err_real,
+            err_fd,
+            tap,
+        } = quiet();
         let held = format!("[1796185907.212271] [vm:{:<5}:0]   | half", std::process::id());
         write_fd(out_fd, held.as_bytes());
         write_fd(err_fd, b"last words\n\x1e");
@@ -1126,15 +1135,7 @@ mod tests {
     fn a_line_without_its_newline_goes_through_as_it_comes() {
         let (out_real, out_fd) = fake_stream();
         let (err_real, err_fd) = fake_stream();
-        let _tap = install_on(
-            [out_fd, err_fd],
-            &|_, f| {
-                std::thread::spawn(f);
-                Ok(())
-            },
-            false,
-        )
-        .unwrap();
+        let _tap = tap_on(out_fd, err_fd);
         // A progress bar's update: no newline, ever.
         write_fd(err_fd, b"progress 50%\r");
         assert_eq!(read_within(&err_real, 13).as_deref(), Some(&b"progress 50%\r"[..]));

@@ -16,12 +16,13 @@ and its death is a remote disconnect NIXL reports.
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 from nixl._api import nixl_agent, nixl_agent_config
+
+import peers
 
 BIG = 64 << 20
 SMALL = 1 << 20
@@ -52,20 +53,8 @@ def outcome(f):
 
 def main():
     path = os.path.join(sys.argv[1], "decode.md")
-    if os.path.exists(path):
-        os.remove(path)
-    env = dict(os.environ, NIXL_AGENT_INSTRUMENT="0")
-    env.pop("PYTHONPATH", None)
-    peer = subprocess.Popen(
-        [sys.executable, __file__, "--target", path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    peer, (remote, md) = peers.start_peer([sys.executable, __file__], path, peers.quiet_env(), "decode")
     try:
-        deadline = time.time() + 30
-        while not os.path.exists(path):
-            assert time.time() < deadline, "the decode process never published its metadata"
-            time.sleep(0.02)
-        raw = open(path, "rb").read()
-        remote, md = int.from_bytes(raw[:8], "little"), raw[8:]
         run(peer, remote, md)
     finally:
         if peer.poll() is None:

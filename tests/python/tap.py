@@ -66,8 +66,7 @@ def env():
 def cbuffer():
     import ctypes
 
-    import numpy as np
-    from nixl._api import nixl_agent, nixl_agent_config
+    from peers import loopback
 
     libc = ctypes.CDLL(None)
     libc.fdopen.restype = ctypes.c_void_p
@@ -79,19 +78,7 @@ def cbuffer():
     f = libc.fdopen(w, b"w")  # a pipe: fully buffered
     libc.fputs(b"held in the C buffer\n", f)
 
-    a = nixl_agent("tap-a", nixl_agent_config(backends=["UCX"]))
-    b = nixl_agent("tap-b", nixl_agent_config(backends=["UCX"]))
-    src = np.full(1 << 16, 3, dtype=np.uint8)
-    dst = np.zeros(1 << 16, dtype=np.uint8)
-    a.register_memory([(src.ctypes.data, src.nbytes, 0, "")], "DRAM")
-    b.register_memory([(dst.ctypes.data, dst.nbytes, 0, "")], "DRAM")
-    a.add_remote_agent(b.get_agent_metadata())
-    h = a.initialize_xfer(
-        "WRITE",
-        a.get_xfer_descs([(src.ctypes.data, src.nbytes, 0)], "DRAM"),
-        a.get_xfer_descs([(dst.ctypes.data, dst.nbytes, 0)], "DRAM"),
-        "tap-b",
-    )
+    a, _src, _b, h = loopback("tap", 1 << 16)
     state = a.transfer(h)
     while state == "PROC":
         state = a.check_xfer_state(h)

@@ -19,12 +19,13 @@ tests/python_vllm.rs runs it bare and instrumented and compares. At each
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 from nixl._api import nixl_agent, nixl_agent_config
+
+import peers
 
 N = 4
 BLOCK = 4096
@@ -109,26 +110,16 @@ def wait(agent, h, state="PROC", limit=60.0):
 
 def decode(work):
     path = os.path.join(work, "prefill.md")
-    if os.path.exists(path):
-        os.remove(path)
-    env = dict(os.environ, NIXL_AGENT_INSTRUMENT="0")
-    env.pop("PYTHONPATH", None)
+    env = peers.quiet_env()
     # Another "node": the prefill in a network namespace of its own, on its
     # end of a veth pair (tests/python_vllm.rs, as root).
     wrap = []
     if os.environ.get("PREFILL_NETNS"):
         wrap = ["ip", "netns", "exec", os.environ["PREFILL_NETNS"]]
         env["UCX_NET_DEVICES"] = os.environ["PREFILL_NET_DEVICES"]
-    peer = subprocess.Popen(
-        wrap + [sys.executable, __file__, "--target", path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    peer, (remote, md) = peers.start_peer(wrap + [sys.executable, __file__], path, env, "prefill")
     try:
-        deadline = time.time() + 30
-        while not os.path.exists(path):
-            assert time.time() < deadline, "the prefill process never published its metadata"
-            time.sleep(0.02)
-        raw = open(path, "rb").read()
-        run(peer, int.from_bytes(raw[:8], "little"), raw[8:])
+        run(peer, remote, md)
     finally:
         if peer.poll() is None:
             peer.kill()
@@ -245,19 +236,7 @@ def run(peer, remote, md):
 
 
 def loopback():
-    a = nixl_agent("loop-a", nixl_agent_config(backends=["UCX"]))
-    b = nixl_agent("loop-b", nixl_agent_config(backends=["UCX"]))
-    src = np.full(1 << 20, 3, dtype=np.uint8)
-    dst = np.zeros(1 << 20, dtype=np.uint8)
-    a.register_memory([(src.ctypes.data, src.nbytes, 0, "")], "DRAM")
-    b.register_memory([(dst.ctypes.data, dst.nbytes, 0, "")], "DRAM")
-    a.add_remote_agent(b.get_agent_metadata())
-    h = a.initialize_xfer(
-        "WRITE",
-        a.get_xfer_descs([(src.ctypes.data, src.nbytes, 0)], "DRAM"),
-        a.get_xfer_descs([(dst.ctypes.data, dst.nbytes, 0)], "DRAM"),
-        "loop-b",
-    )
+    a, _src, (b, dst), h = peers.loopback("loop", 1 << 20)
     print("loopback write:", wait(a, h, a.transfer(h)), "equal:", bool((dst == 3).all()))
     h.release()
     hold()

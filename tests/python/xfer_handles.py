@@ -20,12 +20,13 @@ Prints what it saw, then (instrumented) what the recording counted:
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 from nixl._api import nixl_agent, nixl_agent_config
+
+import peers
 
 try:
     import nixl_agent_instrument as nai
@@ -64,20 +65,9 @@ def recorded():
 
 def main(work):
     path = os.path.join(work, "decode.md")
-    if os.path.exists(path):
-        os.remove(path)
-    env = dict(os.environ, NIXL_AGENT_INSTRUMENT="0")
-    env.pop("PYTHONPATH", None)
-    peer = subprocess.Popen(
-        [sys.executable, KV_TRANSFER, "--target", path], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    peer, (remote, md) = peers.start_peer([sys.executable, KV_TRANSFER], path, peers.quiet_env(), "decode")
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path):
-            assert time.monotonic() < deadline, "the decode process never published its metadata"
-            time.sleep(0.02)
-        raw = open(path, "rb").read()
-        run(peer, int.from_bytes(raw[:8], "little"), raw[8:])
+        run(peer, remote, md)
     finally:
         if peer.poll() is None:
             os.kill(peer.pid, signal.SIGCONT)

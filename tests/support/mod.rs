@@ -174,6 +174,15 @@ impl CommandWithin for Command {
     }
 }
 
+/// Starts `cmd` to talk to: its stdin and stdout piped, its stderr dropped.
+pub fn spawn_piped(cmd: &mut Command) -> Child {
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"))
+}
+
 /// The lines of a pipe, read on a thread so that each can be awaited with a
 /// deadline.
 pub struct Lines {
@@ -215,6 +224,20 @@ impl Lines {
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 panic!("timed out after {timeout:?} waiting for {}", what())
+            }
+        }
+    }
+
+    /// Reads up to the line `line` (its end trimmed), which must come within
+    /// `timeout`; panics naming `what` if the pipe ends first.
+    pub fn skip_to(&mut self, line: &str, timeout: Duration, what: &str) {
+        let end = Instant::now() + timeout;
+        loop {
+            let got = self.next_within(end.saturating_duration_since(Instant::now()), what);
+            match got {
+                Some(l) if l.trim_end() == line => return,
+                Some(_) => {}
+                None => panic!("the pipe ended before {what}"),
             }
         }
     }
