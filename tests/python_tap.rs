@@ -82,11 +82,11 @@ fn ending(s: ExitStatus) -> (Option<i32>, Option<i32>) {
 
 /// What is in the tap's pipes when the process dies reaches the real
 /// streams: after `os.abort()`, a SIGSEGV under faulthandler (its traceback
-/// too), `os._exit(3)` and an ordinary exit, stdout and stderr are those of
-/// the bare run, and so is how it ended; ten times each.
+/// too), `os._exit(3)`, a SIGTERM and an ordinary exit, stdout and stderr
+/// are those of the bare run, and so is how it ended; ten times each.
 #[test]
 fn the_hosts_last_bytes_survive_every_way_it_dies() {
-    for how in ["abort", "segv", "_exit", "exit"] {
+    for how in ["abort", "segv", "_exit", "sigterm", "exit"] {
         let (bare_out, bare_err, bare_status) = run(false, how, &[]);
         assert_eq!(
             bare_out.matches("of the program's own output").count(),

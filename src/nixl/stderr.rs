@@ -29,8 +29,9 @@
 //!
 //! What is still in the pipes when the process ends is written out on
 //! every exit path ([`drain`]): `exit` (a C `atexit` handler), the fatal
-//! signals (SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE: a handler that drains,
-//! then hands the signal to the handler that was there before), and any
+//! signals (SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE, and SIGTERM while it
+//! would kill: a handler that drains, then hands the signal to the handler
+//! that was there before), and any
 //! front-end's own path (the Python package wraps `os._exit`). Draining
 //! points fds 1 and 2 back at the real streams and waits (at most
 //! [`DRAIN_WAIT`]) until the pipes are empty and their readers idle.
@@ -434,11 +435,23 @@ fn eventfd() -> std::io::Result<i32> {
 /// installs its own replaces its parent's; the one replaced is leaked).
 static EXIT: AtomicPtr<Exit> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The signals after which a process dies, drained before it does.
-const FATAL: [libc::c_int; 5] = [libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
+/// The signals after which a process dies, drained before it does. SIGTERM
+/// (how Kubernetes stops a container) only while its disposition is the
+/// default: a program with a handler of its own ends by its own path (exit,
+/// drained there), and one that ignores it is left alone. No signal a
+/// program ignores gets a handler (an ignored signal stays ignored across
+/// `exec`; a handled one would not).
+const FATAL: [libc::c_int; 6] = [
+    libc::SIGABRT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTERM,
+];
 
 /// The disposition each of [`FATAL`] had before the tap's handler.
-static PREVIOUS: [OnceLock<libc::sigaction>; 5] = [const { OnceLock::new() }; 5];
+static PREVIOUS: [OnceLock<libc::sigaction>; 6] = [const { OnceLock::new() }; 6];
 
 /// Makes `exit` the one the exit paths drain, and arms them once a process
 /// (a forked child inherits both the handlers and the registration).
@@ -461,7 +474,10 @@ fn arm_exit_paths(exit: &Arc<Exit>) {
             // before ours is installed, so the handler always finds it.
             unsafe {
                 let mut prev: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, std::ptr::null(), &mut prev) != 0 {
+                if libc::sigaction(sig, std::ptr::null(), &mut prev) != 0
+                    || prev.sa_sigaction == libc::SIG_IGN
+                    || (sig == libc::SIGTERM && prev.sa_sigaction != libc::SIG_DFL)
+                {
                     continue;
                 }
                 let _ = PREVIOUS[i].set(prev);

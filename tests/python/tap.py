@@ -7,6 +7,7 @@ starts the instrumentation, and the tap with it.
     python tap.py _exit     the same, then os._exit(3)
     python tap.py segv      faulthandler on, the same, then a SIGSEGV
     python tap.py exit      the same, then an ordinary exit (status 0)
+    python tap.py sigterm   the same, then a SIGTERM (its default: death)
     python tap.py prompt    a line shaped like UCX's, then the unfinished
                             line `[y/N] `; ends after a line on stdin
     python tap.py env       what UCX_PROTO_INFO is once NIXL is imported
@@ -36,6 +37,11 @@ def lines_then_end(how):
         os.abort()
     if how == "_exit":
         os._exit(3)
+    if how == "sigterm":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
     if how == "segv":
         import ctypes
 
