@@ -515,6 +515,12 @@ fn drain_installed() {
 /// would have, once this returns); an ignored signal is left ignored.
 /// `errno` is as it was.
 extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // A SIGTERM handler installed after ours that calls ours as "the
+    // previous one" (signal-hook, tokio's signals) means to live on: a
+    // default disposition would have done nothing there, so neither do we.
+    if sig == libc::SIGTERM && !is_ours(sig) {
+        return;
+    }
     // Safety: errno is this thread's; read and written back unchanged.
     let errno = unsafe { *libc::__errno_location() };
     drain_installed();
@@ -541,6 +547,17 @@ extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx:
             }
             _ => default_and_raise(sig, true),
         }
+    }
+}
+
+/// Whether the tap's handler is `sig`'s disposition now (not only called
+/// by another handler that replaced it). Async-signal-safe.
+fn is_ours(sig: libc::c_int) -> bool {
+    // Safety: sigaction only reads the disposition into a zeroed local.
+    unsafe {
+        let mut now: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut now) == 0
+            && now.sa_sigaction == on_fatal_signal as *const () as usize
     }
 }
 
