@@ -247,25 +247,33 @@ fn a_look_never_mixes_two_calls_fields() {
         let (calls, stop) = (calls.clone(), stop.clone());
         std::thread::spawn(move || {
             let t0 = Instant::now();
-            while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(10) {
-                drop(calls.begin(
+            // Each call held for a few hundred spins, so that looks land
+            // inside calls as well as between them.
+            let hold = || (0..256).for_each(|_| std::hint::spin_loop());
+            while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(20) {
+                let one = calls.begin(
                     CallKind::Register,
                     Some(g1),
                     Instant::now(),
                     Some(Duration::from_secs(1)),
-                ));
-                drop(calls.begin(
+                );
+                hold();
+                drop(one);
+                let two = calls.begin(
                     CallKind::Deregister,
                     Some(g2),
                     Instant::now(),
                     Some(Duration::from_secs(2)),
-                ));
+                );
+                hold();
+                drop(two);
             }
         })
     };
+    // Until enough looks caught a call (a loaded machine may take a while).
     let t0 = Instant::now();
     let mut seen = 0usize;
-    while t0.elapsed() < Duration::from_millis(300) {
+    while seen < 200 && t0.elapsed() < Duration::from_secs(15) {
         for c in calls.look(Instant::now()) {
             seen += 1;
             let want = match c.operation {
@@ -277,5 +285,5 @@ fn a_look_never_mixes_two_calls_fields() {
     }
     stop.store(true, Ordering::Relaxed);
     writer.join().expect("the writer ended");
-    assert!(seen > 0, "no look caught a call in flight");
+    assert!(seen > 0, "waited 15 s for a look to catch a call in flight");
 }
