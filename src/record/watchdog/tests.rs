@@ -251,22 +251,11 @@ fn a_look_never_mixes_two_calls_fields() {
             // inside calls as well as between them.
             let hold = || (0..256).for_each(|_| std::hint::spin_loop());
             while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(20) {
-                let one = calls.begin(
-                    CallKind::Register,
-                    Some(g1),
-                    Instant::now(),
-                    Some(Duration::from_secs(1)),
-                );
-                hold();
-                drop(one);
-                let two = calls.begin(
-                    CallKind::Deregister,
-                    Some(g2),
-                    Instant::now(),
-                    Some(Duration::from_secs(2)),
-                );
-                hold();
-                drop(two);
+                for (kind, group, deadline) in [(CallKind::Register, g1, 1), (CallKind::Deregister, g2, 2)] {
+                    let call = calls.begin(kind, Some(group), Instant::now(), Some(Duration::from_secs(deadline)));
+                    hold();
+                    drop(call);
+                }
             }
         })
     };
