@@ -6,8 +6,8 @@
 //! the cold open and first round beside warm rounds, process CPU time.
 
 use crate::common::{median, ms, nixl_lib_dir};
-use nixl_agent::bench_support::{Loopback, Round, Side};
 use nixl_agent::{MemType, ObserveSettings, Observer};
+use nixl_agent_engine::datapath::{Loopback, Round, Side};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

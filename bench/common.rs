@@ -26,8 +26,8 @@ pub fn load_nixl() -> Result<(), String> {
     if std::env::var_os("NIXL_PLUGIN_DIR").is_none() {
         std::env::set_var("NIXL_PLUGIN_DIR", dir.join("plugins"));
     }
-    let found = nixl_agent::bench_support::discover(Some(&dir), &nixl_agent::config::ProcessEnv);
-    nixl_agent::bench_support::load(found)
+    let found = nixl_agent_sys::discover(Some(&dir), &nixl_agent::config::ProcessEnv);
+    nixl_agent_sys::load(found)
         .map(|_| ())
         .map_err(|e| format!("loading NIXL from {}: {}", dir.display(), e.message))
 }

@@ -19,6 +19,12 @@
 //!
 //! Run through `make bench` (scripts/bench.sh), which sets everything up.
 //! `--smoke` is the tiny run tests/bench_smoke.rs uses (N ≤ 64, 1 s of load).
+//!
+//! The benchmark is a program beside the product, not part of it: its raw
+//! contenders (bare mmap, rusage, a descriptor of its own) call libc as any
+//! NIXL program would, so `unsafe` is allowed here, each block with a
+//! `// Safety:` comment like nixl-agent-sys's.
+#![allow(unsafe_code)]
 
 mod capi;
 mod check;

@@ -24,13 +24,17 @@
 use crate::capi::BatchAgent;
 use crate::common::{exponent, median, ms, nixl_lib_dir, per_call_ns, Arena};
 use crate::worker::{self, Worker};
-use nixl_agent::bench_support::{
-    Backing, BuildInfo, Control, Driver, Held, ListFailure, MemoryProbe, NixlRegistrar, NixlStatus, Recorder,
-    Registrar, RuntimeFacts, Unreleased,
-};
 use nixl_agent::config::{ProcessEnv, RetryConfig};
 use nixl_agent::MemType;
 use nixl_agent::{Capture, Failure, GroupSpec, Kind, Plan, Region};
+use nixl_agent_core::model::{NixlStatus, RuntimeFacts};
+use nixl_agent_core::validate::MemoryProbe;
+use nixl_agent_engine::lifecycle::driver::{Control, Driver};
+use nixl_agent_engine::lifecycle::registrar::{Held, NixlRegistrar};
+use nixl_agent_engine::lifecycle::{ListFailure, Registrar, Unreleased};
+use nixl_agent_ledger::record::Recorder;
+use nixl_agent_ledger::telemetry::metrics::BuildInfo;
+use nixl_agent_sys::Backing;
 use nixl_sys::{Agent, AgentConfig, Backend, OptArgs, RegistrationHandle};
 use serde::Serialize;
 use std::cell::Cell;
@@ -155,7 +159,7 @@ pub struct ProbeCost {
 }
 
 fn probe_cost() -> ProbeCost {
-    let probe = nixl_agent::bench_support::SystemProbe;
+    let probe = nixl_agent_sys::SystemProbe;
     let (mut maps, mut memlock, mut ranges) = (Vec::new(), Vec::new(), 0);
     for _ in 0..7 {
         let t = Instant::now();
@@ -374,8 +378,7 @@ struct AgentPath {
 
 impl AgentPath {
     fn new() -> Result<AgentPath, String> {
-        let loaded =
-            nixl_agent::bench_support::load(nixl_agent::bench_support::discover(Some(&nixl_lib_dir()), &ProcessEnv));
+        let loaded = nixl_agent_sys::load(nixl_agent_sys::discover(Some(&nixl_lib_dir()), &ProcessEnv));
         let mut registrar = NixlRegistrar::new("bench-agent", loaded);
         let facts = registrar.preflight().map_err(|f| format!("agent preflight: {f}"))?;
         registrar
@@ -389,10 +392,10 @@ impl AgentPath {
     fn group_only(&mut self, regions: &[Region]) -> Result<(f64, f64), String> {
         let spec = GroupSpec::provided("bench", Kind::Kv, MemType::Dram, Vec::new()).with_validate(false);
         let t0 = Instant::now();
-        let handles = nixl_agent::bench_support::register_all(&mut self.registrar, &spec, regions)
+        let handles = nixl_agent_engine::lifecycle::group::register_all(&mut self.registrar, &spec, regions)
             .map_err(|f| format!("register_all: {}", f.failure.message))?;
         let t1 = Instant::now();
-        let failed = nixl_agent::bench_support::release_all(&mut self.registrar, handles).failed;
+        let failed = nixl_agent_engine::lifecycle::group::release_all(&mut self.registrar, handles).failed;
         let t2 = Instant::now();
         if failed > 0 {
             return Err(format!("release_all: {failed} failed"));
@@ -490,10 +493,7 @@ pub fn worker_main(kind: &str) -> Result<(), String> {
                     "agent_group_only" => agent.group_only(r),
                     "batched_capi_in_agent" => {
                         if here.is_none() {
-                            here = Some(BatchAgent::new(
-                                &nixl_lib_dir().join("libnixl_capi.so"),
-                                "bench-batched-here",
-                            )?);
+                            here = Some(BatchAgent::new("bench-batched-here")?);
                         }
                         batched_rep(here.as_ref().expect("made above"), r)
                     }
@@ -502,7 +502,7 @@ pub fn worker_main(kind: &str) -> Result<(), String> {
             })
         }
         "batched" => {
-            let batch = BatchAgent::new(&nixl_lib_dir().join("libnixl_capi.so"), "bench-batched")?;
+            let batch = BatchAgent::new("bench-batched")?;
             worker::serve(ready, |m| {
                 let (variant, n, size) = args(m)?;
                 rep(&variant, n, size, &mut |_, r| batched_rep(&batch, r))

@@ -24,13 +24,13 @@
 
 // ---- Public modules ----------------------------------------------------
 /// Configuration: the TOML schema, its defaults and environment overrides.
-pub mod config;
+pub use nixl_agent_core::config;
 /// The Python front-end: settings from `NIXL_AGENT_*`, group names from call
 /// sites, and the process instrumentation the extension starts.
 pub mod instrument;
 /// The snapshot's shape: what every projection reads, and the /v1/status
 /// document that carries it (`status::document`, docs/status.schema.json).
-pub mod status;
+pub use nixl_agent_ledger::status;
 /// Every metric name and closed label value.
 pub mod names {
     pub use crate::telemetry::names::*;
@@ -53,14 +53,13 @@ pub use axum::Router;
 pub use config::Config;
 pub use lifecycle::driver::DrainReport;
 pub use model::{AgentId, Ended, Failure, Hooked, How, Kind, MemType, NotifDirection, PeerOp, Reason, Region, XferOp};
-pub use nixl::{
-    cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, ObservedAgent, ObservedRegistration, ObservedXfer,
-    StderrTap,
-};
+pub use nixl::{Descriptor, LoadError, Loaded, StderrTap};
 pub use observe::{Call, CallMark, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
+pub use observe::{ObservedAgent, ObservedRegistration, ObservedXfer};
 pub use observe::{Transfer, XferPoll};
 pub use plan::{GroupSpec, Plan, RegionSource};
 pub use pod::publish::Publisher;
+
 pub use record::Capture;
 pub use telemetry::exposition::Format;
 pub use telemetry::traces::TracingGuard;
@@ -69,46 +68,31 @@ pub use validate::Rejection;
 
 // ---- Internals (crate-private) -----------------------------------------
 mod agent;
-mod backoff;
-mod canary;
 #[cfg(feature = "cli")]
 mod check;
-mod datapath;
-mod diagnose;
-mod event;
-mod http;
-mod ledger;
-mod lifecycle;
-mod model;
-mod nixl;
-mod observe;
-mod plan;
-mod pod;
-mod record;
 #[cfg(feature = "cli")]
 mod rules;
 #[cfg(feature = "cli")]
 mod signals;
-mod telemetry;
-mod units;
-mod validate;
 
-/// Internals for the benchmark (`bench/`, `make bench`) only: no stability
-/// promise, absent unless the `bench` feature is on.
-#[cfg(feature = "bench")]
-#[doc(hidden)]
-pub mod bench_support {
-    pub use crate::datapath::{Loopback, Round, Side};
-    pub use crate::lifecycle::driver::{Control, Driver};
-    pub use crate::lifecycle::group::{register_all, release_all};
-    pub use crate::lifecycle::{ListFailure, Registrar, RuntimeFacts, Unreleased};
-    pub use crate::model::Failure;
-    pub use crate::nixl::{discover, load, Backing, Held, NixlRegistrar, SystemProbe};
-    pub use crate::record::Recorder;
-    pub use crate::status::NixlStatus;
-    pub use crate::telemetry::metrics::BuildInfo;
-    pub use crate::validate::MemoryProbe;
+// The layers below (crates of this workspace, ARCHITECTURE.md), under the
+// names this crate's modules use.
+use nixl_agent_core::{diagnose, event, model, plan, units, validate};
+use nixl_agent_engine::{canary, datapath, lifecycle, observe};
+use nixl_agent_ledger::{http, record, telemetry};
+use nixl_agent_pod as pod;
+use nixl_agent_sys as nixl;
+
+/// Whether a CUDA driver library can be loaded in this process.
+pub fn cuda_driver_present() -> bool {
+    nixl::cuda::driver_present()
 }
 
-#[cfg(test)]
-mod properties;
+/// Loads the NIXL runtime for an embedding process, before it creates its
+/// own `nixl_sys::Agent`: finds `libnixl_capi.so` (in `lib_dir`, else
+/// `NIXL_LIB_DIR`, the NIXL wheel, /opt/nvidia/nvda_nixl, the loader path)
+/// and loads it by full path, so that nixl-sys never aborts on a missing
+/// library. `Loaded::plugin_dir` is what `NIXL_PLUGIN_DIR` should say.
+pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError> {
+    nixl::load(nixl::discover(lib_dir, &config::ProcessEnv))
+}

@@ -17,12 +17,13 @@ pub use render::render_human;
 pub use transfer::{TransferCheck, TransportSeen};
 
 use crate::config::Config;
+use crate::lifecycle::registrar::NixlRegistrar;
 use crate::lifecycle::registration::{Backends, Registration};
 use crate::lifecycle::Registrar;
 use crate::model::{Failure, GroupFailure};
 use crate::model::{MemType, Reason};
 use crate::nixl::facts::{self, CudaDevice, UcxFacts};
-use crate::nixl::{self, NixlRegistrar, StderrTap};
+use crate::nixl::{self, StderrTap};
 use crate::plan::{Plan, RegionSource};
 use crate::record::Recorder;
 use crate::status::NixlStatus;
@@ -490,7 +491,7 @@ fn page_rounded(source: &RegionSource) -> u64 {
 
 fn cuda_check(plan: &Plan) -> CudaCheck {
     let required = plan.groups.iter().any(|g| g.mem_type == MemType::Vram);
-    let driver = nixl::cuda_driver_present();
+    let driver = crate::cuda_driver_present();
     let (devices, error) = match facts::cuda_devices() {
         Ok(d) => (d, None),
         Err(e) => (vec![], Some(e)),

@@ -9,8 +9,9 @@
 use super::transfer::{attribute, TransferCheck, TransportSeen};
 use super::{Outcome, PeerRole, Progress};
 use crate::datapath::{self, Measured, Round, Side};
+use crate::datapath::{Endpoint, RemoteBuffer};
 use crate::model::{Failure, MemType, Reason};
-use crate::nixl::{Endpoint, RemoteBuffer, StderrTap};
+use crate::nixl::StderrTap;
 use crate::observe::{ObserveSettings, Observer};
 use crate::plan::Plan;
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,41 @@
+//! The NIXL runtime as the process found it: what `/v1/status` shows under
+//! `nixl`, and the binding compiled in.
+
+use super::Reason;
+use serde::Serialize;
+
+/// The nixl-sys version Cargo.lock pins (the binding), reported beside the
+/// NIXL runtime's own version.
+pub const NIXL_SYS_VERSION: &str = env!("NIXL_AGENT_NIXL_SYS_VERSION");
+
+/// The git revision this build was made from (`unknown` outside a checkout).
+pub const REVISION: &str = env!("NIXL_AGENT_REVISION");
+
+/// What the agent knows about the NIXL runtime.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NixlStatus {
+    pub available: bool,
+    /// Full path of the libnixl_capi.so that was loaded.
+    pub library: Option<String>,
+    /// Which discovery step found it (flag, env, wheel, opt, loader).
+    pub found_by: Option<String>,
+    pub version: Option<String>,
+    /// The nixl-sys binding compiled in; it should match `version`.
+    pub binding_version: &'static str,
+    pub plugin_dir: Option<String>,
+    pub plugins: Vec<String>,
+    /// The NIXL agent registrations are made on.
+    pub agent: Option<String>,
+    /// `nixl-agent` when it created that agent, `caller` when it is the
+    /// serving process's own.
+    pub agent_owner: Option<&'static str>,
+    /// The CUDA runtime preloaded for UCX's CUDA transports (GPU hosts).
+    pub cudart: Option<String>,
+    /// Where the agent looked, when nothing was found.
+    pub searched: Vec<String>,
+    pub reason: Option<Reason>,
+    pub error: Option<String>,
+    /// What the operator does about an unavailable runtime (the variable or
+    /// flag, where the wheel puts the library), when loading failed.
+    pub fix: Option<String>,
+}

@@ -1,0 +1,76 @@
+//! Every `unsafe` of nixl-agent, and nothing that needs none: loading the
+//! NIXL runtime (`loader`, `discover`), NIXL's C API where nixl-sys falls
+//! short (`capi`: an agent of our own that registers a group in one call),
+//! describing raw regions to nixl-sys (`Descriptor`, [`addr_of`]), CUDA
+//! through cudarc (`cuda`), `mmap`'d memory and its bytes (`memory`),
+//! `getrlimit`/`msync` probes (`probe`), the host facts `check` reads with
+//! `dlopen` (`facts`), and the stdout/stderr tap's fd core (`stderr`).
+//!
+//! Every other crate of the workspace denies `unsafe_code`; here each block
+//! carries a `// Safety:` comment, which clippy's
+//! `undocumented_unsafe_blocks` holds (workspace lints). The crates above
+//! see plain data and safe functions.
+#![allow(unsafe_code)]
+
+pub mod capi;
+pub mod cuda;
+mod descriptor;
+pub mod discover;
+pub mod facts;
+pub mod loader;
+pub mod memory;
+pub mod probe;
+pub mod stderr;
+
+pub use descriptor::{addr_of, Descriptor};
+pub use discover::{discover, Discovery, NotFound};
+pub use loader::{load, status_in_process, status_of, LoadError, Loaded, PLUGIN_DIR_ENV};
+pub use memory::Backing;
+pub use probe::SystemProbe;
+pub use stderr::StderrTap;
+
+/// The closed reason a NIXL error stands for.
+pub fn reason_of(e: &nixl_sys::NixlError) -> Reason {
+    use nixl_sys::NixlError;
+    match e {
+        NixlError::InvalidParam | NixlError::StringConversionError(_) => Reason::NixlInvalidParam,
+        NixlError::BackendError => Reason::NixlBackendError,
+        NixlError::NotFound => Reason::NixlNotFound,
+        NixlError::InvalidDataPointer => Reason::InvalidAddress,
+        NixlError::FailedToCreateBackend => Reason::BackendInitFailed,
+        NixlError::RegDescListCreationFailed | NixlError::RegDescAddFailed | NixlError::IndexOutOfBounds => {
+            Reason::NixlInvalidParam
+        }
+        // NIXL refused a transfer request; nixl-sys keeps no cause.
+        NixlError::FailedToCreateXferRequest | NixlError::FailedToCreateXferDlistHandle => Reason::NixlError,
+        NixlError::NoTelemetry => Reason::Unknown,
+    }
+}
+
+// The layers below, under the names this crate's modules use.
+use model::Reason;
+pub(crate) use nixl_agent_core::{config, diagnose, model, validate};
+
+/// In a forked child: closes a descriptor it inherited from its parent's
+/// instrumentation (the listening socket), whose owner — a runtime whose
+/// threads did not survive the fork — is never dropped here. The parent's
+/// socket stays open in the parent.
+pub fn close_inherited(fd: std::os::fd::RawFd) {
+    // Safety: `close` takes no pointers; `fd` is the descriptor the
+    // parent's listener held, which nothing in this child uses (its owner
+    // is leaked, never read or dropped). A failure leaves it as it was.
+    let _ = unsafe { libc::close(fd) };
+}
+
+/// Ends the process now, without atexit handlers or C++ static destructors:
+/// for when a drain did not finish and the lifecycle thread may still be
+/// inside NIXL/UCX, whose destructors would then run under it. Rust's stdout
+/// is flushed first; the kernel releases what stayed registered.
+pub fn exit_now(code: u8) -> ! {
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+    // Safety: `_exit` takes no pointers and never returns; skipping
+    // destructors is the point (nothing of ours needs them: spans and the
+    // tap were flushed by the caller).
+    unsafe { libc::_exit(i32::from(code)) }
+}
