@@ -48,19 +48,19 @@ run: setup
 # clippy with warnings denied are part of the test command.
 test: setup
 	$(CARGO) fmt --all -- --check
-	# --features bench: the benchmark (an example) reaches internals only
-	# through that feature; the library alone is checked too.
-	$(CARGO) clippy --all-targets --features bench -- -D warnings
+	# Every crate of the workspace (ARCHITECTURE.md), and the library
+	# alone as an embedder builds it.
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --lib --no-default-features -- -D warnings
-	$(CARGO) build --all-targets --features bench
+	$(CARGO) build --workspace --all-targets
 	# What an embedder builds: the library without the CLI (no clap), and the example.
 	$(CARGO) build --no-default-features --lib --example serving
 	# The Python wheel, installed into .deps/venv for tests/python.rs.
 	bash "$(CURDIR)/scripts/python.sh"
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --features bench --no-fail-fast; \
+		$(CARGO) nextest run --workspace --no-fail-fast; \
 	else \
-		$(CARGO) test --features bench --no-fail-fast; \
+		$(CARGO) test --workspace --no-fail-fast; \
 	fi
 
 fmt:
@@ -78,11 +78,11 @@ bench:
 
 # The benchmark's smoke test alone (also part of `make test`).
 bench-smoke: setup
-	$(CARGO) build --features bench --example nixl-bench
+	$(CARGO) build --example nixl-bench
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --features bench --test bench_smoke; \
+		$(CARGO) nextest run --test bench_smoke; \
 	else \
-		$(CARGO) test --features bench --test bench_smoke; \
+		$(CARGO) test --test bench_smoke; \
 	fi
 
 # The Python instrumentation benchmark (docs/python.md):

@@ -46,8 +46,8 @@ case "$mode" in
     smoke)
         shift
         setup
-        log "cargo build --release --bin nixl-agent --features bench --example nixl-bench"
-        (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --features bench --example nixl-bench)
+        log "cargo build --release --bin nixl-agent --example nixl-bench"
+        (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
         exec "$ROOT/target/release/examples/nixl-bench" --smoke \
             --agent-bin "$ROOT/target/release/nixl-agent" \
             --out "${TMPDIR:-/tmp}/nixl-bench-smoke.json" "$@"
@@ -62,8 +62,8 @@ case "$mode" in
 esac
 
 setup
-log "cargo build --release --bin nixl-agent --features bench --example nixl-bench"
-(cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --features bench --example nixl-bench)
+log "cargo build --release --bin nixl-agent --example nixl-bench"
+(cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
 mkdir -p "$ROOT/bench/results"
 name="${NIXL_BENCH_NAME:-latest}"
 case "$name" in
