@@ -53,7 +53,7 @@ pub use axum::Router;
 pub use config::Config;
 pub use lifecycle::driver::DrainReport;
 pub use model::{AgentId, Ended, Failure, Hooked, How, Kind, MemType, NotifDirection, PeerOp, Reason, Region, XferOp};
-pub use nixl::{Descriptor, LoadError, Loaded, StderrTap};
+pub use nixl::{cuda_driver_present, load_nixl, Descriptor, LoadError, Loaded, StderrTap};
 pub use observe::{Call, CallMark, Expected, GroupConflict, ObserveSettings, Observer, Outcome, Pending};
 pub use observe::{ObservedAgent, ObservedRegistration, ObservedXfer};
 pub use observe::{Transfer, XferPoll};
@@ -82,17 +82,3 @@ use nixl_agent_engine::{canary, datapath, lifecycle, observe};
 use nixl_agent_ledger::{http, record, telemetry};
 use nixl_agent_pod as pod;
 use nixl_agent_sys as nixl;
-
-/// Whether a CUDA driver library can be loaded in this process.
-pub fn cuda_driver_present() -> bool {
-    nixl::cuda::driver_present()
-}
-
-/// Loads the NIXL runtime for an embedding process, before it creates its
-/// own `nixl_sys::Agent`: finds `libnixl_capi.so` (in `lib_dir`, else
-/// `NIXL_LIB_DIR`, the NIXL wheel, /opt/nvidia/nvda_nixl, the loader path)
-/// and loads it by full path, so that nixl-sys never aborts on a missing
-/// library. `Loaded::plugin_dir` is what `NIXL_PLUGIN_DIR` should say.
-pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError> {
-    nixl::load(nixl::discover(lib_dir, &config::ProcessEnv))
-}

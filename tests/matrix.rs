@@ -80,7 +80,7 @@ fn not_applicable(front: Front, shape: Shape, scenario: Scenario) -> Option<&'st
         ),
         (Binary, Lone, Dereg) => Some(
             "the binary deregisters only what its own NIXL agent registered, and NIXL 1.5.1 refuses none of \
-             that (src/properties/batched.rs); a refused deregistration on our own agent is the driver's unit \
+             that (crates/engine/src/properties/batched.rs); a refused deregistration on our own agent is the driver's unit \
              test (a seam), not something real NIXL can be made to do",
         ),
         (Lifecycle | Observe, ZeroConfig, _) => Some(

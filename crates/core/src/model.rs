@@ -1,10 +1,8 @@
 //! The domain words everything else is written in: regions, kinds, memory
 //! types, the closed failure vocabulary, a failure, and the states of the
 //! lifecycle and of a group.
-//!
-//! Architecture Invariant: this module imports nothing of the crate. Every
-//! other module may import it; the label values the metrics export are the
-//! `as_str()` of these types (re-exported by `telemetry::names`).
+//! The label values the metrics export are the `as_str()` of these types
+//! (re-exported by `telemetry::names`).
 
 use std::fmt;
 

@@ -2,14 +2,11 @@
 //! calls on its own NIXL agents (Dynamo's block manager does; so does every
 //! Python framework through `nixl_agent_instrument`), and nixl-agent records
 //! each one — attempt, descriptors, bytes, duration, reason — on the same
-//! recording path as the lifecycle. The calls themselves are made by
-//! `crate::nixl::observed_agent` (the FFI room); this module holds what is pure:
+//! recording path as the lifecycle. The calls on nixl-sys are made by
+//! `observed_agent` and `observed_xfer`; this module holds what is pure:
 //! groups that appear on first use, their cap and label rules, which agent
-//! a call is on. What each group and agent holds is the ledger's.
-//!
-//! Architecture Invariant: an observed call returns exactly what NIXL
-//! returned. Nothing nixl-agent does around it (validation, a refused group
-//! name, a full group table) changes the call or its result.
+//! a call is on. What each group and agent holds is the ledger's. Nothing
+//! here changes a call or its result (ARCHITECTURE.md).
 
 use crate::config::{self, DEFAULT_BACKEND};
 use crate::event::{CallKind, Event, GroupDecl, Leaves, Source};
@@ -210,12 +207,14 @@ pub struct GroupConflict {
 impl Observer {
     /// An observer with a recording of its own, validating with `probe`.
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn with_probe(settings: ObserveSettings, probe: Box<dyn MemoryProbe + Send + Sync>) -> Observer {
         Observer::with_runtime(settings, probe, NixlStatus::default())
     }
 
     /// The same, on the NIXL runtime `nixl` describes (the one the program
     /// loaded: library, version, plugin folder).
+    #[doc(hidden)]
     pub fn with_runtime(
         settings: ObserveSettings,
         probe: Box<dyn MemoryProbe + Send + Sync>,
@@ -235,6 +234,7 @@ impl Observer {
 
     /// An observer recording into an existing recording (a lifecycle's).
     /// Refused when an expected group has the name of a planned one.
+    #[doc(hidden)]
     pub fn with_recorder(
         rec: Recorder,
         settings: ObserveSettings,
@@ -290,6 +290,7 @@ impl Observer {
         self
     }
 
+    #[doc(hidden)]
     pub fn recorder(&self) -> &Recorder {
         &self.0.rec
     }
@@ -640,6 +641,7 @@ impl Observer {
     /// `classify` maps the caller's error type into the reason vocabulary.
     /// Never refuses: `enforce` is for front-ends that can raise a message
     /// of their own.
+    #[doc(hidden)]
     pub fn record_register<T, E>(
         &self,
         c: &Call<'_>,
@@ -715,16 +717,16 @@ fn joined(label: &str, backends: &[String]) -> bool {
     backends.iter().all(|b| parts.next() == Some(b.as_str())) && parts.next().is_none()
 }
 
-mod agent;
+mod observed_agent;
+mod observed_xfer;
 mod serve;
 #[cfg(test)]
 mod tests;
 mod transports;
-mod xfer;
 mod xfer_calls;
 
-pub use agent::{ObservedAgent, ObservedRegistration};
-pub use xfer::ObservedXfer;
+pub use observed_agent::{ObservedAgent, ObservedRegistration};
+pub use observed_xfer::ObservedXfer;
 
 pub use crate::model::Transfer;
 pub use xfer_calls::{XferPoll, DEFAULT_STALL_AFTER};

@@ -182,6 +182,7 @@ impl Publisher {
     /// Claims a slot of `dir` (created if missing) as `wish` asks and
     /// starts publishing `metrics` and `status()` there. Fails when the
     /// directory cannot be written or no slot can be claimed.
+    #[doc(hidden)]
     pub fn start(
         dir: &Path,
         wish: Wish,
@@ -274,6 +275,7 @@ impl Publisher {
 
     /// What writes this rank's file as a failure is recorded, for the
     /// recording's subscribers (it does nothing once the rank ended).
+    #[doc(hidden)]
     pub fn sink(&self) -> Box<dyn crate::event::Sink> {
         Box::new(WriteOnFailure(Arc::downgrade(&self.shared)))
     }
@@ -307,6 +309,7 @@ impl Publisher {
 
     /// The claim's lock descriptor (a forked child closes its copy, so that
     /// the parent's slot is free once the parent is gone).
+    #[doc(hidden)]
     pub fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
         self.claim.as_ref().map(|c| c.lock_fd())
     }

@@ -13,6 +13,25 @@
 //! Every C call on an agent goes through its mutex: NIXL's default thread
 //! sync is none, and a [`Registered`] list may be dropped on another thread
 //! than the one that made it.
+//!
+//! # What NIXL 1.5.1 does with a list
+//!
+//! The lifecycle's group registration (`nixl-agent-engine`'s
+//! `lifecycle::group`) rests on these, each proven on real NIXL by
+//! `properties::batched` in that crate; a NIXL of another version must be
+//! proven again before they are relied on:
+//! - `registerMem` of a list registers it region by region and, when one
+//!   fails, deregisters what it registered of that list before returning
+//!   the error: a refused list leaves nothing. With several backends it is
+//!   best effort (success when any backend took the list), so a group on
+//!   several backends is registered once per backend.
+//! - `deregisterMem` of a list first checks that every descriptor is
+//!   registered and removes none when one is not: a refused batch is
+//!   retried one region a call.
+//! - a list naming one descriptor twice registers, but a batched
+//!   `deregisterMem` of it unloads the twin's metadata twice and crashes the
+//!   process (SIGSEGV in `nixlUcxEngine::unloadMD`): such a list is released
+//!   one descriptor a call ([`Registered::split`]).
 
 use crate::model::{MemType, Reason, Region};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -360,8 +379,8 @@ impl CAgent {
     }
 
     /// Registers `regions` in one `registerMem` call. On `Err` NIXL 1.5.1
-    /// has rolled back what the call registered on each backend
-    /// (ARCHITECTURE.md; `tests` on real NIXL).
+    /// has rolled back what the call registered on each backend (see
+    /// "What NIXL 1.5.1 does with a list" above).
     pub fn register(&self, mem_type: MemType, regions: &[Region], on: &Arc<Backends>) -> Result<Registered, CallError> {
         let list = DescList::new(self.0.api, mem_type, regions)?;
         self.with_agent(|api, agent| {

@@ -206,6 +206,35 @@ impl VramBuffer {
 mod tests {
     use super::*;
 
+    /// Observe mode asks the driver about a caller's pointer from the
+    /// caller's own thread: [`pointer`] asks the pointer itself for its
+    /// attributes and never makes, binds, retains or switches a context,
+    /// which would move the caller's current device. Read on this file's
+    /// code (comments dropped) so that it holds on machines without a GPU;
+    /// `a_pointer_query_leaves_the_callers_context_alone` checks it on one.
+    #[test]
+    fn the_observe_paths_pointer_query_touches_no_context() {
+        let src = include_str!("cuda.rs");
+        let start = src.find("pub fn pointer(").expect("cuda::pointer");
+        let end = start + src[start..].find("\n}\n").expect("its end");
+        let code: String = src[start..end]
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for forbidden in [
+            "context(",
+            "CudaContext",
+            "bind_to_thread",
+            "cuCtx",
+            "PrimaryCtx",
+            "cuDevicePrimary",
+        ] {
+            assert!(!code.contains(forbidden), "cuda::pointer calls {forbidden}");
+        }
+        assert!(code.contains("cuPointerGetAttribute"), "the pointer is asked itself");
+    }
+
     /// On a GPU: a VRAM pointer query from a thread whose current context
     /// is the program's own (not a primary one) leaves that context
     /// current, retains no primary context, and answers from a thread with

@@ -51,6 +51,20 @@ pub fn reason_of(e: &nixl_sys::NixlError) -> Reason {
 use model::Reason;
 pub(crate) use nixl_agent_core::{config, diagnose, model, validate};
 
+/// Whether a CUDA driver library can be loaded in this process.
+pub fn cuda_driver_present() -> bool {
+    cuda::driver_present()
+}
+
+/// Loads the NIXL runtime for an embedding process, before it creates its
+/// own `nixl_sys::Agent`: finds `libnixl_capi.so` (in `lib_dir`, else
+/// `NIXL_LIB_DIR`, the NIXL wheel, /opt/nvidia/nvda_nixl, the loader path)
+/// and loads it by full path, so that nixl-sys never aborts on a missing
+/// library. `Loaded::plugin_dir` is what `NIXL_PLUGIN_DIR` should say.
+pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError> {
+    load(discover(lib_dir, &config::ProcessEnv))
+}
+
 /// In a forked child: closes a descriptor it inherited from its parent's
 /// instrumentation (the listening socket), whose owner — a runtime whose
 /// threads did not survive the fork — is never dropped here. The parent's

@@ -166,6 +166,7 @@ impl StderrTap {
 
     /// [`Self::install`] inside a host program (the Python front-end):
     /// C's stdio is never flushed, locked or touched by settling.
+    #[doc(hidden)]
     pub fn install_in_host() -> std::io::Result<StderrTap> {
         Self::install_owned(false)
     }
@@ -308,6 +309,7 @@ impl StderrTap {
 
     /// The protocol table lines kept so far (everything printed before
     /// now is in), without their `[time] [host:pid]` prefix; taken.
+    #[doc(hidden)]
     pub fn protocol_tables(&self) -> Vec<String> {
         self.settle();
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -22,6 +22,7 @@ impl Observer {
     }
 
     /// [`Observer::status`] for another thread (a pod publisher).
+    #[doc(hidden)]
     pub fn status_source(&self) -> impl Fn() -> Arc<Status> + Send + Sync + 'static {
         let ledger = self.recorder().ledger().clone();
         move || ledger.snapshot()
@@ -45,6 +46,7 @@ impl Observer {
 
     /// [`Observer::publish`] for the slot `wish` asks for; the directory
     /// used, or refused, is recorded.
+    #[doc(hidden)]
     pub fn publish_as(
         &self,
         dir: &std::path::Path,

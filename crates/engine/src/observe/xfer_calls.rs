@@ -4,15 +4,11 @@
 //! (the Python wrappers, `ObservedAgent`) make the calls; this module says
 //! what happened, and runs the transfer watchdog that finds stalls.
 //!
-//! Architecture Invariant: nothing here changes a call or its result, and
-//! a poll that says "in progress" records nothing: the front-ends return
-//! before reaching this module.
-//!
-//! Architecture Invariant: a request's `handle` here is an identity the
-//! front-end handed out when the program created it (a serial), never
-//! NIXL's pointer alone: NIXL makes a request at a released one's address,
-//! and a table keyed by the address would take the new request's post for
-//! the end of the old one's transfer.
+//! A poll that says "in progress" records nothing: the front-ends return
+//! before reaching this module. A request's `handle` here is an identity
+//! the front-end handed out when the program created it (a serial), never
+//! NIXL's pointer alone: NIXL makes a request at a released one's address.
+//! (Invariants: ARCHITECTURE.md.)
 
 use super::{Inner, Observer};
 use crate::event::{Event, XferEnd};

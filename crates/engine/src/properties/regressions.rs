@@ -12,7 +12,7 @@ use super::*;
 /// panicked:
 /// - `retry.initial_backoff = "18446744073709551615s"`: the first failed
 ///   attempt panics the lifecycle thread (ScheduleRetry in
-///   src/lifecycle/driver.rs): retries stop for good, /readyz stays 503, and
+///   crates/engine/src/lifecycle/driver.rs): retries stop for good, /readyz stays 503, and
 ///   shutdown reports "the lifecycle thread panicked";
 /// - `http.header_read_timeout = "18446744073709551615s"`: hyper's header
 ///   timer panics every connection task, so /livez, /readyz and /metrics

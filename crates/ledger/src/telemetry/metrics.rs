@@ -317,6 +317,7 @@ pub const CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 impl Metrics {
     /// The registry of one recording: the ledger's families, the build
     /// info, the trace counters and the process collector.
+    #[doc(hidden)]
     pub fn new(build: &BuildInfo, ledger: &Ledger) -> Metrics {
         let r = Registry::new();
         r.register(Box::new(LedgerCollector::new(ledger.clone())))
@@ -380,6 +381,7 @@ impl Metrics {
     /// What the previous process of this rank's slot left: how and when it
     /// ended, its registration failures by (group, backend, reason); `None`: no
     /// previous process (the series are cleared).
+    #[doc(hidden)]
     pub fn previous_run(&self, previous: Option<(&str, f64, &FailureCounts)>) {
         let s = self.rank_series();
         s.previous_failures.reset();
@@ -395,6 +397,7 @@ impl Metrics {
 
     /// A write of this rank's file failed, of `cause`
     /// ([`names::PUBLISH_FAILURE_CAUSES`]).
+    #[doc(hidden)]
     pub fn publish_failed(&self, cause: &'static str) {
         self.rank_series().publish_failures.with_label_values(&[cause]).inc();
         self.bump();
@@ -409,6 +412,7 @@ impl Metrics {
     /// are rendered from the state at scrape time, so all that is left is
     /// the exemplar of a traced attempt and the generation the scrape cache
     /// keys on (a plain store, no read-modify-write on the hot path).
+    #[doc(hidden)]
     pub fn on(&self, e: &Event<'_>, st: &State, a: &Applied) {
         self.touched(st);
         if let (Event::Attempted(at), Some(i)) = (e, a.group) {
@@ -419,6 +423,7 @@ impl Metrics {
     }
 
     /// The state moved to a new generation: a cached exposition is stale.
+    #[doc(hidden)]
     pub fn touched(&self, st: &State) {
         self.generation
             .store(st.status.generation, std::sync::atomic::Ordering::Release);
@@ -432,6 +437,7 @@ impl Metrics {
     /// What /metrics serves: the last encoding while nothing was recorded
     /// and it is younger than [`CACHE_TTL`], else a fresh one. A scrape then
     /// costs a clone of a reference-counted buffer, not an encode.
+    #[doc(hidden)]
     pub fn exposition(&self, format: super::exposition::Format) -> bytes::Bytes {
         use std::sync::atomic::Ordering;
         let generation = self.generation.load(Ordering::Acquire);
@@ -454,11 +460,13 @@ impl Metrics {
 
     /// The ledger generation last recorded: unchanged means nothing to
     /// publish.
+    #[doc(hidden)]
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The trace behind a transfer's duration observation.
+    #[doc(hidden)]
     pub fn transfer_exemplar(&self, op: crate::model::XferOp, seconds: f64, trace: &str, span: &str) {
         let ex = Exemplar {
             trace_id: trace.to_string(),

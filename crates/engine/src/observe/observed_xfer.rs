@@ -7,7 +7,7 @@
 //! disconnect among them), so a Rust caller's transfer failures carry the
 //! coarser reasons of [`reason_of`]; Python's carry NIXL's own.
 
-use super::agent::{failure, ObservedAgent};
+use super::observed_agent::{failure, ObservedAgent};
 use crate::model::{MemType, NotifDirection, PeerOp, Transfer, XferOp};
 use crate::observe::{Observer, XferPoll};
 use nixl_sys::{Backend, NixlError, NotificationMap, OptArgs, XferDescList, XferRequest, XferStatus};

@@ -1,0 +1,101 @@
+//! The crates of the workspace are the layers ARCHITECTURE.md names, and
+//! none depends on a crate of its own layer or above. Cargo already refuses
+//! a circle; this holds the direction to the document (its `## Layers`
+//! section: `- N: `crate`` lines, lowest first), so that a new crate is
+//! placed where a reader can see it and an upward arrow — the ledger on the
+//! engine, the sys crate on the ledger — fails here, naming both ends.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `crate name → layer` from ARCHITECTURE.md's `## Layers` section.
+fn documented() -> BTreeMap<String, u32> {
+    let doc = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let section = doc
+        .split("\n## Layers\n")
+        .nth(1)
+        .expect("ARCHITECTURE.md has a `## Layers` section")
+        .split("\n## ")
+        .next()
+        .unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in section.lines() {
+        let Some((n, rest)) = line.strip_prefix("- ").and_then(|l| l.split_once(": ")) else {
+            continue;
+        };
+        let layer: u32 = n
+            .parse()
+            .unwrap_or_else(|_| panic!("`{line}`: the layer is not a number"));
+        for name in rest.split('`').skip(1).step_by(2) {
+            assert!(out.insert(name.to_string(), layer).is_none(), "{name} is listed twice");
+        }
+    }
+    out
+}
+
+/// Every workspace member and the workspace members it depends on (normal,
+/// build and dev dependencies alike), from `cargo metadata`.
+fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(repo())
+        .output()
+        .expect("cargo metadata");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = meta["packages"].as_array().unwrap();
+    let members: Vec<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| members.iter().any(|m| m == d["name"].as_str().unwrap()))
+                .map(|d| {
+                    let kind = d["kind"].as_str().unwrap_or("normal").to_string();
+                    (d["name"].as_str().unwrap().to_string(), kind)
+                })
+                .collect();
+            (p["name"].as_str().unwrap().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn every_crate_is_in_one_layer_and_depends_only_on_layers_below_it() {
+    let layers = documented();
+    let crates = workspace();
+    assert!(crates.len() >= 6, "found too few crates: {:?}", crates.keys());
+    let unlisted: Vec<_> = crates.keys().filter(|c| !layers.contains_key(*c)).collect();
+    let gone: Vec<_> = layers.keys().filter(|c| !crates.contains_key(*c)).collect();
+    assert!(
+        unlisted.is_empty() && gone.is_empty(),
+        "ARCHITECTURE.md's layers and the workspace differ: not listed {unlisted:?}, listed but absent {gone:?}"
+    );
+    let mut upward = Vec::new();
+    for (name, deps) in &crates {
+        for (dep, kind) in deps {
+            if layers[dep] >= layers[name] {
+                upward.push(format!(
+                    "{name} (layer {}) → {dep} (layer {}, a {kind} dependency)",
+                    layers[name], layers[dep]
+                ));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "dependencies that do not point down:\n{}",
+        upward.join("\n")
+    );
+}
