@@ -77,7 +77,9 @@ mod signals;
 
 // The layers below (crates of this workspace, ARCHITECTURE.md), under the
 // names this crate's modules use.
-use nixl_agent_core::{diagnose, event, model, plan, units, validate};
+#[cfg(feature = "cli")]
+use nixl_agent_core::diagnose;
+use nixl_agent_core::{event, model, plan, units, validate};
 use nixl_agent_engine::{canary, datapath, lifecycle, observe};
 use nixl_agent_ledger::{http, record, telemetry};
 use nixl_agent_pod as pod;
