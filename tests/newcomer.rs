@@ -144,6 +144,7 @@ fn all_docs() -> String {
 fn every_variable_the_code_reads_is_documented() {
     let mut sources = Vec::new();
     files(&root().join("src"), &[".rs"], &mut sources);
+    files(&root().join("crates"), &[".rs"], &mut sources);
     files(&root().join("python"), &[".rs", ".py", ".pth"], &mut sources);
     let mut read_vars = std::collections::BTreeSet::new();
     for p in &sources {
