@@ -23,9 +23,9 @@ pack() {
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu": print(m["executable"])' | tail -n1)
-  # The library's unit tests: the CUDA-context test lives beside cuda.rs.
+  # nixl-agent-sys's unit tests: the CUDA-context test lives beside cuda.rs.
   local lib_bin
-  lib_bin=$(cargo test --release --lib --no-run --message-format=json 2>/dev/null \
+  lib_bin=$(cargo test --release -p nixl-agent-sys --lib --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
@@ -74,7 +74,7 @@ run() {
   echo "== GPU tests"
   "$out/gpu-tests" --test-threads 1 --nocapture
   echo "== a VRAM pointer query leaves the caller's CUDA context alone"
-  "$out/lib-tests" --exact nixl::cuda::tests::a_pointer_query_leaves_the_callers_context_alone \
+  "$out/lib-tests" --exact cuda::tests::a_pointer_query_leaves_the_callers_context_alone \
     --include-ignored --nocapture
   echo "== release binary, VRAM plan"
   cat > "$out/vram.toml" <<'TOML'
