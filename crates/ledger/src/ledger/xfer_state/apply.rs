@@ -16,6 +16,20 @@ pub struct Heard {
 impl Transfers {
     /// Applies `e` when it is a data-path event (`None` otherwise).
     pub fn apply(&mut self, e: &Event<'_>) -> Option<Heard> {
+        if !matches!(
+            e,
+            Event::XferCreated(_)
+                | Event::XferCreateFailed { .. }
+                | Event::XferPosted { .. }
+                | Event::XferEnded { .. }
+                | Event::XferReleased { .. }
+                | Event::XferTick { .. }
+                | Event::Peer { .. }
+                | Event::Notified { .. }
+                | Event::XferTransport { .. }
+        ) {
+            return None;
+        }
         // The rows are taken out while the event is applied, so that the
         // table's own rules (which borrow all of `self`) can write them.
         let mut rows = std::mem::take(&mut self.rows);
