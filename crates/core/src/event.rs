@@ -4,8 +4,8 @@
 //! HTTP or FFI types, and nothing of the crate but `model`.
 
 use crate::model::{
-    AgentId, DirRefusal, Failure, GroupFailure, GroupLabels, GroupState, Hooked, NotifDirection, PeerOp, Phase, Reason,
-    Region, RuntimeFacts, Transfer, Transport, TransportScope, XferOp,
+    AgentId, DirRefusal, Failure, GroupFailure, GroupLabels, GroupState, Hooked, Kind, NotifDirection, PeerOp, Phase,
+    Reason, Region, RuntimeFacts, Transfer, Transport, TransportScope, XferOp,
 };
 use std::time::{Duration, Instant};
 
@@ -20,12 +20,26 @@ pub enum Source {
     Observed,
 }
 
+/// A group as the ledger knows it: handed out when the group is declared
+/// (`Applied::group` of its [`Event::GroupDeclared`]), then carried by every
+/// event and in-flight mark about it, so nothing finds a group by its name
+/// after its declaration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupId(pub u32);
+
+impl GroupId {
+    /// Its row in the ledger's group table (ids are handed out in order).
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
 /// A group nixl-agent will report on: from a plan at start, or on first use
 /// (or as an expected group) in observe mode.
 #[derive(Debug, Clone)]
 pub struct GroupDecl {
     pub group: String,
-    pub kind: String,
+    pub kind: Kind,
     /// The labels, when known at declaration: a planned group's come from
     /// its spec; an observed group's from its first call (`None` until then,
     /// for a group readiness expects before any call).
@@ -60,6 +74,9 @@ pub enum Leaves {
 /// One registration attempt (a whole group, or one observed call).
 #[derive(Debug)]
 pub struct Attempt<'a> {
+    /// The group it is recorded against (`None`: a group the recording never
+    /// declared, as `check`'s: only its span and log line).
+    pub group: Option<GroupId>,
     pub agent: AgentId,
     pub labels: &'a GroupLabels,
     pub attempt: u32,
@@ -77,8 +94,8 @@ pub struct Attempt<'a> {
 
 /// A group's state in the lifecycle machine.
 #[derive(Debug, Clone, Copy)]
-pub struct GroupProgress<'a> {
-    pub group: &'a str,
+pub struct GroupProgress {
+    pub group: GroupId,
     pub state: GroupState,
     pub attempts: u32,
     pub consecutive_failures: u32,
@@ -184,12 +201,14 @@ pub enum Event<'a> {
     },
     Attempted(&'a Attempt<'a>),
     RetryScheduled {
+        group: Option<GroupId>,
         labels: &'a GroupLabels,
         attempt: u32,
         after: Duration,
     },
     /// A planned group's deregistration (the lifecycle says what is left).
     Deregistered {
+        group: Option<GroupId>,
         labels: &'a GroupLabels,
         descriptors: usize,
         failed: usize,
@@ -210,7 +229,7 @@ pub enum Event<'a> {
     /// The lifecycle machine moved: its phase and every planned group.
     Progress {
         phase: Phase,
-        groups: &'a [GroupProgress<'a>],
+        groups: &'a [GroupProgress],
     },
     /// A NIXL call outlived `nixl_call_timeout`. Not a failure: the call
     /// is counted once, when it ends, with the reason it ends with.
@@ -218,8 +237,8 @@ pub enum Event<'a> {
         /// The call: its episode ends only with its own `Unstuck`.
         call: CallKey,
         operation: CallKind,
-        /// The group whose call it is, if any.
-        group: Option<&'a str>,
+        /// The group whose call it is, if any, and its name (for the log).
+        group: Option<(GroupId, &'a str)>,
         elapsed: Duration,
     },
     /// That call returned at last.
@@ -237,6 +256,7 @@ pub enum Event<'a> {
     /// NIXL accepted an observed call whose regions validation rejects
     /// (the seed's corrupted pointers that NIXL registers silently).
     AcceptedInvalid {
+        group: GroupId,
         labels: &'a GroupLabels,
         reason: Reason,
         message: &'a str,

@@ -374,21 +374,21 @@ impl GroupState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupLabels {
     pub group: String,
-    pub kind: String,
-    pub mem_type: &'static str,
+    pub kind: Kind,
+    pub mem_type: MemType,
     /// The group's backends joined with `+` (`UCX`, `UCX+GDS`).
     pub backend: String,
-    pub device: String,
+    pub device: u32,
 }
 
 impl GroupLabels {
     pub fn new(group: &str, kind: &Kind, mem_type: MemType, backends: &[String], device: u32) -> GroupLabels {
         GroupLabels {
             group: group.to_string(),
-            kind: kind.as_str().to_string(),
-            mem_type: mem_type.as_str(),
+            kind: kind.clone(),
+            mem_type,
             backend: backends.join("+"),
-            device: device.to_string(),
+            device,
         }
     }
 }

@@ -9,7 +9,8 @@
 //! here changes a call or its result (ARCHITECTURE.md).
 
 use crate::config::{self, DEFAULT_BACKEND};
-use crate::event::{CallKind, Event, GroupDecl, Leaves, Source};
+use crate::event::{CallKind, Event, GroupDecl, GroupId, Leaves, Source};
+use crate::ledger::Applied;
 use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Hooked, Kind, MemType, Phase, Region, RuntimeFacts};
 use crate::record::{self, Capture, NoCapture, Recorder};
 use crate::status::{NixlStatus, Status};
@@ -103,10 +104,9 @@ impl Expected {
 /// next call carries the same).
 struct Named {
     name: String,
-    /// The name's index in the in-flight table.
-    flight: u32,
+    /// The id the ledger handed out for it.
+    group: GroupId,
     labels: Arc<GroupLabels>,
-    device: u32,
     attempts: u32,
 }
 
@@ -172,6 +172,7 @@ pub enum Outcome {
 /// and clock. Ended by [`Observer::end`] on the thread that began it.
 #[must_use = "a call is recorded by Observer::end"]
 pub struct Pending {
+    group: GroupId,
     labels: Arc<GroupLabels>,
     attempt: record::Attempted,
     /// The call in flight, for the watchdog, until it ends.
@@ -245,7 +246,7 @@ impl Observer {
                 return Err(GroupConflict { group: e.group.clone() });
             }
         }
-        let seen_nixl = rec.ledger().read(|st| st.status.nixl.available);
+        let seen_nixl = rec.ledger().read(|st| st.nixl().available);
         let settings_backends = settings.backends.clone();
         let o = Observer(Arc::new(Inner {
             rec,
@@ -418,20 +419,19 @@ impl Observer {
         self.0.rec.emit(&Event::AgentReleased { agent });
     }
 
-    /// Declares a group; `false` when the ledger refused the name (a planned
-    /// group has it).
-    fn declare(&self, name: &str, kind: &Kind, labels: Option<GroupLabels>, required: bool) -> bool {
-        let applied = self.0.rec.emit(&Event::GroupDeclared(&GroupDecl {
+    /// Declares a group: what the ledger said (its id, or that it refused
+    /// the name: a planned group has it).
+    fn declare(&self, name: &str, kind: &Kind, labels: Option<GroupLabels>, required: bool) -> Applied {
+        self.0.rec.emit(&Event::GroupDeclared(&GroupDecl {
             group: name.to_string(),
-            kind: kind.as_str().to_string(),
+            kind: kind.clone(),
             labels,
             backends: self.0.settings.backends.clone(),
             required,
             validate: self.0.settings.validate || self.0.settings.enforce,
             planned: (0, 0),
             source: Source::Observed,
-        }));
-        !applied.refused
+        }))
     }
 
     /// Whether `name` may be recorded as its own group: it follows the label
@@ -474,7 +474,7 @@ impl Observer {
 
     /// The group's labels for this call (declared on first use) and the
     /// attempt number.
-    fn begin_group(&self, call: &Call<'_>) -> (Arc<GroupLabels>, u32, u32) {
+    fn begin_group(&self, call: &Call<'_>) -> (Arc<GroupLabels>, u32, GroupId) {
         let mut names = self.0.names.lock().unwrap_or_else(|e| e.into_inner());
         let mut name = call.group;
         if !names.iter().any(|n| n.name == name) {
@@ -495,18 +495,11 @@ impl Observer {
             n.attempts = n.attempts.saturating_add(1);
             self.with_backends(call, |backends| {
                 let l = &n.labels;
-                if l.mem_type != call.mem_type.as_str() || n.device != call.device || !joined(&l.backend, backends) {
-                    n.labels = Arc::new(GroupLabels::new(
-                        name,
-                        &Kind::parse(&l.kind),
-                        call.mem_type,
-                        backends,
-                        call.device,
-                    ));
-                    n.device = call.device;
+                if l.mem_type != call.mem_type || l.device != call.device || !joined(&l.backend, backends) {
+                    n.labels = Arc::new(GroupLabels::new(name, &l.kind, call.mem_type, backends, call.device));
                 }
             });
-            return (n.labels.clone(), n.attempts, n.flight);
+            return (n.labels.clone(), n.attempts, n.group);
         }
         let kind = if name == OVERFLOW_GROUP {
             Kind::Custom(OVERFLOW_GROUP.into())
@@ -518,16 +511,17 @@ impl Observer {
         });
         // An expected group is declared already (without labels); its
         // first call fixes them.
-        self.declare(name, &kind, Some((*labels).clone()), false);
-        let flight = self.0.rec.calls().group_index(name);
+        let declared = self.declare(name, &kind, Some((*labels).clone()), false);
+        // Declaring always names a group: this one, or the one a refused
+        // name belongs to.
+        let group = declared.group.unwrap_or(GroupId(u32::MAX));
         names.push(Named {
             name: name.to_string(),
-            flight,
+            group,
             labels: labels.clone(),
-            device: call.device,
             attempts: 1,
         });
-        (labels, 1, flight)
+        (labels, 1, group)
     }
 
     /// Starts recording one registration call: declares its group on first
@@ -535,7 +529,7 @@ impl Observer {
     /// Follow with [`Observer::check`] (optional), the call itself, then
     /// [`Observer::end`] on the same thread.
     pub fn begin(&self, call: &Call<'_>) -> Pending {
-        let (labels, attempt, flight) = self.begin_group(call);
+        let (labels, attempt, group) = self.begin_group(call);
         let bytes = call.regions.iter().fold(0u64, |a, r| a.saturating_add(r.len as u64));
         let mut a = record::attempt(&labels, attempt, call.regions.len(), bytes, self.capture());
         // Timed like a lifecycle attempt: validation plus NIXL.
@@ -544,8 +538,9 @@ impl Observer {
             .0
             .rec
             .calls()
-            .begin(CallKind::Register, Some(flight), t0, self.0.settings.call_timeout);
+            .begin(CallKind::Register, Some(group), t0, self.0.settings.call_timeout);
         Pending {
+            group,
             labels,
             attempt: a,
             _mark: mark,
@@ -590,7 +585,12 @@ impl Observer {
     /// is what [`Observer::check`] said; it names the cause of a failure more
     /// precisely than NIXL's error code does.
     pub fn end(&self, pending: Pending, call: &Call<'_>, finding: Option<Rejection>, outcome: Outcome) {
-        let Pending { labels, attempt, _mark } = pending;
+        let Pending {
+            group,
+            labels,
+            attempt,
+            _mark,
+        } = pending;
         drop(_mark);
         let outcome = match outcome {
             Outcome::Registered => Ok(()),
@@ -624,6 +624,7 @@ impl Observer {
         };
         if let (Ok(()), Some(r)) = (&outcome, &finding) {
             self.0.rec.emit(&Event::AcceptedInvalid {
+                group,
                 labels: &labels,
                 reason: r.reason,
                 message: &r.message,
@@ -632,9 +633,16 @@ impl Observer {
         let leaves = Leaves::Call {
             first: call.regions.first().copied(),
         };
-        let _ = attempt.finish(&self.0.rec, call.agent, &labels, self.capture(), outcome, leaves, |i| {
-            call.regions.get(i).copied()
-        });
+        let _ = attempt.finish(
+            &self.0.rec,
+            Some(group),
+            call.agent,
+            &labels,
+            self.capture(),
+            outcome,
+            leaves,
+            |i| call.regions.get(i).copied(),
+        );
     }
 
     /// Records one registration call around `call`, which performs it.

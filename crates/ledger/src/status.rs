@@ -2,7 +2,8 @@
 //! every projection reads — /v1/status as it is, /readyz and /livez through
 //! [`Status::checks`] and [`Status::liveness_failure`], the metric gauges,
 //! rank files. Pure data and the derivations over it, written once:
-//! readiness ([`Status::derive_ready`]), liveness
+//! readiness ([`ready`], which the ledger applies to its tables and
+//! [`Status::derive_ready`] to a snapshot), liveness
 //! ([`Status::liveness_failure`]) and a group's state ([`observed_state`]).
 //! [`document`]: the /v1/status document that carries it, one schema for a
 //! process and a pod.
@@ -35,6 +36,33 @@ pub fn observed_state(last_ok: Option<bool>, live_calls: usize) -> GroupState {
         Some(true) if live_calls > 0 => GroupState::Registered,
         Some(true) => GroupState::Deregistered,
     }
+}
+
+/// What readiness is decided from: the ledger's tables, or a snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct Readiness {
+    pub nixl: bool,
+    /// A NIXL call is past its deadline.
+    pub stuck: bool,
+    pub lifecycle_dead: bool,
+    pub phase: Phase,
+    pub required_registered: bool,
+    pub awaits_registration: bool,
+    pub anything_registered: bool,
+    pub pod_refused: bool,
+}
+
+/// Ready: NIXL is up, the lifecycle runs, every required group is
+/// registered (and one group at least, when readiness awaits a
+/// registration), and the pod directory was not refused. The one rule.
+pub fn ready(r: Readiness) -> bool {
+    r.nixl
+        && !r.stuck
+        && !r.lifecycle_dead
+        && r.phase == Phase::Running
+        && r.required_registered
+        && (!r.awaits_registration || r.anything_registered)
+        && !r.pod_refused
 }
 
 pub use crate::model::NixlStatus;
@@ -389,20 +417,22 @@ impl Status {
         self.groups.iter().find(|g| g.name == name)
     }
 
-    /// Ready: NIXL is up, the lifecycle runs, and every required group is
-    /// registered. Derived from the snapshot, never stored apart from it.
+    /// Ready, by the one rule ([`ready`]) applied to this snapshot.
     pub fn derive_ready(&self) -> bool {
-        self.nixl.available
-            && self.stuck.is_empty()
-            && !self.lifecycle_dead
-            && self.phase == Phase::Running
-            && self
+        ready(Readiness {
+            nixl: self.nixl.available,
+            stuck: !self.stuck.is_empty(),
+            lifecycle_dead: self.lifecycle_dead,
+            phase: self.phase,
+            required_registered: self
                 .groups
                 .iter()
                 .filter(|g| g.required)
-                .all(|g| g.state == GroupState::Registered)
-            && (!self.awaits_registration || self.anything_registered())
-            && self.pod.as_ref().is_none_or(|p| p.refused.is_none())
+                .all(|g| g.state == GroupState::Registered),
+            awaits_registration: self.awaits_registration,
+            anything_registered: self.anything_registered(),
+            pod_refused: self.pod.as_ref().is_some_and(|p| p.refused.is_some()),
+        })
     }
 
     fn anything_registered(&self) -> bool {

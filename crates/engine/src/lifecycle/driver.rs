@@ -111,9 +111,9 @@ impl<R: Registrar> Driver<R> {
             .groups
             .iter()
             .map(|spec| {
-                rec.emit(&Event::GroupDeclared(&declaration(spec)));
+                let declared = rec.emit(&Event::GroupDeclared(&declaration(spec)));
                 Registration::new(spec).with_watch(Watch {
-                    group: Some(rec.calls().group_index(&spec.name)),
+                    group: declared.group,
                     deadline: None,
                 })
             })
@@ -185,6 +185,7 @@ impl<R: Registrar> Driver<R> {
                         self.timers
                             .push((now.checked_add(after).unwrap_or(now + MAX_WAIT), group));
                         self.rec.emit(&Event::RetryScheduled {
+                            group: self.slots[group].watch().group,
                             labels: self.slots[group].labels(),
                             attempt: self.machine.attempts(group),
                             after,
@@ -250,12 +251,13 @@ impl<R: Registrar> Driver<R> {
     fn step(&mut self, input: Input) -> Vec<Action> {
         let actions = self.machine.handle(input);
         let m = &self.machine;
-        let groups: Vec<GroupProgress<'_>> = self
+        let groups: Vec<GroupProgress> = self
             .slots
             .iter()
             .enumerate()
-            .map(|(i, s)| GroupProgress {
-                group: &s.labels().group,
+            .filter_map(|(i, s)| Some((i, s.watch().group?)))
+            .map(|(i, group)| GroupProgress {
+                group,
                 state: m.group_state(i),
                 attempts: m.attempts(i),
                 consecutive_failures: m.consecutive_failures(i),

@@ -4,7 +4,7 @@
 
 use super::group::{register_all, release_all, Refused, Released};
 use super::Registrar;
-use crate::event::{CallKind, Event, GroupDecl, Holding, Leaves, Source};
+use crate::event::{CallKind, Event, GroupDecl, GroupId, Holding, Leaves, Source};
 use crate::model::{AgentId, Failure, GroupFailure, GroupLabels, Region};
 use crate::plan::{GroupSpec, RegionSource};
 use crate::record::{self, Mark, Recorder};
@@ -32,13 +32,14 @@ pub fn declaration(spec: &GroupSpec) -> GroupDecl {
 #[derive(Debug, Default)]
 pub struct Backends(HashSet<String>);
 
-/// How a group's NIXL calls are marked in the recording's in-flight table:
-/// its index there and the per-call deadline (none: marked, not held to
-/// one). Only NIXL calls are marked — never allocation, validation or
+/// How a group's NIXL calls are marked in the recording's in-flight table
+/// and recorded: the id the ledger handed out when the group was declared
+/// (none: a group the recording never declared, as `check`'s) and the
+/// per-call deadline (none: marked, not held to one). Only NIXL calls are marked — never allocation, validation or
 /// freeing memory, which are nixl-agent's own work.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Watch {
-    pub group: Option<u32>,
+    pub group: Option<GroupId>,
     pub deadline: Option<Duration>,
 }
 
@@ -152,6 +153,7 @@ impl<R: Registrar> Registration<R> {
         let leaves = Leaves::Group(self.holding());
         a.finish(
             rec,
+            self.watch.group,
             AgentId::LIFECYCLE,
             &self.labels,
             r.capture(),
@@ -271,6 +273,7 @@ impl<R: Registrar> Registration<R> {
     fn left_behind(&mut self, rec: &Recorder, tried: usize, left: Released<R::Handle>, t0: Instant) {
         self.stuck = left;
         rec.emit(&Event::Deregistered {
+            group: self.watch.group,
             labels: &self.labels,
             descriptors: tried.max(self.stuck.failed),
             failed: self.stuck.failed,
@@ -298,7 +301,7 @@ impl<R: Registrar> Registration<R> {
             "nixl.group.deregister",
             group = %labels.group,
             kind = %labels.kind,
-            mem_type = labels.mem_type,
+            mem_type = labels.mem_type.as_str(),
             descriptor_count = n,
             failed = Empty,
             "otel.status_code" = Empty,
@@ -318,6 +321,7 @@ impl<R: Registrar> Registration<R> {
         // attempt or drain tries it again.
         self.stuck = left;
         rec.emit(&Event::Deregistered {
+            group: self.watch.group,
             labels: &self.labels,
             descriptors: n,
             failed,

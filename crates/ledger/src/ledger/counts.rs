@@ -5,7 +5,7 @@
 //! them (with the gauges) from the same state, so a counter, a gauge and
 //! /v1/status can never be read from two different moments.
 
-use crate::model::{Hooked, Reason};
+use crate::model::Reason;
 
 /// Upper bounds of the two histograms (the metrics layer's choice, handed
 /// to the ledger when it is made).
@@ -82,13 +82,6 @@ pub struct GroupCounts {
     pub failures: Vec<ReasonCount>,
     pub deregistration_failures: Vec<ReasonCount>,
     pub accepted_invalid: Vec<ReasonCount>,
-}
-
-/// The process's counts that belong to no group.
-#[derive(Debug, Clone, Default)]
-pub struct ProcessCounts {
-    pub instrumentation_errors: Vec<(Hooked, u64)>,
-    pub memlock_exempt: bool,
 }
 
 pub fn unix_now() -> f64 {

@@ -21,7 +21,7 @@ pub struct LiveKey {
 #[derive(Debug, Clone, Copy)]
 pub struct Live {
     pub key: LiveKey,
-    pub group: usize,
+    pub group: crate::event::GroupId,
     pub bytes: u64,
 }
 
@@ -126,7 +126,7 @@ mod tests {
     fn live(i: usize) -> Live {
         Live {
             key: key(i),
-            group: 0,
+            group: crate::event::GroupId(0),
             bytes: 4096,
         }
     }
@@ -207,7 +207,7 @@ mod model_check {
             if next() % 5 < 3 {
                 t.push(Live {
                     key,
-                    group: 0,
+                    group: crate::event::GroupId(0),
                     bytes: 1,
                 });
                 model.push(k);

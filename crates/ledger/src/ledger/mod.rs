@@ -6,66 +6,45 @@
 //! that one derivation. tokio-console's aggregator is the model: it owns
 //! the task state and hands out updates.
 //!
-//! Architecture Invariant: the ledger imports only the event vocabulary,
-//! the snapshot's shape (`status`) and `model`. It keeps the counts the
-//! metric counters and histograms show (`counts`) beside the state the
-//! gauges show; the registry renders both from here at scrape time, under
-//! this lock ([`Ledger::read`]), so no metric can be read from another
-//! moment than /v1/status. The closure [`Ledger::apply`] runs inside the
-//! write only tells the registry a new generation exists.
-//!
-//! Architecture Invariant: holdings are keyed by (NIXL agent, first region,
-//! descriptor count) in a flat table in registration order (`live`): a
-//! deregistration finds the registration made on the same agent, and an
-//! agent that goes away releases exactly its own.
+//! Its storage is its own tables — groups keyed by the [`GroupId`] it hands
+//! out at declaration (`groups`), agents and calls (`calls`), the process
+//! (`process`), the data path (`xfer_state`), holdings (`live`) — each with
+//! the family of events that writes it; /v1/status is built from them when
+//! a snapshot is taken (`snapshot`). The invariants are in ARCHITECTURE.md
+//! ("the ledger").
 
+pub mod calls;
 pub mod counts;
+pub mod groups;
 mod live;
+pub mod process;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 pub mod xfer_state;
 
-pub use counts::{Bounds, GroupCounts, Histogram, ProcessCounts};
-use live::{Live, LiveKey, LiveTable};
+pub use calls::RELEASED_AGENTS_KEPT;
+pub use counts::{Bounds, GroupCounts, Histogram};
+use live::LiveTable;
 pub use xfer_state::{TracedXfer, Transfers, TransportWanted};
 
-use crate::event::{Event, GroupDecl, Leaves, Source};
-use crate::model::{AgentId, Failure, GroupLabels, GroupState, Phase, Reason, Region};
-use crate::status::{observed_state, AgentStatus, BackendStatus, GroupStatus, Status, Stuck};
+use crate::event::{Event, GroupId, Source};
+use crate::status::{NixlStatus, Status};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Released agents kept in /v1/status (the live ones are all listed).
-pub const RELEASED_AGENTS_KEPT: usize = 8;
-
-/// What the ledger keeps about a group beside its status.
-#[derive(Debug, Clone)]
-pub struct GroupMeta {
-    /// The labels every series of the group carries: fixed by the group's
-    /// first call (a planned group's by its spec).
-    pub labels: Option<Arc<GroupLabels>>,
-    /// The placeholder labels (group and kind only) of a group expected
-    /// before its first call.
-    pub placeholder: Arc<GroupLabels>,
-    last_ok: Option<bool>,
-    live_calls: usize,
-    /// What `last_reason`/`last_error` said before a call past its deadline
-    /// overwrote them: an attempt that then succeeds puts them back, so a
-    /// `timeout` never outlives the call it was about.
-    before_stuck: Option<(Option<Reason>, Option<String>)>,
-}
-
-/// The state the ledger owns. Projections read it inside the write
-/// ([`Ledger::apply`]'s closure) or as a [`Status`] snapshot.
+/// The tables the ledger owns. Projections read them inside the write
+/// ([`Ledger::apply`]'s closure, the registry's render under
+/// [`Ledger::read`]) or as a [`Status`] snapshot built from them.
 pub struct State {
-    pub status: Status,
-    /// Parallel to `status.groups`.
-    pub meta: Vec<GroupMeta>,
-    /// Parallel to `status.groups`: what the metric counters show.
-    pub counts: Vec<GroupCounts>,
-    pub process: ProcessCounts,
+    /// Grows with every write.
+    generation: u64,
+    pub process: process::Process,
+    pub groups: groups::Groups,
+    pub agents: calls::Agents,
+    pub calls: calls::Calls,
     pub bounds: Bounds,
     /// The data path: requests, flights, peers, notifications.
     pub transfers: Transfers,
@@ -74,23 +53,35 @@ pub struct State {
 }
 
 impl State {
-    /// The labels group `i`'s series carry now (placeholders until the
-    /// first call fixes them).
-    pub fn labels(&self, i: usize) -> &Arc<GroupLabels> {
-        let m = &self.meta[i];
-        m.labels.as_ref().unwrap_or(&m.placeholder)
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
-    pub fn group_index(&self, name: &str) -> Option<usize> {
-        self.status.groups.iter().position(|g| g.name == name)
+    pub fn nixl(&self) -> &NixlStatus {
+        &self.process.nixl
+    }
+
+    /// One event, handed to the family that owns it.
+    fn apply(&mut self, e: &Event<'_>) -> Applied {
+        if let Some(heard) = self.transfers.apply(e) {
+            return Applied {
+                unmatched: heard.unmatched,
+                ..Applied::default()
+            };
+        }
+        self.apply_group(e)
+            .or_else(|| self.apply_call(e))
+            .or_else(|| self.apply_process(e))
+            .unwrap_or_default()
     }
 }
 
 /// What applying one event changed, for the projections.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
-    /// The group the event was about, once resolved.
-    pub group: Option<usize>,
+    /// The group the event was about (for a declaration: the group now
+    /// declared under its name).
+    pub group: Option<GroupId>,
     /// Readiness flipped: to this value.
     pub ready: Option<bool>,
     /// Set the first time readiness is reached.
@@ -120,15 +111,16 @@ struct Shared {
 pub struct Ledger(Arc<Shared>);
 
 impl Ledger {
-    /// A ledger starting from `initial`; `started` is what
-    /// `time_to_ready_seconds` counts from.
-    pub fn new(initial: Status, started: Instant, bounds: Bounds) -> Ledger {
+    /// An empty ledger with what is known of NIXL before it loads;
+    /// `started` is what `time_to_ready_seconds` counts from.
+    pub fn new(nixl: NixlStatus, started: Instant, bounds: Bounds) -> Ledger {
         Ledger(Arc::new(Shared {
             state: Mutex::new(State {
-                status: initial,
-                meta: Vec::new(),
-                counts: Vec::new(),
-                process: ProcessCounts::default(),
+                generation: 0,
+                process: process::Process::new(nixl),
+                groups: groups::Groups::default(),
+                agents: calls::Agents::default(),
+                calls: calls::Calls::default(),
                 bounds,
                 transfers: Transfers::new(bounds.transfer_duration),
                 live: LiveTable::default(),
@@ -163,9 +155,9 @@ impl Ledger {
         let mut st = self.lock();
         let mut applied = st.apply(e);
         self.derive_ready(&mut st, &mut applied);
-        st.status.generation += 1;
+        st.generation += 1;
         project(e, &st, &applied);
-        self.notify(st.status.generation);
+        self.notify(st.generation);
         let traced = if st.transfers.traced.is_empty() {
             Vec::new()
         } else {
@@ -199,27 +191,27 @@ impl Ledger {
     pub fn begin_drain(&self, project: impl FnOnce(&State, &Applied)) -> Applied {
         let mut st = self.lock();
         st.draining = true;
-        if !matches!(st.status.phase, Phase::Stopped) {
-            st.status.phase = Phase::Draining;
+        if !matches!(st.process.phase, crate::model::Phase::Stopped) {
+            st.process.phase = crate::model::Phase::Draining;
         }
         let mut applied = Applied::default();
         self.derive_ready(&mut st, &mut applied);
-        st.status.generation += 1;
+        st.generation += 1;
         project(&st, &applied);
-        self.notify(st.status.generation);
+        self.notify(st.generation);
         applied
     }
 
     fn derive_ready(&self, st: &mut State, applied: &mut Applied) {
-        let ready = !st.draining && st.status.derive_ready();
-        if ready == st.status.ready {
+        let ready = !st.draining && st.derive_ready();
+        if ready == st.process.ready {
             return;
         }
-        st.status.ready = ready;
+        st.process.ready = ready;
         applied.ready = Some(ready);
-        if ready && st.status.time_to_ready_seconds.is_none() {
+        if ready && st.process.time_to_ready.is_none() {
             let t = self.0.started.elapsed();
-            st.status.time_to_ready_seconds = Some(t.as_secs_f64());
+            st.process.time_to_ready = Some(t.as_secs_f64());
             applied.time_to_ready = Some(t);
         }
     }
@@ -241,7 +233,7 @@ impl Ledger {
             }
         }
         let st = self.lock();
-        let s = Arc::new(st.status.clone());
+        let s = Arc::new(st.status());
         *self.0.cache.write().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         s
     }
@@ -267,547 +259,16 @@ impl Ledger {
         tokio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
-    /// Who owns the group name `name`, if anyone.
+    /// Who owns the group name `name`, if anyone (asked by a front-end
+    /// meeting a name for the first time).
     pub fn source_of(&self, name: &str) -> Option<Source> {
         let st = self.lock();
-        st.group_index(name).map(|i| st.status.groups[i].source)
-    }
-}
-
-impl State {
-    fn apply(&mut self, e: &Event<'_>) -> Applied {
-        let mut out = Applied::default();
-        let s = &mut self.status;
-        match e {
-            Event::GroupDeclared(d) => return self.declare(d),
-            Event::MemlockObserved { soft_limit, exempt } => {
-                s.memlock_limit_bytes = *soft_limit;
-                self.process.memlock_exempt = *exempt;
-            }
-            Event::NixlLoaded(f) => {
-                s.nixl.available = true;
-                s.nixl.reason = None;
-                s.nixl.error = None;
-                s.nixl.plugins = f.plugins.clone();
-                s.nixl.agent = Some(f.agent.clone());
-                s.nixl.agent_owner = Some(owner(f.owned));
-            }
-            Event::NixlUnavailable(f) => {
-                s.nixl.available = false;
-                s.nixl.reason = Some(f.reason);
-                s.nixl.error = Some(f.message.clone());
-            }
-            Event::AgentSeen { agent, name, owned } => {
-                self.transfers.observing |= !*owned;
-                if !s.agents.iter().any(|a| a.id == *agent) {
-                    s.agents.push(AgentStatus {
-                        id: *agent,
-                        name: name.to_string(),
-                        owner: owner(*owned),
-                        descriptors: 0,
-                        bytes: 0,
-                        released: false,
-                    });
-                }
-            }
-            Event::AgentReleased { agent } => {
-                self.release_agent(*agent);
-                self.transfers
-                    .agent_released(&mut self.status.transfers, *agent, Instant::now());
-                self.sync_transfers(None);
-            }
-            Event::XferCreated(r) => self.transfers.created(r, Instant::now()),
-            Event::XferCreateFailed {
-                agent,
-                op,
-                peer,
-                failure,
-                prepared,
-            } => {
-                self.transfers.create_failed(
-                    &mut self.status.transfers,
-                    *agent,
-                    *op,
-                    peer,
-                    failure,
-                    *prepared,
-                    Instant::now(),
-                );
-                self.sync_transfers(None);
-            }
-            Event::XferPosted {
-                handle,
-                at,
-                ended,
-                sampled,
-            } => {
-                out.unmatched = !self
-                    .transfers
-                    .posted(&mut self.status.transfers, *handle, *at, *ended, *sampled);
-                self.sync_transfers(None);
-            }
-            Event::XferEnded {
-                handle,
-                at,
-                end,
-                measured,
-                sampled,
-            } => {
-                out.unmatched = !self.transfers.ended(
-                    &mut self.status.transfers,
-                    *handle,
-                    *at,
-                    *end,
-                    *measured,
-                    *sampled,
-                    "status",
-                );
-                self.sync_transfers(None);
-            }
-            Event::XferReleased { handle, at } => {
-                self.transfers.released(&mut self.status.transfers, *handle, *at);
-                self.sync_transfers(None);
-            }
-            Event::XferTick { at, stall_after } => {
-                self.transfers.tick(*at, *stall_after);
-                self.sync_transfers(Some(*stall_after));
-            }
-            Event::Peer {
-                agent,
-                op,
-                peer,
-                failure,
-            } => {
-                self.transfers
-                    .peer(&mut self.status.transfers, *agent, *op, peer, *failure);
-                self.sync_transfers(None);
-            }
-            Event::Notified {
-                agent,
-                direction,
-                messages,
-                failure,
-                peer,
-                heartbeats,
-            } => {
-                self.transfers.notified(
-                    &mut self.status.transfers,
-                    *agent,
-                    *direction,
-                    peer,
-                    *messages,
-                    *heartbeats,
-                    *failure,
-                );
-                self.sync_transfers(None);
-            }
-            Event::XferTransport {
-                agent,
-                peer,
-                op,
-                transport,
-            } => {
-                self.transfers
-                    .transport(&mut self.status.transfers, *agent, peer, *op, *transport);
-            }
-            Event::BackendCreated { backend, .. } => self.backend(backend, true, None),
-            Event::BackendFailed { backend, failure } => self.backend(backend, false, Some(failure)),
-            Event::Attempted(a) => {
-                let Some(i) = self.group_index(&a.labels.group) else {
-                    return out;
-                };
-                out.group = Some(i);
-                self.fix_labels(i, a.labels);
-                let bounds = self.bounds;
-                let c = &mut self.counts[i];
-                c.attempts += 1;
-                c.descriptors.observe(bounds.descriptors, a.descriptors as f64);
-                // An attempt that never reached NIXL has no duration.
-                if let Some(d) = a.elapsed {
-                    c.duration.observe(bounds.duration, d.as_secs_f64());
-                }
-                if let Err(f) = a.outcome {
-                    counts::count_reason(&mut c.failures, f.reason, counts::unix_now());
-                }
-                let g = &mut self.status.groups[i];
-                let before_stuck = self.meta[i].before_stuck.take();
-                match a.outcome {
-                    Ok(()) => {
-                        g.failed_region = None;
-                        if let Some((reason, error)) = before_stuck {
-                            (g.last_reason, g.last_error) = (reason, error);
-                        }
-                    }
-                    Err(f) => {
-                        g.last_reason = Some(f.reason);
-                        g.last_error = Some(f.message.clone());
-                        g.last_diagnostics = f.diagnostics.clone();
-                        g.failed_region = f.region;
-                    }
-                }
-                match a.leaves {
-                    Leaves::Group(h) => {
-                        g.descriptors = h.descriptors;
-                        g.bytes = h.bytes;
-                    }
-                    Leaves::Call { first } => {
-                        g.attempts = g.attempts.saturating_add(1);
-                        if a.outcome.is_ok() {
-                            g.consecutive_failures = 0;
-                        } else {
-                            g.consecutive_failures = g.consecutive_failures.saturating_add(1);
-                        }
-                        self.meta[i].last_ok = Some(a.outcome.is_ok());
-                        if a.outcome.is_ok() {
-                            let key = LiveKey {
-                                agent: a.agent,
-                                first: first.unwrap_or(Region::new(0, 0, 0)),
-                                descriptors: a.descriptors,
-                            };
-                            self.hold(i, key, a.bytes);
-                        }
-                        self.derive_observed(i);
-                    }
-                }
-            }
-            Event::RetryScheduled { labels, after, .. } => {
-                if let Some(i) = self.group_index(&labels.group) {
-                    out.group = Some(i);
-                    self.status.groups[i].next_retry_seconds = Some(after.as_secs_f64());
-                }
-            }
-            Event::Deregistered {
-                labels,
-                holding,
-                failure,
-                ..
-            } => {
-                let Some(i) = self.group_index(&labels.group) else {
-                    return out;
-                };
-                out.group = Some(i);
-                self.count_deregistration(i, *failure);
-                let g = &mut self.status.groups[i];
-                g.descriptors = holding.descriptors;
-                g.bytes = holding.bytes;
-            }
-            Event::CallDeregistered {
-                agent,
-                first,
-                descriptors,
-                failure,
-                ..
-            } => {
-                let key = LiveKey {
-                    agent: *agent,
-                    first: *first,
-                    descriptors: *descriptors,
-                };
-                // A failed deregistration leaves the registration in place;
-                // one NIXL refused of a list matching no registration exactly
-                // (a part of one, or more than one) still counts, against the
-                // group its first region is registered in.
-                let found = if failure.is_none() {
-                    self.live.take(&key)
-                } else {
-                    self.live.find(&key).or_else(|| self.live.find_first(*agent, *first))
-                };
-                let Some(live) = found else {
-                    out.unmatched = true;
-                    return out;
-                };
-                out.group = Some(live.group);
-                self.count_deregistration(live.group, *failure);
-                if failure.is_none() {
-                    self.unhold(live);
-                    self.derive_observed(live.group);
-                }
-            }
-            Event::Progress { phase, groups } => {
-                if !matches!(s.phase, Phase::Draining | Phase::Stopped) || *phase == Phase::Stopped {
-                    s.phase = *phase;
-                }
-                for p in groups.iter() {
-                    let Some(g) = s.groups.iter_mut().find(|g| g.name == p.group) else {
-                        continue;
-                    };
-                    if g.source != Source::Planned {
-                        continue;
-                    }
-                    g.state = p.state;
-                    g.attempts = p.attempts;
-                    g.consecutive_failures = p.consecutive_failures;
-                    if g.state != GroupState::Failed {
-                        g.next_retry_seconds = None;
-                    }
-                }
-            }
-            Event::ProbeTransfer(r) => s.probe.get_or_insert_with(Default::default).apply(
-                r.failure.as_ref(),
-                r.bytes_per_second,
-                r.elapsed.as_secs_f64(),
-                counts::unix_now(),
-            ),
-            Event::CanaryStarted { interval } => {
-                s.probe.get_or_insert_with(Default::default).interval_seconds = interval.as_secs_f64();
-            }
-            Event::DrainStarted => {
-                if s.phase != Phase::Stopped {
-                    s.phase = Phase::Draining;
-                }
-            }
-            Event::Stuck {
-                call,
-                operation,
-                group,
-                elapsed,
-            } => {
-                if !s.stuck.iter().any(|x| x.call == *call) {
-                    s.stuck.push(Stuck {
-                        call: *call,
-                        operation: operation.as_str().to_string(),
-                        group: group.map(str::to_string),
-                        seconds: elapsed.as_secs_f64(),
-                    });
-                }
-                if let Some(i) = group.and_then(|g| self.group_index(g)) {
-                    out.group = Some(i);
-                    // The reason the group is not ready while the call runs;
-                    // the attempt counts when it ends, with its own reason.
-                    if *operation == crate::event::CallKind::Register {
-                        let g = &mut self.status.groups[i];
-                        let saved = (g.last_reason, g.last_error.clone());
-                        self.meta[i].before_stuck.get_or_insert(saved);
-                        g.last_reason = Some(Reason::Timeout);
-                        g.last_error = Some(format!(
-                            "NIXL {} call past its deadline after {elapsed:?}",
-                            operation.as_str()
-                        ));
-                    }
-                }
-            }
-            // Only its own call's episode ends.
-            Event::Unstuck { call, .. } => s.stuck.retain(|x| x.call != *call),
-            Event::CallsInFlight { oldest } => {
-                s.in_flight = oldest
-                    .iter()
-                    .map(|(op, d)| crate::status::InFlightCall {
-                        operation: op.as_str(),
-                        seconds: d.as_secs_f64(),
-                    })
-                    .collect();
-            }
-            Event::LifecycleDied => s.lifecycle_dead = true,
-            Event::PodDirectory { dir, rank, refused } => {
-                s.pod = Some(crate::status::PodStatus {
-                    dir: dir.to_string(),
-                    rank: *rank,
-                    refused: refused.map(|(r, _)| r),
-                    detail: refused.map(|(_, d)| d.to_string()),
-                });
-            }
-            Event::AwaitRegistration => s.awaits_registration = true,
-            Event::AcceptedInvalid {
-                labels,
-                reason,
-                message,
-            } => {
-                if let Some(i) = self.group_index(&labels.group) {
-                    out.group = Some(i);
-                    self.status.groups[i].last_accepted_invalid = Some(format!("{reason}: {message}"));
-                    counts::count_reason(&mut self.counts[i].accepted_invalid, *reason, 0.0);
-                }
-            }
-            Event::InstrumentationFailed { operation, .. } => {
-                let list = &mut self.process.instrumentation_errors;
-                match list.iter_mut().find(|(o, _)| o == operation) {
-                    Some((_, n)) => *n += 1,
-                    None => list.push((*operation, 1)),
-                }
-            }
-            Event::DrainFinished { .. } => {}
-        }
-        out
+        st.groups.find(name).and_then(|id| st.groups.get(id)).map(|g| g.source)
     }
 
-    /// A group a plan or observed calls name. Its backends are not recorded
-    /// here: a backend is up because an agent created it and down because a
-    /// creation failed (`backend`), never because a setting named it.
-    fn declare(&mut self, d: &GroupDecl) -> Applied {
-        let mut out = Applied::default();
-        if let Some(i) = self.group_index(&d.group) {
-            out.group = Some(i);
-            out.refused = self.status.groups[i].source != d.source;
-            return out;
-        }
-        let labels = d.labels.clone().map(Arc::new);
-        let placeholder = Arc::new(GroupLabels {
-            group: d.group.clone(),
-            kind: d.kind.clone(),
-            mem_type: "",
-            backend: String::new(),
-            device: String::new(),
-        });
-        self.status.groups.push(GroupStatus {
-            name: d.group.clone(),
-            kind: d.kind.clone(),
-            mem_type: labels.as_ref().map(|l| l.mem_type),
-            device: labels.as_ref().map(|l| l.device.clone()),
-            backend: labels.as_ref().map(|l| l.backend.clone()),
-            backends: d.backends.clone(),
-            required: d.required,
-            validate: d.validate,
-            source: d.source,
-            differing_calls: 0,
-            last_differing_call: None,
-            state: GroupState::Pending,
-            descriptors: 0,
-            bytes: 0,
-            planned_descriptors: d.planned.0,
-            planned_bytes: d.planned.1,
-            attempts: 0,
-            consecutive_failures: 0,
-            last_reason: None,
-            last_error: None,
-            last_diagnostics: Vec::new(),
-            failed_region: None,
-            last_accepted_invalid: None,
-            next_retry_seconds: None,
-        });
-        self.counts.push(GroupCounts::default());
-        self.meta.push(GroupMeta {
-            labels,
-            placeholder,
-            last_ok: None,
-            live_calls: 0,
-            before_stuck: None,
-        });
-        out.group = Some(self.meta.len() - 1);
-        out
-    }
-
-    /// The first call of a group fixes its labels; a later call that
-    /// differs is recorded as such, and counted under the fixed labels.
-    fn fix_labels(&mut self, i: usize, call: &GroupLabels) {
-        let m = &mut self.meta[i];
-        let g = &mut self.status.groups[i];
-        match &m.labels {
-            None => {
-                g.mem_type = Some(call.mem_type);
-                g.device = Some(call.device.clone());
-                g.backend = Some(call.backend.clone());
-                m.labels = Some(Arc::new(call.clone()));
-            }
-            Some(l) => {
-                if l.mem_type != call.mem_type || l.device != call.device || l.backend != call.backend {
-                    g.differing_calls = g.differing_calls.saturating_add(1);
-                    g.last_differing_call = Some(format!(
-                        "mem_type {} device {} backend {} (the group's labels: mem_type {} device {} backend {})",
-                        call.mem_type, call.device, call.backend, l.mem_type, l.device, l.backend
-                    ));
-                }
-            }
-        }
-    }
-
-    fn hold(&mut self, group: usize, key: LiveKey, bytes: u64) {
-        self.live.push(Live { key, group, bytes });
-        self.meta[group].live_calls += 1;
-        let g = &mut self.status.groups[group];
-        g.descriptors = g.descriptors.saturating_add(key.descriptors);
-        g.bytes = g.bytes.saturating_add(bytes);
-        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == key.agent) {
-            a.descriptors = a.descriptors.saturating_add(key.descriptors);
-            a.bytes = a.bytes.saturating_add(bytes);
-        }
-    }
-
-    /// Accounts for one registration taken out of the live table.
-    fn unhold(&mut self, live: Live) {
-        let (key, bytes) = (live.key, live.bytes);
-        let m = &mut self.meta[live.group];
-        m.live_calls = m.live_calls.saturating_sub(1);
-        let g = &mut self.status.groups[live.group];
-        g.descriptors = g.descriptors.saturating_sub(key.descriptors);
-        g.bytes = g.bytes.saturating_sub(bytes);
-        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == key.agent) {
-            a.descriptors = a.descriptors.saturating_sub(key.descriptors);
-            a.bytes = a.bytes.saturating_sub(bytes);
-        }
-    }
-
-    fn sync_transfers(&mut self, stall_after: Option<Duration>) {
-        self.transfers.sync(&mut self.status.transfers, stall_after);
-    }
-
-    fn release_agent(&mut self, agent: AgentId) {
-        let mut touched: Vec<usize> = Vec::new();
-        for l in self.live.take_agent(agent) {
-            self.unhold(l);
-            if !touched.contains(&l.group) {
-                touched.push(l.group);
-            }
-        }
-        for g in touched {
-            self.derive_observed(g);
-        }
-        if let Some(a) = self.status.agents.iter_mut().find(|a| a.id == agent) {
-            a.released = true;
-        }
-        // Keep the live agents and the last few released ones.
-        let released = self.status.agents.iter().filter(|a| a.released).count();
-        if released > RELEASED_AGENTS_KEPT {
-            let mut drop = released - RELEASED_AGENTS_KEPT;
-            self.status.agents.retain(|a| {
-                if a.released && drop > 0 {
-                    drop -= 1;
-                    return false;
-                }
-                true
-            });
-        }
-    }
-
-    fn count_deregistration(&mut self, i: usize, failure: Option<&Failure>) {
-        let c = &mut self.counts[i];
-        c.deregistrations += 1;
-        if let Some(f) = failure {
-            counts::count_reason(&mut c.deregistration_failures, f.reason, 0.0);
-        }
-    }
-
-    fn derive_observed(&mut self, i: usize) {
-        let g = &mut self.status.groups[i];
-        if g.source == Source::Observed {
-            let m = &self.meta[i];
-            g.state = observed_state(m.last_ok, m.live_calls);
-        }
-    }
-
-    fn backend(&mut self, name: &str, up: bool, failure: Option<&Failure>) {
-        let i = match self.status.backends.iter().position(|b| b.name == name) {
-            Some(i) => i,
-            None => {
-                self.status.backends.push(BackendStatus {
-                    name: name.to_string(),
-                    up,
-                    reason: None,
-                    error: None,
-                });
-                self.status.backends.len() - 1
-            }
-        };
-        let b = &mut self.status.backends[i];
-        b.up = up;
-        b.reason = failure.map(|f| f.reason);
-        b.error = failure.map(|f| f.message.clone());
-    }
-}
-
-fn owner(owned: bool) -> &'static str {
-    if owned {
-        "nixl-agent"
-    } else {
-        "caller"
+    /// The name of group `id` (asked when a call of it is past its
+    /// deadline, for the log line).
+    pub fn group_name(&self, id: GroupId) -> Option<String> {
+        self.lock().groups.get(id).map(|g| g.name.clone())
     }
 }

@@ -1,8 +1,8 @@
 //! The ledger's own derivations: readiness in the write, the drain latch.
 
 use super::*;
-use crate::event::GroupProgress;
-use crate::model::{Kind, MemType, RuntimeFacts};
+use crate::event::{GroupDecl, GroupProgress};
+use crate::model::{GroupLabels, GroupState, Kind, MemType, Phase, RuntimeFacts};
 
 fn ledger_with_kv() -> Ledger {
     let bounds = Bounds {
@@ -10,11 +10,11 @@ fn ledger_with_kv() -> Ledger {
         descriptors: &[1.0, 64.0],
         transfer_duration: &[0.001, 1.0],
     };
-    let ledger = Ledger::new(Status::empty(), Instant::now(), bounds);
+    let ledger = Ledger::new(NixlStatus::default(), Instant::now(), bounds);
     let labels = GroupLabels::new("kv", &Kind::Kv, MemType::Dram, &["UCX".to_string()], 0);
     let decl = GroupDecl {
         group: "kv".into(),
-        kind: "kv".into(),
+        kind: Kind::Kv,
         labels: Some(labels),
         backends: vec!["UCX".into()],
         required: true,
@@ -27,9 +27,9 @@ fn ledger_with_kv() -> Ledger {
     ledger
 }
 
-fn registered() -> [GroupProgress<'static>; 1] {
+fn registered() -> [GroupProgress; 1] {
     [GroupProgress {
-        group: "kv",
+        group: GroupId(0),
         state: GroupState::Registered,
         attempts: 1,
         consecutive_failures: 0,
@@ -45,7 +45,7 @@ fn readiness_is_derived_in_the_write_and_reports_its_flip_once() {
         groups: &groups,
     };
     let mut seen = None;
-    let a = ledger.apply(&progress, |_, st, a| seen = Some((st.status.ready, a.ready)));
+    let a = ledger.apply(&progress, |_, st, a| seen = Some((st.process.ready, a.ready)));
     assert_eq!(seen, Some((true, Some(true))), "the projection sees the derived state");
     assert!(a.time_to_ready.is_some());
     let g0 = ledger.snapshot().generation;
@@ -60,7 +60,7 @@ fn readiness_is_derived_in_the_write_and_reports_its_flip_once() {
 #[test]
 fn nothing_applied_after_the_drain_latch_makes_the_snapshot_ready() {
     let ledger = ledger_with_kv();
-    ledger.begin_drain(|st, _| assert!(!st.status.ready));
+    ledger.begin_drain(|st, _| assert!(!st.process.ready));
     let groups = registered();
     let a = ledger.apply(
         &Event::Progress {

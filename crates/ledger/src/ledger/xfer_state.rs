@@ -15,7 +15,7 @@
 use super::counts::{unix_now, Histogram};
 use crate::event::XferEnd;
 use crate::model::{AgentId, Failure, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
-use crate::status::{TransferStatus, XferFailure, XferOpStatus};
+use crate::status::{PeerStatus, TransferStatus, XferFailure, XferOpStatus};
 pub use peer_transports::TransportWanted;
 use peers::{peer_entry, Remote};
 use std::collections::HashMap;
@@ -93,9 +93,23 @@ pub struct TransferCounts {
     pub remote_agents: usize,
 }
 
+/// The rows the data path keeps for /v1/status: the last failures and the
+/// peers seen most recently (both bounded).
+#[derive(Debug, Default)]
+pub struct Rows {
+    pub recent_failures: Vec<XferFailure>,
+    pub peers: Vec<PeerStatus>,
+}
+
 /// The data path's state.
 #[derive(Default)]
 pub struct Transfers {
+    /// Failures and peers, as shown.
+    rows: Rows,
+    /// The stall threshold the watchdog's last tick used.
+    stall_after: Option<Duration>,
+    /// An event that moves a count was heard: the per-op rows are shown.
+    shown: bool,
     requests: ByHandle<Request>,
     flights: ByHandle<Flight>,
     remote: HashMap<AgentId, Vec<Remote>>,
@@ -197,7 +211,7 @@ impl Transfers {
     #[allow(clippy::too_many_arguments)]
     pub fn create_failed(
         &mut self,
-        s: &mut TransferStatus,
+        s: &mut Rows,
         agent: AgentId,
         op: XferOp,
         peer: &str,
@@ -228,15 +242,7 @@ impl Transfers {
     }
 
     /// A failure's counts, its line in /v1/status and its peer's.
-    fn failed(
-        &mut self,
-        s: &mut TransferStatus,
-        agent: AgentId,
-        op: XferOp,
-        peer: &str,
-        f: &Failure,
-        stage: &'static str,
-    ) {
+    fn failed(&mut self, s: &mut Rows, agent: AgentId, op: XferOp, peer: &str, f: &Failure, stage: &'static str) {
         count(&mut self.counts.failures, op, f.reason);
         let unix = unix_now();
         s.recent_failures.push(XferFailure {
@@ -269,7 +275,7 @@ impl Transfers {
     /// `handle` posted at `at`; `ended`: it also ended within the call.
     pub fn posted(
         &mut self,
-        s: &mut TransferStatus,
+        s: &mut Rows,
         handle: u64,
         at: Instant,
         ended: Option<(Instant, XferEnd<'_>)>,
@@ -317,7 +323,7 @@ impl Transfers {
     #[allow(clippy::too_many_arguments)]
     pub fn ended(
         &mut self,
-        s: &mut TransferStatus,
+        s: &mut Rows,
         handle: u64,
         at: Instant,
         end: XferEnd<'_>,
@@ -367,7 +373,7 @@ impl Transfers {
     }
 
     /// `handle` released: a flight still open ends as released in flight.
-    pub fn released(&mut self, s: &mut TransferStatus, handle: u64, at: Instant) {
+    pub fn released(&mut self, s: &mut Rows, handle: u64, at: Instant) {
         self.ended(s, handle, at, XferEnd::Released, None, false, "release");
         self.requests.remove(&handle);
     }
@@ -378,7 +384,7 @@ impl Transfers {
 
     /// The NIXL agent `agent` is gone: its requests, flights (released in
     /// flight) and remote agents with it.
-    pub fn agent_released(&mut self, s: &mut TransferStatus, agent: AgentId, at: Instant) {
+    pub fn agent_released(&mut self, s: &mut Rows, agent: AgentId, at: Instant) {
         let mut handles: Vec<u64> = self
             .requests
             .iter()
@@ -402,26 +408,28 @@ impl Transfers {
         }
     }
 
-    /// The status's counts, copied from the counts (one truth), in place.
-    pub fn sync(&self, s: &mut TransferStatus, stall_after: Option<Duration>) {
-        if s.ops.len() != XferOp::ALL.len() {
-            s.ops = XferOp::ALL.iter().map(|op| op_status(*op, &self.counts)).collect();
-        } else {
-            for (o, op) in s.ops.iter_mut().zip(XferOp::ALL) {
-                *o = op_status(op, &self.counts);
-            }
-        }
-        if let Some(d) = stall_after {
-            s.stall_after_seconds = Some(d.as_secs_f64());
-        }
-        s.remote_agents = self.counts.remote_agents;
-        s.peers_lost = self.counts.peers_lost;
+    /// The data path's part of /v1/status, built from its tables and
+    /// counts (one truth). `ops` stays empty until an event that moves a
+    /// count was heard, as the document has always shown it.
+    pub fn status(&self) -> TransferStatus {
         let n = &self.counts.notifications;
-        s.notifications_sent = n[notif_index(NotifDirection::Send)][0];
-        s.notifications_received = n[notif_index(NotifDirection::Receive)][0];
-        s.notification_failures = n[0][1] + n[1][1];
-        s.heartbeats_sent = self.counts.heartbeats[notif_index(NotifDirection::Send)];
-        s.heartbeats_received = self.counts.heartbeats[notif_index(NotifDirection::Receive)];
+        TransferStatus {
+            ops: if self.shown {
+                XferOp::ALL.iter().map(|op| op_status(*op, &self.counts)).collect()
+            } else {
+                Vec::new()
+            },
+            stall_after_seconds: self.stall_after.map(|d| d.as_secs_f64()),
+            recent_failures: self.rows.recent_failures.clone(),
+            peers: self.rows.peers.clone(),
+            remote_agents: self.counts.remote_agents,
+            peers_lost: self.counts.peers_lost,
+            notifications_sent: n[notif_index(NotifDirection::Send)][0],
+            notifications_received: n[notif_index(NotifDirection::Receive)][0],
+            notification_failures: n[0][1] + n[1][1],
+            heartbeats_sent: self.counts.heartbeats[notif_index(NotifDirection::Send)],
+            heartbeats_received: self.counts.heartbeats[notif_index(NotifDirection::Receive)],
+        }
     }
 }
 
@@ -440,6 +448,7 @@ fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {
     }
 }
 
+mod apply;
 mod peer_transports;
 mod peers;
 mod table;

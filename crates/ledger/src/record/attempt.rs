@@ -6,7 +6,7 @@
 
 use super::Recorder;
 use crate::diagnose::{self, Capture};
-use crate::event::{Attempt, Event, Leaves};
+use crate::event::{Attempt, Event, GroupId, Leaves};
 use crate::model::{AgentId, GroupFailure, GroupLabels, Region};
 use std::time::{Duration, Instant};
 use tracing::field::Empty;
@@ -31,7 +31,7 @@ pub fn attempt(labels: &GroupLabels, attempt: u32, descriptors: usize, bytes: u6
         "nixl.group.register",
         group = %labels.group,
         kind = %labels.kind,
-        mem_type = labels.mem_type,
+        mem_type = labels.mem_type.as_str(),
         backend = %labels.backend,
         device = %labels.device,
         descriptor_count = descriptors,
@@ -68,13 +68,15 @@ impl Attempted {
     }
 
     /// Closes the capture window, refines a failure's reason by what NIXL
-    /// printed, records the attempt and returns the (refined) result.
+    /// printed, records the attempt against `group` and returns the
+    /// (refined) result.
     /// `leaves` is what the attempt leaves registered on `agent`;
     /// `region(i)` looks up a blamed region for the span event.
     #[allow(clippy::too_many_arguments)]
     pub fn finish<T>(
         self,
         rec: &Recorder,
+        group: Option<GroupId>,
         agent: AgentId,
         labels: &GroupLabels,
         capture: &dyn Capture,
@@ -102,6 +104,7 @@ impl Attempted {
             _ => None,
         };
         rec.emit(&Event::Attempted(&Attempt {
+            group,
             agent,
             labels,
             attempt: self.attempt,

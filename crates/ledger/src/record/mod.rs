@@ -20,7 +20,7 @@ pub use watchdog::{InFlight, Mark};
 use crate::event::Event;
 use crate::ledger::{Applied, Bounds, Ledger};
 use crate::model::RuntimeFacts;
-use crate::status::{NixlStatus, Status};
+use crate::status::NixlStatus;
 use crate::telemetry::metrics::BuildInfo;
 use crate::telemetry::{events as log, Metrics};
 use std::time::Instant;
@@ -86,15 +86,14 @@ impl Recorder {
     /// A recorder with an empty ledger and registry. `started` is what
     /// `time_to_ready_seconds` counts from.
     pub fn new(build: &BuildInfo, nixl: NixlStatus, started: Instant) -> Recorder {
-        let mut status = Status::empty();
-        status.nixl = nixl;
-        status.nixl.binding_version = crate::telemetry::metrics::NIXL_SYS_VERSION;
+        let mut nixl = nixl;
+        nixl.binding_version = crate::telemetry::metrics::NIXL_SYS_VERSION;
         let bounds = Bounds {
             duration: crate::telemetry::metrics::DURATION_BUCKETS,
             descriptors: crate::telemetry::metrics::DESCRIPTOR_BUCKETS,
             transfer_duration: crate::telemetry::metrics::TRANSFER_DURATION_BUCKETS,
         };
-        let ledger = Ledger::new(status, started, bounds);
+        let ledger = Ledger::new(nixl, started, bounds);
         let metrics = Metrics::new(build, &ledger);
         Recorder {
             metrics,

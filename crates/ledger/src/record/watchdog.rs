@@ -16,7 +16,7 @@
 //! the watchdog looks, so thread-pool churn never grows the table.
 
 use super::Recorder;
-use crate::event::{CallKey, CallKind, Event};
+use crate::event::{CallKey, CallKind, Event, GroupId};
 use std::cell::RefCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -27,8 +27,8 @@ const MIN_PERIOD: Duration = Duration::from_millis(5);
 const MAX_PERIOD: Duration = Duration::from_secs(1);
 
 /// One thread's current call: when it started (nanoseconds since the
-/// table's base, 0 when idle), its operation, its group's name index and
-/// its deadline (nanoseconds, 0: none).
+/// table's base, 0 when idle), its operation, its group (the ledger's id)
+/// and its deadline (nanoseconds, 0: none).
 struct Slot {
     /// Never reused within a table: with `started`, the call's key.
     id: u64,
@@ -47,7 +47,6 @@ struct Table {
     base: Instant,
     next_slot: AtomicU64,
     slots: Mutex<Vec<Weak<Slot>>>,
-    names: Mutex<Vec<String>>,
     /// The watchdog's period (nanoseconds): the shortest deadline's.
     period: AtomicU64,
     watching: AtomicBool,
@@ -100,7 +99,7 @@ impl Drop for Mark {
 struct Seen {
     call: CallKey,
     operation: CallKind,
-    group: Option<String>,
+    group: Option<GroupId>,
     age: Duration,
     deadline: Option<Duration>,
 }
@@ -117,23 +116,9 @@ impl InFlight {
             base: Instant::now(),
             next_slot: AtomicU64::new(1),
             slots: Mutex::new(Vec::new()),
-            names: Mutex::new(Vec::new()),
             period: AtomicU64::new(nanos(MAX_PERIOD)),
             watching: AtomicBool::new(false),
         }))
-    }
-
-    /// The index a group name is marked by (names are few: the plan's
-    /// groups, at most the observe cap, and `other`).
-    pub fn group_index(&self, name: &str) -> u32 {
-        let mut names = self.0.names.lock().unwrap_or_else(|e| e.into_inner());
-        match names.iter().position(|n| n == name) {
-            Some(i) => i as u32,
-            None => {
-                names.push(name.to_string());
-                (names.len() - 1) as u32
-            }
-        }
     }
 
     /// A new slot, held by the table weakly; dead slots are pruned.
@@ -172,7 +157,7 @@ impl InFlight {
 
     /// Marks this thread's call as started at `at` (a clock already read);
     /// past `deadline`, if any, the watchdog reports it stuck.
-    pub fn begin(&self, operation: CallKind, group: Option<u32>, at: Instant, deadline: Option<Duration>) -> Mark {
+    pub fn begin(&self, operation: CallKind, group: Option<GroupId>, at: Instant, deadline: Option<Duration>) -> Mark {
         let s = self.slot();
         // A sequence lock: the slot reads idle while its fields change, and
         // the fence keeps the field stores after that (on a weakly ordered
@@ -182,7 +167,7 @@ impl InFlight {
         s.started.store(0, Ordering::Relaxed);
         fence(Ordering::Release);
         s.operation.store(kind_code(operation), Ordering::Relaxed);
-        s.group.store(group.unwrap_or(NO_GROUP), Ordering::Relaxed);
+        s.group.store(group.map_or(NO_GROUP, |g| g.0), Ordering::Relaxed);
         s.deadline
             .store(deadline.map_or(0, |d| nanos(d).max(1)), Ordering::Relaxed);
         // Never 0 (idle), and after this slot's previous call.
@@ -200,7 +185,6 @@ impl InFlight {
         let now = nanos(now.saturating_duration_since(self.0.base));
         let mut slots = self.0.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.retain(|w| w.strong_count() > 0);
-        let names = self.0.names.lock().unwrap_or_else(|e| e.into_inner());
         slots
             .iter()
             .filter_map(Weak::upgrade)
@@ -219,7 +203,7 @@ impl InFlight {
                 Some(Seen {
                     call: CallKey { slot: s.id, started },
                     operation,
-                    group: names.get(group as usize).cloned(),
+                    group: (group != NO_GROUP).then_some(GroupId(group)),
                     age: Duration::from_nanos(now.saturating_sub(started)),
                     deadline: (deadline != 0).then(|| Duration::from_nanos(deadline)),
                 })
@@ -263,10 +247,13 @@ impl Watchdog {
             if late && !self.flagged.iter().any(|(k, _, _)| *k == c.call) {
                 let since = now.checked_sub(c.age).unwrap_or(now);
                 self.flagged.push((c.call, c.operation, since));
+                // A late call is rare: its group's name (for the log line)
+                // is asked of the ledger only then.
+                let name = c.group.and_then(|g| rec.ledger().group_name(g));
                 rec.emit(&Event::Stuck {
                     call: c.call,
                     operation: c.operation,
-                    group: c.group.as_deref(),
+                    group: c.group.zip(name.as_deref()),
                     elapsed: c.age,
                 });
             }

@@ -120,7 +120,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
                 Ok(()) => tracing::info!(
                     group = %l.group,
                     kind = %l.kind,
-                    mem_type = l.mem_type,
+                    mem_type = l.mem_type.as_str(),
                     backend = %l.backend,
                     attempt = a.attempt,
                     descriptors = a.descriptors,
@@ -143,7 +143,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
                     tracing::error!(
                         group = %l.group,
                         kind = %l.kind,
-                        mem_type = l.mem_type,
+                        mem_type = l.mem_type.as_str(),
                         backend = %l.backend,
                         attempt = a.attempt,
                         descriptors = a.descriptors,
@@ -158,7 +158,9 @@ fn line(e: &Event<'_>, applied: &Applied) {
                 }
             }
         }
-        Event::RetryScheduled { labels, attempt, after } => tracing::info!(
+        Event::RetryScheduled {
+            labels, attempt, after, ..
+        } => tracing::info!(
             group = %labels.group,
             next_attempt = attempt + 1,
             after_ms = after.as_millis() as u64,
@@ -171,6 +173,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             failure,
             elapsed,
             holding,
+            ..
         } => tracing::info!(
             group = %labels.group,
             descriptors = *descriptors,
@@ -188,7 +191,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             ..
         } => tracing::error!(
             operation = operation.as_str(),
-            group = *group,
+            group = group.map(|(_, name)| name),
             elapsed_ms = elapsed.as_millis() as u64,
             reason = Reason::Timeout.as_str(),
             "a NIXL call is past its deadline: not ready, /livez failing until it returns"
@@ -224,6 +227,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             labels,
             reason: reason @ Reason::DuplicateRegions,
             message,
+            ..
         } => tracing::error!(
             target: crate::telemetry::names::INSTRUMENT_LOG_TARGET,
             group = %labels.group,
@@ -236,6 +240,7 @@ fn line(e: &Event<'_>, applied: &Applied) {
             labels,
             reason,
             message,
+            ..
         } => tracing::warn!(
             group = %labels.group,
             kind = %labels.kind,

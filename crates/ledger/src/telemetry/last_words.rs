@@ -187,7 +187,7 @@ impl crate::event::Sink for LastWords {
             Event::Attempted(a) => match a.outcome {
                 Err(f) => self.say(
                     About::Group(a.labels.group.clone()),
-                    registration_line(&a.labels.group, a.labels.mem_type, f, a.blamed),
+                    registration_line(&a.labels.group, a.labels.mem_type.as_str(), f, a.blamed),
                 ),
                 Ok(()) => self.take_back(|about| matches!(about, About::Group(g) if *g == a.labels.group)),
             },
@@ -290,6 +290,7 @@ mod tests {
         let labels: &'static GroupLabels = Box::leak(Box::new(labels.clone()));
         let outcome = outcome.map_err(|f| &*Box::leak(Box::new(f.clone())));
         crate::event::Attempt {
+            group: None,
             agent: crate::model::AgentId(1),
             labels,
             attempt: 1,

@@ -11,8 +11,9 @@ use super::exemplars::{Exemplar, Exemplars};
 use super::families::{pair, Out};
 use super::names::{self, Family};
 use crate::event::Event;
+use crate::ledger::groups::Group;
 use crate::ledger::{Applied, Ledger, State};
-use crate::model::{GroupLabels, GroupState};
+use crate::model::GroupState;
 use prometheus::core::Desc;
 use prometheus::proto::{LabelPair, MetricFamily, MetricType};
 use prometheus::{IntGaugeVec, Opts, Registry};
@@ -69,14 +70,37 @@ impl BuildInfo {
     }
 }
 
+/// The label values of a group's series, from its typed labels (empty
+/// until its first call fixes them, for a group expected before it).
+struct Values<'a> {
+    group: &'a str,
+    kind: &'a str,
+    mem_type: &'static str,
+    backend: &'a str,
+    device: String,
+}
+
+impl<'a> Values<'a> {
+    fn of(g: &'a Group) -> Values<'a> {
+        let fixed = g.fixed.as_ref();
+        Values {
+            group: &g.name,
+            kind: g.kind.as_str(),
+            mem_type: fixed.map_or("", |l| l.mem_type.as_str()),
+            backend: fixed.map_or("", |l| l.backend.as_str()),
+            device: fixed.map(|l| l.device.to_string()).unwrap_or_default(),
+        }
+    }
+}
+
 /// The labels of a group's series, sorted by name as the registry sorts
 /// them, with one more (`reason`, `state`) when given.
-fn group_labels(l: &GroupLabels, extra: Option<(&'static str, &str)>) -> Vec<LabelPair> {
+fn group_labels(l: &Values<'_>, extra: Option<(&'static str, &str)>) -> Vec<LabelPair> {
     let mut pairs: Vec<(&str, &str)> = vec![
-        ("group", &l.group),
-        ("kind", &l.kind),
+        ("group", l.group),
+        ("kind", l.kind),
         ("mem_type", l.mem_type),
-        ("backend", &l.backend),
+        ("backend", l.backend),
         ("device", &l.device),
     ];
     if let Some(e) = extra {
@@ -163,7 +187,7 @@ impl prometheus::core::Collector for LedgerCollector {
 /// counters and histograms from its counts — one moment, one truth.
 fn render(st: &State) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE, HISTOGRAM};
-    let s = &st.status;
+    let p = &st.process;
     let mut attempts = Out::new(names::REGISTRATION_ATTEMPTS_TOTAL, COUNTER);
     let mut failures = Out::new(names::REGISTRATION_FAILURES_TOTAL, COUNTER);
     let mut last_failure = Out::new(names::LAST_FAILURE_TIMESTAMP_SECONDS, GAUGE);
@@ -176,12 +200,13 @@ fn render(st: &State) -> Vec<MetricFamily> {
     let mut group_registered = Out::new(names::GROUP_REGISTERED, GAUGE);
     let mut group_state = Out::new(names::GROUP_STATE, GAUGE);
     let mut accepted_invalid = Out::new(names::ACCEPTED_INVALID_TOTAL, COUNTER);
-    for (i, g) in s.groups.iter().enumerate() {
-        let l = st.labels(i);
-        let c = &st.counts[i];
-        let fixed = st.meta[i].labels.is_some();
-        registered_descriptors.gauge(group_labels(l, None), g.descriptors as f64);
-        registered_bytes.gauge(group_labels(l, None), g.bytes as f64);
+    for g in st.groups.iter() {
+        let values = Values::of(g);
+        let l = &values;
+        let c = &g.counts;
+        let fixed = g.fixed.is_some();
+        registered_descriptors.gauge(group_labels(l, None), g.holding.descriptors as f64);
+        registered_bytes.gauge(group_labels(l, None), g.holding.bytes as f64);
         group_registered.gauge(
             group_labels(l, None),
             f64::from(u8::from(g.state == GroupState::Registered)),
@@ -212,36 +237,39 @@ fn render(st: &State) -> Vec<MetricFamily> {
         }
     }
     let mut ready = Out::new(names::READY, GAUGE);
-    ready.gauge(Vec::new(), f64::from(u8::from(s.ready)));
+    ready.gauge(Vec::new(), f64::from(u8::from(p.ready)));
     let mut nixl = Out::new(names::NIXL_AVAILABLE, GAUGE);
-    nixl.gauge(Vec::new(), f64::from(u8::from(s.nixl.available)));
+    nixl.gauge(Vec::new(), f64::from(u8::from(p.nixl.available)));
     let mut stuck = Out::new(names::LIFECYCLE_STUCK, GAUGE);
-    stuck.gauge(Vec::new(), f64::from(u8::from(!s.stuck.is_empty() || s.lifecycle_dead)));
+    stuck.gauge(
+        Vec::new(),
+        f64::from(u8::from(!st.calls.stuck.is_empty() || p.lifecycle_dead)),
+    );
     let mut memlock = Out::new(names::MEMLOCK_LIMIT_BYTES, GAUGE);
-    memlock.gauge(Vec::new(), s.memlock_limit_bytes.map_or(f64::INFINITY, |b| b as f64));
+    memlock.gauge(Vec::new(), p.memlock_limit.map_or(f64::INFINITY, |b| b as f64));
     let mut exempt = Out::new(names::MEMLOCK_EXEMPT, GAUGE);
-    exempt.gauge(Vec::new(), f64::from(u8::from(st.process.memlock_exempt)));
+    exempt.gauge(Vec::new(), f64::from(u8::from(p.memlock_exempt)));
     // Absent until the first time readiness is reached.
     let mut ttr = Out::new(names::TIME_TO_READY_SECONDS, GAUGE);
-    if let Some(t) = s.time_to_ready_seconds {
+    if let Some(t) = p.time_to_ready {
         ttr.gauge(Vec::new(), t);
     }
     let mut backend_up = Out::new(names::BACKEND_UP, GAUGE);
-    for b in &s.backends {
+    for b in &p.backends {
         backend_up.gauge(vec![pair("backend", &b.name)], f64::from(u8::from(b.up)));
     }
     let mut oldest = Out::new(names::OLDEST_CALL_SECONDS, GAUGE);
-    for c in &s.in_flight {
-        oldest.gauge(vec![pair("operation", c.operation)], c.seconds);
+    for (op, d) in &st.calls.in_flight {
+        oldest.gauge(vec![pair("operation", op.as_str())], d.as_secs_f64());
     }
     // Only in a process told a pod directory it will not write.
     let mut pod_refused = Out::new(names::POD_DIR_REFUSED, GAUGE);
-    if let Some(r) = s.pod.as_ref().and_then(|p| p.refused) {
+    if let Some(r) = p.pod.as_ref().and_then(|p| p.refused) {
         pod_refused.gauge(vec![pair("reason", r.as_str())], 1.0);
     }
     // Appear on first use: most processes never wrap a foreign call.
     let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL, COUNTER);
-    for (op, n) in &st.process.instrumentation_errors {
+    for (op, n) in &st.calls.instrumentation_errors {
         instrumentation.counter(vec![pair("operation", op.as_str())], *n);
     }
     let mut families: Vec<MetricFamily> = [
@@ -415,9 +443,9 @@ impl Metrics {
     #[doc(hidden)]
     pub fn on(&self, e: &Event<'_>, st: &State, a: &Applied) {
         self.touched(st);
-        if let (Event::Attempted(at), Some(i)) = (e, a.group) {
-            if let (Some(d), Some(_)) = (at.elapsed, &st.meta[i].labels) {
-                self.exemplar(st.labels(i), d.as_secs_f64());
+        if let (Event::Attempted(at), Some(g)) = (e, a.group.and_then(|id| st.groups.get(id))) {
+            if let (Some(d), Some(_)) = (at.elapsed, &g.fixed) {
+                self.exemplar(&Values::of(g), d.as_secs_f64());
             }
         }
     }
@@ -426,7 +454,7 @@ impl Metrics {
     #[doc(hidden)]
     pub fn touched(&self, st: &State) {
         self.generation
-            .store(st.status.generation, std::sync::atomic::Ordering::Release);
+            .store(st.generation(), std::sync::atomic::Ordering::Release);
     }
 
     /// Encodes every metric; OpenMetrics carries exemplars.
@@ -479,16 +507,16 @@ impl Metrics {
     }
 
     /// The trace behind a duration observation, when one is sampled.
-    fn exemplar(&self, l: &GroupLabels, seconds: f64) {
+    fn exemplar(&self, l: &Values<'_>, seconds: f64) {
         let Some((trace, span)) = super::traces::current_ids() else {
             return;
         };
         let labels = [
-            ("group", l.group.as_str()),
-            ("kind", &l.kind),
+            ("group", l.group),
+            ("kind", l.kind),
             ("mem_type", l.mem_type),
-            ("backend", &l.backend),
-            ("device", &l.device),
+            ("backend", l.backend),
+            ("device", l.device.as_str()),
         ];
         let ex = Exemplar {
             trace_id: trace.to_string(),

@@ -118,7 +118,7 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
 /// use) and the last bandwidth.
 pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
     use MetricType::{COUNTER, GAUGE};
-    let Some(p) = &st.status.probe else {
+    let Some(p) = &st.process.probe else {
         return Vec::new();
     };
     // From the round thread's start: what freshness is judged against.

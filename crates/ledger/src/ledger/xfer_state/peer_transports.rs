@@ -5,10 +5,11 @@
 //! /v1/status are read from here.
 
 use super::peers::peer_entry;
+use super::Rows;
 use super::Transfers;
 use crate::ledger::counts::unix_now;
 use crate::model::{AgentId, MemType, Transport, TransportScope, XferOp};
-use crate::status::{PeerTransport, TransferStatus};
+use crate::status::PeerTransport;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
@@ -74,7 +75,7 @@ impl Transfers {
     /// What UCX reported for `op` transfers between `agent` and `peer`.
     pub fn transport(
         &mut self,
-        s: &mut TransferStatus,
+        s: &mut Rows,
         agent: AgentId,
         peer: &str,
         op: XferOp,

@@ -4,10 +4,11 @@
 //! agents loaded per local NIXL agent and when each was last invalidated,
 //! and the notification counts.
 
+use super::Rows;
 use super::{notif_index, outcome_index, peer_index, Transfers, PEERS_KEPT, REMOTE_AGENTS_KEPT};
 use crate::ledger::counts::unix_now;
 use crate::model::{AgentId, Failure, NotifDirection, PeerOp, Reason, XferOutcome};
-use crate::status::{PeerFailure, PeerStatus, ReasonCount, TransferStatus};
+use crate::status::{PeerFailure, PeerStatus, ReasonCount};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,7 +24,7 @@ pub(super) struct Remote {
 impl Transfers {
     /// A call about the remote agent `peer` on `agent`: counted, its entry
     /// in /v1/status updated, the remote-agent table kept.
-    pub fn peer(&mut self, s: &mut TransferStatus, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
+    pub fn peer(&mut self, s: &mut Rows, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
         self.observing = true;
         self.counts.peer_events[peer_index(op)][outcome_index(failure.is_none())] += 1;
         if let Some(f) = failure {
@@ -133,7 +134,7 @@ impl Transfers {
     #[allow(clippy::too_many_arguments)]
     pub fn notified(
         &mut self,
-        s: &mut TransferStatus,
+        s: &mut Rows,
         agent: AgentId,
         direction: NotifDirection,
         peer: &str,
@@ -182,14 +183,7 @@ pub(super) fn failure_of_peer(p: &mut PeerStatus, f: &Failure, unix: f64) {
 
 /// A transfer with `peer` that ended without a failure.
 /// `unix`: when it ended.
-pub(super) fn ended_with_peer(
-    s: &mut TransferStatus,
-    agent: AgentId,
-    peer: &str,
-    outcome: XferOutcome,
-    bytes: u64,
-    unix: f64,
-) {
+pub(super) fn ended_with_peer(s: &mut Rows, agent: AgentId, peer: &str, outcome: XferOutcome, bytes: u64, unix: f64) {
     if peer.is_empty() {
         return;
     }
@@ -210,7 +204,7 @@ pub(super) fn ended_with_peer(
 
 /// The status entry of (agent, peer), moved to the end (most recent) and
 /// created when new; the oldest is dropped past [`PEERS_KEPT`].
-pub(super) fn peer_entry<'a>(s: &'a mut TransferStatus, agent: AgentId, peer: &str) -> &'a mut PeerStatus {
+pub(super) fn peer_entry<'a>(s: &'a mut Rows, agent: AgentId, peer: &str) -> &'a mut PeerStatus {
     let last = s.peers.len().wrapping_sub(1);
     let at = match s.peers.last() {
         // The most recent is the usual one: no move.

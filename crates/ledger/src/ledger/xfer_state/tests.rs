@@ -2,10 +2,10 @@
 //! once when it ends, a stall once, a release in flight once; bounded
 //! tables; peers as last seen.
 
+use super::Rows;
 use super::*;
 use crate::event::XferEnd;
 use crate::model::{AgentId, Failure, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferOutcome};
-use crate::status::TransferStatus;
 use std::time::{Duration, Instant};
 
 const BOUNDS: &[f64] = &[0.001, 1.0];
@@ -31,7 +31,7 @@ fn outcome(t: &Transfers, op: XferOp, o: XferOutcome) -> u64 {
 
 #[test]
 fn a_transfer_is_counted_once_when_it_ends() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     t.created(&request(1, XferOp::Write, 4096), Instant::now());
     assert!(t.posted(&mut s, 1, t0, None, false));
@@ -81,7 +81,7 @@ fn a_transfer_is_counted_once_when_it_ends() {
 
 #[test]
 fn a_stall_is_counted_once_and_traced_and_its_end_says_it_stalled() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     let stall = Duration::from_secs(30);
     t.created(&request(1, XferOp::Read, 1), Instant::now());
@@ -115,7 +115,7 @@ fn a_stall_is_counted_once_and_traced_and_its_end_says_it_stalled() {
 
 #[test]
 fn a_release_in_flight_counts_once_and_a_release_after_the_end_not_at_all() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     t.created(&request(1, XferOp::Write, 1), Instant::now());
     t.created(&request(2, XferOp::Write, 1), Instant::now());
@@ -131,7 +131,7 @@ fn a_release_in_flight_counts_once_and_a_release_after_the_end_not_at_all() {
 
 #[test]
 fn a_lost_peer_is_counted_named_and_cleared_when_it_is_added_again() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     t.peer(&mut s, A, PeerOp::Add, "decode-0", None);
     assert_eq!(t.counts.remote_agents, 1);
@@ -167,7 +167,7 @@ fn a_lost_peer_is_counted_named_and_cleared_when_it_is_added_again() {
 
 #[test]
 fn the_tables_are_bounded() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     for h in 0..(REQUESTS_KEPT as u64 + 10) {
         t.created(&request(h, XferOp::Write, 1), Instant::now());
     }
@@ -190,7 +190,7 @@ fn the_tables_are_bounded() {
 
 #[test]
 fn a_refused_repost_is_a_failure_of_its_own_and_the_posting_in_flight_lives_on() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     t.created(&request(1, XferOp::Read, 100), t0);
     assert!(t.posted(&mut s, 1, t0, None, false));
@@ -212,7 +212,7 @@ fn a_refused_repost_is_a_failure_of_its_own_and_the_posting_in_flight_lives_on()
 
 #[test]
 fn a_posting_ends_with_what_it_moved_when_its_handle_is_reused_for_another_op() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     t.created(&request(1, XferOp::Write, 64), t0);
     t.posted(&mut s, 1, t0, None, false);
@@ -232,7 +232,7 @@ fn a_posting_ends_with_what_it_moved_when_its_handle_is_reused_for_another_op() 
 
 #[test]
 fn eviction_takes_the_least_recently_used_requests_and_keeps_those_in_flight() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     let n = REQUESTS_KEPT as u64;
     for h in 0..n {
@@ -254,7 +254,7 @@ fn eviction_takes_the_least_recently_used_requests_and_keeps_those_in_flight() {
 
 #[test]
 fn a_stale_handle_is_peer_invalidated_and_a_peer_never_added_is_not_found() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     // NIXL 1.5.1's words, on stderr; the exception says NIXL_ERR_NOT_FOUND.
     let not_found = Failure::new(Reason::NixlNotFound, "nixlNotFoundError: NIXL_ERR_NOT_FOUND");
     let t0 = Instant::now();
@@ -289,7 +289,7 @@ fn a_stale_handle_is_peer_invalidated_and_a_peer_never_added_is_not_found() {
 
 #[test]
 fn each_peer_has_its_transfers_bytes_failures_last_failure_and_heartbeats() {
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     let t0 = Instant::now();
     t.created(&request(1, XferOp::Read, 65536), t0);
     t.posted(&mut s, 1, t0, None, false);
@@ -310,14 +310,14 @@ fn each_peer_has_its_transfers_bytes_failures_last_failure_and_heartbeats() {
     );
     assert_eq!((p.notifications_sent, p.heartbeats_sent), (3, 2));
     assert_eq!((p.notifications_received, p.heartbeats_received), (1, 0));
-    t.sync(&mut s, None);
-    assert_eq!((s.heartbeats_sent, s.notifications_sent), (2, 3));
+    let status = t.status();
+    assert_eq!((status.heartbeats_sent, status.notifications_sent), (2, 3));
 }
 
 #[test]
 fn a_peers_transports_are_looked_for_once_and_shown_per_op() {
     use crate::model::{Transport, TransportScope};
-    let (mut t, mut s) = (Transfers::new(BOUNDS), TransferStatus::default());
+    let (mut t, mut s) = (Transfers::new(BOUNDS), Rows::default());
     t.created(&request(1, XferOp::Write, 1), Instant::now());
     let want = t.transport_wanted(1).unwrap();
     assert_eq!((want.peer.as_str(), want.op), ("decode-0", XferOp::Write));

@@ -11,6 +11,21 @@ fn recorder() -> Recorder {
     Recorder::new(&BuildInfo::current(None), NixlStatus::default(), Instant::now())
 }
 
+/// Declares a planned group `name`: the id its calls are marked with.
+fn declare(rec: &Recorder, name: &str) -> GroupId {
+    let decl = crate::event::GroupDecl {
+        group: name.to_string(),
+        kind: crate::model::Kind::Kv,
+        labels: None,
+        backends: vec!["UCX".to_string()],
+        required: true,
+        validate: true,
+        planned: (0, 0),
+        source: crate::event::Source::Planned,
+    };
+    rec.emit(&Event::GroupDeclared(&decl)).group.expect("declared")
+}
+
 fn stuck_gauge(rec: &Recorder) -> String {
     let text = rec.metrics().encode(Format::Text);
     text.lines()
@@ -26,9 +41,8 @@ struct Held {
 }
 
 impl Held {
-    fn start(calls: &InFlight, op: CallKind, group: Option<&str>, at: Instant, deadline: Duration) -> Held {
+    fn start(calls: &InFlight, op: CallKind, group: Option<GroupId>, at: Instant, deadline: Duration) -> Held {
         let calls = calls.clone();
-        let group = group.map(|g| calls.group_index(g));
         let (done, wait) = mpsc::channel::<()>();
         let (marked, is_marked) = mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -58,7 +72,8 @@ fn one_stuck_call_ending_leaves_the_other_stuck_and_named() {
     let t0 = Instant::now();
     // The lifecycle thread's registration of its planned group `kv`, and
     // an observed deregistration (no group), each on its own thread.
-    let lifecycle = Held::start(&calls, CallKind::Register, Some("kv"), t0, Duration::from_millis(100));
+    let kv = declare(&rec, "kv");
+    let lifecycle = Held::start(&calls, CallKind::Register, Some(kv), t0, Duration::from_millis(100));
     let observed = Held::start(&calls, CallKind::Deregister, None, t0, Duration::from_millis(40));
     let mut dog = Watchdog::default();
     dog.check(&calls, t0 + Duration::from_millis(50), &rec);
@@ -240,8 +255,7 @@ fn the_watchdog_thread_ends_with_the_recording() {
 #[test]
 fn a_look_never_mixes_two_calls_fields() {
     let calls = InFlight::new();
-    let g1 = calls.group_index("one");
-    let g2 = calls.group_index("two");
+    let (g1, g2) = (GroupId(0), GroupId(1));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (calls, stop) = (calls.clone(), stop.clone());
@@ -266,10 +280,10 @@ fn a_look_never_mixes_two_calls_fields() {
         for c in calls.look(Instant::now()) {
             seen += 1;
             let want = match c.operation {
-                CallKind::Register => (Some("one"), Some(Duration::from_secs(1))),
-                _ => (Some("two"), Some(Duration::from_secs(2))),
+                CallKind::Register => (Some(g1), Some(Duration::from_secs(1))),
+                _ => (Some(g2), Some(Duration::from_secs(2))),
             };
-            assert_eq!((c.group.as_deref(), c.deadline), want, "{c:?}");
+            assert_eq!((c.group, c.deadline), want, "{c:?}");
         }
     }
     stop.store(true, Ordering::Relaxed);

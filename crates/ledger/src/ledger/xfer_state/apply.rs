@@ -1,0 +1,115 @@
+//! The data path's events applied to its tables: transfer requests, their
+//! postings, peers, notifications and transports. One family of the
+//! ledger's `apply`; the tables and their rules are in the parent module.
+
+use super::{Rows, Transfers};
+use crate::event::Event;
+use crate::model::AgentId;
+use std::time::Instant;
+
+/// What a data-path event did that the ledger reports (`Applied`).
+pub struct Heard {
+    /// The event named a request or posting the ledger does not hold.
+    pub unmatched: bool,
+}
+
+impl Transfers {
+    /// Applies `e` when it is a data-path event (`None` otherwise).
+    pub fn apply(&mut self, e: &Event<'_>) -> Option<Heard> {
+        if !matches!(
+            e,
+            Event::XferCreated(_)
+                | Event::XferCreateFailed { .. }
+                | Event::XferPosted { .. }
+                | Event::XferEnded { .. }
+                | Event::XferReleased { .. }
+                | Event::XferTick { .. }
+                | Event::Peer { .. }
+                | Event::Notified { .. }
+                | Event::XferTransport { .. }
+        ) {
+            return None;
+        }
+        // The rows are taken out while the event is applied, so that the
+        // table's own rules (which borrow all of `self`) can write them.
+        let mut rows = std::mem::take(&mut self.rows);
+        let heard = self.apply_to(&mut rows, e);
+        self.rows = rows;
+        heard
+    }
+
+    fn apply_to(&mut self, s: &mut Rows, e: &Event<'_>) -> Option<Heard> {
+        let mut unmatched = false;
+        match e {
+            Event::XferCreated(r) => {
+                self.created(r, Instant::now());
+                return Some(Heard { unmatched });
+            }
+            Event::XferCreateFailed {
+                agent,
+                op,
+                peer,
+                failure,
+                prepared,
+            } => self.create_failed(s, *agent, *op, peer, failure, *prepared, Instant::now()),
+            Event::XferPosted {
+                handle,
+                at,
+                ended,
+                sampled,
+            } => unmatched = !self.posted(s, *handle, *at, *ended, *sampled),
+            Event::XferEnded {
+                handle,
+                at,
+                end,
+                measured,
+                sampled,
+            } => unmatched = !self.ended(s, *handle, *at, *end, *measured, *sampled, "status"),
+            Event::XferReleased { handle, at } => self.released(s, *handle, *at),
+            Event::XferTick { at, stall_after } => {
+                self.tick(*at, *stall_after);
+                self.stall_after = Some(*stall_after);
+            }
+            Event::Peer {
+                agent,
+                op,
+                peer,
+                failure,
+            } => self.peer(s, *agent, *op, peer, *failure),
+            Event::Notified {
+                agent,
+                direction,
+                messages,
+                failure,
+                peer,
+                heartbeats,
+            } => self.notified(s, *agent, *direction, peer, *messages, *heartbeats, *failure),
+            Event::XferTransport {
+                agent,
+                peer,
+                op,
+                transport,
+            } => {
+                self.transport(s, *agent, peer, *op, *transport);
+                return Some(Heard { unmatched });
+            }
+            _ => return None,
+        }
+        self.shown = true;
+        Some(Heard { unmatched })
+    }
+
+    /// The NIXL agent `agent` is gone: its requests, flights and remote
+    /// agents go with it (the ledger's `AgentReleased`).
+    pub fn agent_gone(&mut self, agent: AgentId) {
+        let mut rows = std::mem::take(&mut self.rows);
+        self.agent_released(&mut rows, agent, Instant::now());
+        self.rows = rows;
+        self.shown = true;
+    }
+
+    /// The recording follows a caller's NIXL agent.
+    pub fn follows_caller(&mut self) {
+        self.observing = true;
+    }
+}
