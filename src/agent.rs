@@ -230,7 +230,9 @@ impl Prepared {
         let canary = match (&agent, config.probe_interval, loaded.is_ok(), mover.as_ref()) {
             (None, Some(every), true, Some(backend)) => match Canary::spawn(rec.clone(), backend.clone()) {
                 Ok(c) => {
-                    rec.emit(&crate::event::Event::CanaryStarted { interval: every });
+                    rec.emit(&crate::event::Event::CanaryStarted(crate::event::CanaryStarted {
+                        interval: every,
+                    }));
                     Some(c)
                 }
                 Err(e) => {

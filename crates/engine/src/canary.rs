@@ -144,9 +144,9 @@ mod tests {
             None,
             "not a canary yet"
         );
-        rec.emit(&Event::CanaryStarted {
+        rec.emit(&Event::CanaryStarted(crate::event::CanaryStarted {
             interval: Duration::from_secs(60),
-        });
+        }));
         let text = rec.metrics().encode(Format::Text);
         assert_eq!(sample(&text, "nixl_agent_probe_interval_seconds"), Some(60.0));
         assert_eq!(sample(&text, "nixl_agent_probe_transfer_up"), None, "no round yet");

@@ -226,10 +226,10 @@ impl Observer {
             nixl,
             Instant::now(),
         );
-        rec.emit(&Event::Progress {
+        rec.emit(&Event::Progress(crate::event::Progress {
             phase: Phase::Running,
             groups: &[],
-        });
+        }));
         Observer::with_recorder(rec, settings, probe).expect("a fresh recording has no planned group")
     }
 
@@ -276,10 +276,10 @@ impl Observer {
             o.0.rec.watch_calls(timeout);
         }
         // The stall threshold is part of the recording from the start.
-        o.0.rec.emit(&Event::XferTick {
+        o.0.rec.emit(&Event::XferTick(crate::event::XferTick {
             at: Instant::now(),
             stall_after: o.0.settings.transfer_stall_after,
-        });
+        }));
         Ok(o)
     }
 
@@ -331,12 +331,15 @@ impl Observer {
                 map.insert(agent, list.into());
                 drop(map);
                 self.0.any_agent_backends.store(true, Ordering::Release);
-                self.0.rec.emit(&Event::BackendCreated {
+                self.0.rec.emit(&Event::BackendCreated(crate::event::BackendCreated {
                     backend: name,
                     elapsed: *elapsed,
-                })
+                }))
             }
-            Err(failure) => self.0.rec.emit(&Event::BackendFailed { backend: name, failure }),
+            Err(failure) => self.0.rec.emit(&Event::BackendFailed(crate::event::BackendFailed {
+                backend: name,
+                failure,
+            })),
         };
     }
 
@@ -367,11 +370,13 @@ impl Observer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(operation);
-        self.0.rec.emit(&Event::InstrumentationFailed {
-            operation,
-            message,
-            first,
-        });
+        self.0
+            .rec
+            .emit(&Event::InstrumentationFailed(crate::event::InstrumentationFailed {
+                operation,
+                message,
+                first,
+            }));
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -386,11 +391,11 @@ impl Observer {
     /// A NIXL agent of the caller's, now followed: the first one also tells
     /// that NIXL is up (`facts`: its name and plugins, asked for once).
     pub fn saw_agent(&self, agent: AgentId, name: &str, facts: impl FnOnce() -> Vec<String>) {
-        self.0.rec.emit(&Event::AgentSeen {
+        self.0.rec.emit(&Event::AgentSeen(crate::event::AgentSeen {
             agent,
             name,
             owned: false,
-        });
+        }));
         if self.0.seen_nixl.load(Ordering::Acquire) || self.0.seen_nixl.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -416,7 +421,9 @@ impl Observer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&agent);
-        self.0.rec.emit(&Event::AgentReleased { agent });
+        self.0
+            .rec
+            .emit(&Event::AgentReleased(crate::event::AgentReleased { agent }));
     }
 
     /// Declares a group: what the ledger said (its id, or that it refused
@@ -623,12 +630,12 @@ impl Observer {
             }
         };
         if let (Ok(()), Some(r)) = (&outcome, &finding) {
-            self.0.rec.emit(&Event::AcceptedInvalid {
+            self.0.rec.emit(&Event::AcceptedInvalid(crate::event::AcceptedInvalid {
                 group,
                 labels: &labels,
                 reason: r.reason,
                 message: &r.message,
-            });
+            }));
         }
         let leaves = Leaves::Call {
             first: call.regions.first().copied(),
@@ -694,13 +701,15 @@ impl Observer {
         elapsed: Duration,
         failure: Option<Failure>,
     ) {
-        self.0.rec.emit(&Event::CallDeregistered {
-            agent,
-            first,
-            descriptors,
-            failure: failure.as_ref(),
-            elapsed,
-        });
+        self.0
+            .rec
+            .emit(&Event::CallDeregistered(crate::event::CallDeregistered {
+                agent,
+                first,
+                descriptors,
+                failure: failure.as_ref(),
+                elapsed,
+            }));
     }
 
     /// After a failed NIXL call, before [`Observer::end`]: waits (briefly)

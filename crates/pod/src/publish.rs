@@ -145,15 +145,15 @@ impl crate::event::Sink for WriteOnFailure {
         use crate::event::{Event, XferEnd};
         let (failed, transfer) = match e {
             Event::Attempted(a) => (a.outcome.is_err(), false),
-            Event::XferCreateFailed { .. } => (true, true),
-            Event::XferPosted {
+            Event::XferCreateFailed(crate::event::XferCreateFailed { .. }) => (true, true),
+            Event::XferPosted(crate::event::XferPosted {
                 ended: Some((_, XferEnd::Failed(_))),
                 ..
-            }
-            | Event::XferEnded {
+            })
+            | Event::XferEnded(crate::event::XferEnded {
                 end: XferEnd::Failed(_),
                 ..
-            } => (true, true),
+            }) => (true, true),
             _ => (false, false),
         };
         if !failed {

@@ -184,12 +184,12 @@ impl<R: Registrar> Driver<R> {
                         let now = Instant::now();
                         self.timers
                             .push((now.checked_add(after).unwrap_or(now + MAX_WAIT), group));
-                        self.rec.emit(&Event::RetryScheduled {
+                        self.rec.emit(&Event::RetryScheduled(crate::event::RetryScheduled {
                             group: self.slots[group].watch().group,
                             labels: self.slots[group].labels(),
                             attempt: self.machine.attempts(group),
                             after,
-                        });
+                        }));
                     }
                     Action::Deregister { group } => {
                         self.timers.retain(|(_, g)| *g != group);
@@ -263,10 +263,10 @@ impl<R: Registrar> Driver<R> {
                 consecutive_failures: m.consecutive_failures(i),
             })
             .collect();
-        self.rec.emit(&Event::Progress {
+        self.rec.emit(&Event::Progress(crate::event::Progress {
             phase: m.phase(),
             groups: &groups,
-        });
+        }));
         actions
     }
 
@@ -279,10 +279,10 @@ impl<R: Registrar> Driver<R> {
         );
         let _e = span.enter();
         let memlock = self.registrar.probe().memlock();
-        self.rec.emit(&Event::MemlockObserved {
+        self.rec.emit(&Event::MemlockObserved(crate::event::MemlockObserved {
             soft_limit: memlock.soft_limit,
             exempt: memlock.exempt,
-        });
+        }));
         let mark = (self.rec.calls()).begin(Operation::Preflight, None, Instant::now(), self.deadline);
         let created = self.registrar.preflight();
         drop(mark);
@@ -359,12 +359,12 @@ impl<R: Registrar> Driver<R> {
         report.elapsed = t0.elapsed();
         span.record("descriptor_count", report.deregistered);
         span.record("failed", report.failed);
-        self.rec.emit(&Event::DrainFinished {
+        self.rec.emit(&Event::DrainFinished(crate::event::DrainFinished {
             deregistered: report.deregistered,
             failed: report.failed,
             still_registered: report.failed,
             elapsed: report.elapsed,
-        });
+        }));
         report
     }
 }

@@ -272,7 +272,7 @@ impl<R: Registrar> Registration<R> {
     /// still hold.
     fn left_behind(&mut self, rec: &Recorder, tried: usize, left: Released<R::Handle>, t0: Instant) {
         self.stuck = left;
-        rec.emit(&Event::Deregistered {
+        rec.emit(&Event::Deregistered(crate::event::Deregistered {
             group: self.watch.group,
             labels: &self.labels,
             descriptors: tried.max(self.stuck.failed),
@@ -280,7 +280,7 @@ impl<R: Registrar> Registration<R> {
             failure: self.stuck.first.as_ref(),
             elapsed: t0.elapsed(),
             holding: self.holding(),
-        });
+        }));
     }
 
     /// Deregisters the group's handles (and what an earlier failure left)
@@ -320,7 +320,7 @@ impl<R: Registrar> Registration<R> {
         // hold it, the status and the drain report say so, and the next
         // attempt or drain tries it again.
         self.stuck = left;
-        rec.emit(&Event::Deregistered {
+        rec.emit(&Event::Deregistered(crate::event::Deregistered {
             group: self.watch.group,
             labels: &self.labels,
             descriptors: n,
@@ -328,7 +328,7 @@ impl<R: Registrar> Registration<R> {
             failure: self.stuck.first.as_ref(),
             elapsed: t0.elapsed(),
             holding: self.holding(),
-        });
+        }));
         (n.saturating_sub(failed), failed)
     }
 }
@@ -370,16 +370,19 @@ fn ensure_backends<R: Registrar>(
             Ok(elapsed) => {
                 span.record("outcome", "success");
                 backends.0.insert(backend.clone());
-                rec.emit(&Event::BackendCreated {
+                rec.emit(&Event::BackendCreated(crate::event::BackendCreated {
                     backend,
                     elapsed: elapsed.unwrap_or_default(),
-                });
+                }));
             }
             Err(f) => {
                 span.record("outcome", "failure");
                 span.record("error.type", f.reason.as_str());
                 span.record("otel.status_code", "ERROR");
-                rec.emit(&Event::BackendFailed { backend, failure: &f });
+                rec.emit(&Event::BackendFailed(crate::event::BackendFailed {
+                    backend,
+                    failure: &f,
+                }));
                 let message = format!("backend {backend}: {}", f.message);
                 return Err(GroupFailure::whole(Failure::new(f.reason, message)));
             }

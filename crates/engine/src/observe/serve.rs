@@ -59,19 +59,21 @@ impl Observer {
                 // A failure reaches the rank's file before the call that
                 // failed returns: the process may die of it right after.
                 self.recorder().subscribe(p.sink());
-                self.recorder().emit(&crate::event::Event::PodDirectory {
-                    dir: &shown,
-                    rank: Some(p.rank()),
-                    refused: None,
-                });
+                self.recorder()
+                    .emit(&crate::event::Event::PodDirectory(crate::event::PodDirectory {
+                        dir: &shown,
+                        rank: Some(p.rank()),
+                        refused: None,
+                    }));
             }
             Err(e) => {
                 if let Some(r) = crate::pod::claim::refusal(e) {
-                    self.recorder().emit(&crate::event::Event::PodDirectory {
-                        dir: &shown,
-                        rank: None,
-                        refused: Some((r.reason, &r.detail)),
-                    });
+                    self.recorder()
+                        .emit(&crate::event::Event::PodDirectory(crate::event::PodDirectory {
+                            dir: &shown,
+                            rank: None,
+                            refused: Some((r.reason, &r.detail)),
+                        }));
                 }
             }
         }

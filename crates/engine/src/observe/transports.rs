@@ -121,12 +121,12 @@ impl Observer {
             }
             found
         };
-        self.0.rec.emit(&Event::XferTransport {
+        self.0.rec.emit(&Event::XferTransport(crate::event::XferTransport {
             agent: want.agent,
             peer: &want.peer,
             op: want.op,
             transport: found.as_ref().map(|(s, t)| (*s, t.as_slice())),
-        });
+        }));
     }
 }
 

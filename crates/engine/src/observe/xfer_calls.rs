@@ -41,13 +41,15 @@ impl Observer {
     /// Creating a transfer request to `peer` failed: a transfer that ended in
     /// error before it was posted.
     pub fn transfer_create_failed(&self, agent: AgentId, op: XferOp, peer: &str, failure: &Failure) {
-        self.0.rec.emit(&Event::XferCreateFailed {
-            agent,
-            op,
-            peer,
-            failure,
-            prepared: None,
-        });
+        self.0
+            .rec
+            .emit(&Event::XferCreateFailed(crate::event::XferCreateFailed {
+                agent,
+                op,
+                peer,
+                failure,
+                prepared: None,
+            }));
     }
 
     /// Creating a transfer request from a remote descriptor list prepared
@@ -61,13 +63,15 @@ impl Observer {
         failure: &Failure,
         prepared: Instant,
     ) {
-        self.0.rec.emit(&Event::XferCreateFailed {
-            agent,
-            op,
-            peer,
-            failure,
-            prepared: Some(prepared),
-        });
+        self.0
+            .rec
+            .emit(&Event::XferCreateFailed(crate::event::XferCreateFailed {
+                agent,
+                op,
+                peer,
+                failure,
+                prepared: Some(prepared),
+            }));
     }
 
     /// `transfer()` / `post_xfer_req` on `handle`, begun at `posted`,
@@ -78,12 +82,12 @@ impl Observer {
             XferPoll::Done => Some((Instant::now(), XferEnd::Done)),
             XferPoll::Failed(f) => Some((Instant::now(), XferEnd::Failed(f))),
         };
-        self.0.rec.emit(&Event::XferPosted {
+        self.0.rec.emit(&Event::XferPosted(crate::event::XferPosted {
             handle,
             at: posted,
             ended,
             sampled: crate::telemetry::traces::sample_transfer(),
-        });
+        }));
         if matches!(poll, XferPoll::InProgress) {
             self.watch_transfers();
         }
@@ -99,59 +103,59 @@ impl Observer {
             XferPoll::Done => XferEnd::Done,
             XferPoll::Failed(f) => XferEnd::Failed(f),
         };
-        self.0.rec.emit(&Event::XferEnded {
+        self.0.rec.emit(&Event::XferEnded(crate::event::XferEnded {
             handle,
             at: Instant::now(),
             end,
             measured,
             sampled: crate::telemetry::traces::sample_transfer(),
-        });
+        }));
     }
 
     /// The request `handle` was released (or collected): a transfer still in
     /// flight ends as released in flight.
     pub fn transfer_released(&self, handle: u64) {
-        self.0.rec.emit(&Event::XferReleased {
+        self.0.rec.emit(&Event::XferReleased(crate::event::XferReleased {
             handle,
             at: Instant::now(),
-        });
+        }));
     }
 
     /// A call about the remote agent `peer` (its name; for `Add`, what NIXL
     /// returned, empty when it failed).
     pub fn peer(&self, agent: AgentId, op: PeerOp, peer: &str, failure: Option<&Failure>) {
-        self.0.rec.emit(&Event::Peer {
+        self.0.rec.emit(&Event::Peer(crate::event::Peer {
             agent,
             op,
             peer,
             failure,
-        });
+        }));
     }
 
     /// Notifications sent or received (`messages`), or a failed call.
     pub fn notified(&self, agent: AgentId, direction: NotifDirection, messages: u64, failure: Option<&Failure>) {
-        self.0.rec.emit(&Event::Notified {
+        self.0.rec.emit(&Event::Notified(crate::event::Notified {
             agent,
             direction,
             messages,
             failure,
             peer: "",
             heartbeats: 0,
-        });
+        }));
     }
 
     /// Notifications sent to or received from the remote agent `peer`:
     /// `messages`, of which `heartbeats` are the framework's heartbeats
     /// (vLLM's `HB:` prefix).
     pub fn notified_peer(&self, agent: AgentId, direction: NotifDirection, peer: &str, messages: u64, heartbeats: u64) {
-        self.0.rec.emit(&Event::Notified {
+        self.0.rec.emit(&Event::Notified(crate::event::Notified {
             agent,
             direction,
             messages,
             failure: None,
             peer,
             heartbeats,
-        });
+        }));
     }
 
     /// Starts the transfer watchdog with the first transfer in flight.
@@ -185,10 +189,10 @@ fn watchdog(observer: Weak<Inner>, stall_after: Duration) {
         std::thread::sleep(every);
         let Some(inner) = observer.upgrade() else { return };
         if inner.rec.ledger().transfers_in_flight() > 0 {
-            inner.rec.emit(&Event::XferTick {
+            inner.rec.emit(&Event::XferTick(crate::event::XferTick {
                 at: Instant::now(),
                 stall_after,
-            });
+            }));
         }
     }
 }

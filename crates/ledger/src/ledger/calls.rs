@@ -76,7 +76,7 @@ impl State {
     pub(super) fn apply_call(&mut self, e: &Event<'_>) -> Option<Applied> {
         let mut out = Applied::default();
         match e {
-            Event::AgentSeen { agent, name, owned } => {
+            Event::AgentSeen(crate::event::AgentSeen { agent, name, owned }) => {
                 if !*owned {
                     self.transfers.follows_caller();
                 }
@@ -91,16 +91,16 @@ impl State {
                     });
                 }
             }
-            Event::AgentReleased { agent } => {
+            Event::AgentReleased(crate::event::AgentReleased { agent }) => {
                 self.release_agent(*agent);
                 self.transfers.agent_gone(*agent);
             }
-            Event::Stuck {
+            Event::Stuck(crate::event::Stuck {
                 call,
                 operation,
                 group,
                 elapsed,
-            } => {
+            }) => {
                 let id = group.map(|(id, _)| id);
                 if !self.calls.stuck.iter().any(|x| x.call == *call) {
                     self.calls.stuck.push(StuckCall {
@@ -121,9 +121,9 @@ impl State {
                 }
             }
             // Only its own call's episode ends.
-            Event::Unstuck { call, .. } => self.calls.stuck.retain(|x| x.call != *call),
-            Event::CallsInFlight { oldest } => self.calls.in_flight = oldest.to_vec(),
-            Event::InstrumentationFailed { operation, .. } => {
+            Event::Unstuck(crate::event::Unstuck { call, .. }) => self.calls.stuck.retain(|x| x.call != *call),
+            Event::CallsInFlight(crate::event::CallsInFlight { oldest }) => self.calls.in_flight = oldest.to_vec(),
+            Event::InstrumentationFailed(crate::event::InstrumentationFailed { operation, .. }) => {
                 let list = &mut self.calls.instrumentation_errors;
                 match list.iter_mut().find(|(o, _)| o == operation) {
                     Some((_, n)) => *n += 1,

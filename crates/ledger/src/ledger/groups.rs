@@ -203,31 +203,31 @@ impl State {
         match e {
             Event::GroupDeclared(d) => return Some(self.declare(d)),
             Event::Attempted(a) => self.attempted(a, &mut out),
-            Event::RetryScheduled { group, after, .. } => {
+            Event::RetryScheduled(crate::event::RetryScheduled { group, after, .. }) => {
                 if let Some(g) = group.and_then(|id| self.groups.get_mut(id)) {
                     g.next_retry = Some(*after);
                     out.group = *group;
                 }
             }
-            Event::Deregistered {
+            Event::Deregistered(crate::event::Deregistered {
                 group,
                 holding,
                 failure,
                 ..
-            } => {
+            }) => {
                 if let Some(g) = group.and_then(|id| self.groups.get_mut(id)) {
                     out.group = *group;
                     g.count_deregistration(*failure);
                     g.holding = *holding;
                 }
             }
-            Event::CallDeregistered {
+            Event::CallDeregistered(crate::event::CallDeregistered {
                 agent,
                 first,
                 descriptors,
                 failure,
                 ..
-            } => {
+            }) => {
                 let key = LiveKey {
                     agent: *agent,
                     first: *first,
@@ -254,10 +254,10 @@ impl State {
                     self.unhold(live);
                 }
             }
-            Event::Progress { phase, groups } => self.progress(*phase, groups),
-            Event::AcceptedInvalid {
+            Event::Progress(crate::event::Progress { phase, groups }) => self.progress(*phase, groups),
+            Event::AcceptedInvalid(crate::event::AcceptedInvalid {
                 group, reason, message, ..
-            } => {
+            }) => {
                 if let Some(g) = self.groups.get_mut(*group) {
                     out.group = Some(*group);
                     g.last_accepted_invalid = Some(format!("{reason}: {message}"));

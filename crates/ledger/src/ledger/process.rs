@@ -84,7 +84,7 @@ impl State {
     pub(super) fn apply_process(&mut self, e: &Event<'_>) -> Option<Applied> {
         let p = &mut self.process;
         match e {
-            Event::MemlockObserved { soft_limit, exempt } => {
+            Event::MemlockObserved(crate::event::MemlockObserved { soft_limit, exempt }) => {
                 p.memlock_limit = *soft_limit;
                 p.memlock_exempt = *exempt;
             }
@@ -103,15 +103,17 @@ impl State {
                 n.reason = Some(f.reason);
                 n.error = Some(f.message.clone());
             }
-            Event::BackendCreated { backend, .. } => p.backend(backend, true, None),
-            Event::BackendFailed { backend, failure } => p.backend(backend, false, Some(failure)),
+            Event::BackendCreated(crate::event::BackendCreated { backend, .. }) => p.backend(backend, true, None),
+            Event::BackendFailed(crate::event::BackendFailed { backend, failure }) => {
+                p.backend(backend, false, Some(failure))
+            }
             Event::ProbeTransfer(r) => p.probe.get_or_insert_with(Default::default).apply(
                 r.failure.as_ref(),
                 r.bytes_per_second,
                 r.elapsed.as_secs_f64(),
                 counts::unix_now(),
             ),
-            Event::CanaryStarted { interval } => {
+            Event::CanaryStarted(crate::event::CanaryStarted { interval }) => {
                 p.probe.get_or_insert_with(Default::default).interval_seconds = interval.as_secs_f64();
             }
             Event::DrainStarted => {
@@ -120,7 +122,7 @@ impl State {
                 }
             }
             Event::LifecycleDied => p.lifecycle_dead = true,
-            Event::PodDirectory { dir, rank, refused } => {
+            Event::PodDirectory(crate::event::PodDirectory { dir, rank, refused }) => {
                 p.pod = Some(PodStatus {
                     dir: dir.to_string(),
                     rank: *rank,
@@ -129,7 +131,7 @@ impl State {
                 });
             }
             Event::AwaitRegistration => p.awaits_registration = true,
-            Event::DrainFinished { .. } => {}
+            Event::DrainFinished(crate::event::DrainFinished { .. }) => {}
             _ => return None,
         }
         Some(Applied::default())

@@ -40,10 +40,10 @@ fn registered() -> [GroupProgress; 1] {
 fn readiness_is_derived_in_the_write_and_reports_its_flip_once() {
     let ledger = ledger_with_kv();
     let groups = registered();
-    let progress = Event::Progress {
+    let progress = Event::Progress(crate::event::Progress {
         phase: Phase::Running,
         groups: &groups,
-    };
+    });
     let mut seen = None;
     let a = ledger.apply(&progress, |_, st, a| seen = Some((st.process.ready, a.ready)));
     assert_eq!(seen, Some((true, Some(true))), "the projection sees the derived state");
@@ -63,10 +63,10 @@ fn nothing_applied_after_the_drain_latch_makes_the_snapshot_ready() {
     ledger.begin_drain(|st, _| assert!(!st.process.ready));
     let groups = registered();
     let a = ledger.apply(
-        &Event::Progress {
+        &Event::Progress(crate::event::Progress {
             phase: Phase::Running,
             groups: &groups,
-        },
+        }),
         |_, _, _| {},
     );
     assert_eq!(a.ready, None);

@@ -61,11 +61,11 @@ impl Sinks {
         // Only what may end a process's story: never a status poll's tick.
         let failure = match e {
             Event::Attempted(a) => a.outcome.is_err(),
-            Event::XferCreateFailed { .. } => true,
-            Event::XferPosted {
+            Event::XferCreateFailed(crate::event::XferCreateFailed { .. }) => true,
+            Event::XferPosted(crate::event::XferPosted {
                 ended: Some((_, end)), ..
-            }
-            | Event::XferEnded { end, .. } => matches!(end, XferEnd::Failed(_)),
+            })
+            | Event::XferEnded(crate::event::XferEnded { end, .. }) => matches!(end, XferEnd::Failed(_)),
             _ => return,
         };
         if !self.any.load(Ordering::Acquire) {
@@ -144,12 +144,12 @@ impl Recorder {
             }
             log::transfer(t);
         }
-        if let Event::Peer {
+        if let Event::Peer(crate::event::Peer {
             op,
             peer,
             failure: Some(f),
             ..
-        } = e
+        }) = e
         {
             crate::telemetry::traces::peer_span(op.as_str(), peer, f);
         }

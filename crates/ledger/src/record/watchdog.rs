@@ -234,11 +234,11 @@ impl Watchdog {
         self.flagged.retain(|(call, operation, since)| {
             let running = seen.iter().any(|c| c.call == *call);
             if !running {
-                rec.emit(&Event::Unstuck {
+                rec.emit(&Event::Unstuck(crate::event::Unstuck {
                     call: *call,
                     operation: *operation,
                     elapsed: now.saturating_duration_since(*since),
-                });
+                }));
             }
             running
         });
@@ -250,12 +250,12 @@ impl Watchdog {
                 // A late call is rare: its group's name (for the log line)
                 // is asked of the ledger only then.
                 let name = c.group.and_then(|g| rec.ledger().group_name(g));
-                rec.emit(&Event::Stuck {
+                rec.emit(&Event::Stuck(crate::event::Stuck {
                     call: c.call,
                     operation: c.operation,
                     group: c.group.zip(name.as_deref()),
                     elapsed: c.age,
-                });
+                }));
             }
         }
         // The oldest call per operation, while any is in flight (and once
@@ -269,7 +269,7 @@ impl Watchdog {
                 }
             }
             self.shown = !oldest.is_empty();
-            rec.emit(&Event::CallsInFlight { oldest: &oldest });
+            rec.emit(&Event::CallsInFlight(crate::event::CallsInFlight { oldest: &oldest }));
         }
     }
 }

@@ -191,13 +191,13 @@ impl crate::event::Sink for LastWords {
                 ),
                 Ok(()) => self.take_back(|about| matches!(about, About::Group(g) if *g == a.labels.group)),
             },
-            Event::XferCreateFailed { op, peer, failure, .. } => {
+            Event::XferCreateFailed(crate::event::XferCreateFailed { op, peer, failure, .. }) => {
                 self.transfer_failed(|| transfer_line(op.as_str(), Some(peer), failure))
             }
-            Event::XferPosted {
+            Event::XferPosted(crate::event::XferPosted {
                 ended: Some((_, end)), ..
-            }
-            | Event::XferEnded { end, .. } => match end {
+            })
+            | Event::XferEnded(crate::event::XferEnded { end, .. }) => match end {
                 XferEnd::Failed(f) => self.transfer_failed(|| transfer_line("transfer", None, f)),
                 XferEnd::Done if self.transfer_said.load(Ordering::Acquire) => {
                     self.take_back(|about| *about == About::Transfers)
@@ -365,12 +365,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("termination-log");
         let w = open(&path);
-        let ended = |end| Event::XferEnded {
-            handle: 1,
-            at: std::time::Instant::now(),
-            end,
-            measured: None,
-            sampled: false,
+        let ended = |end| {
+            Event::XferEnded(crate::event::XferEnded {
+                handle: 1,
+                at: std::time::Instant::now(),
+                end,
+                measured: None,
+                sampled: false,
+            })
         };
         let first = Failure::new(Reason::NixlBackendError, "NIXL_ERR_REMOTE_DISCONNECT peer gone");
         w.on(&ended(XferEnd::Failed(&first)));

@@ -563,9 +563,7 @@ pub const ROLE_OBSERVER: &str = "observer";
 /// `nixl-agent pod`: serves the ranks of a pod.
 pub const ROLE_POD: &str = "pod";
 
-/// The log target of the Python instrumentation's own lines (what
-/// `NIXL_AGENT_LOG` filters on).
-pub const INSTRUMENT_LOG_TARGET: &str = "nixl_agent::instrument";
+pub use crate::event::INSTRUMENT_LOG_TARGET;
 
 #[cfg(test)]
 mod tests {

@@ -19,14 +19,14 @@ impl Transfers {
         if !matches!(
             e,
             Event::XferCreated(_)
-                | Event::XferCreateFailed { .. }
-                | Event::XferPosted { .. }
-                | Event::XferEnded { .. }
-                | Event::XferReleased { .. }
-                | Event::XferTick { .. }
-                | Event::Peer { .. }
-                | Event::Notified { .. }
-                | Event::XferTransport { .. }
+                | Event::XferCreateFailed(crate::event::XferCreateFailed { .. })
+                | Event::XferPosted(crate::event::XferPosted { .. })
+                | Event::XferEnded(crate::event::XferEnded { .. })
+                | Event::XferReleased(crate::event::XferReleased { .. })
+                | Event::XferTick(crate::event::XferTick { .. })
+                | Event::Peer(crate::event::Peer { .. })
+                | Event::Notified(crate::event::Notified { .. })
+                | Event::XferTransport(crate::event::XferTransport { .. })
         ) {
             return None;
         }
@@ -45,51 +45,51 @@ impl Transfers {
                 self.created(r, Instant::now());
                 return Some(Heard { unmatched });
             }
-            Event::XferCreateFailed {
+            Event::XferCreateFailed(crate::event::XferCreateFailed {
                 agent,
                 op,
                 peer,
                 failure,
                 prepared,
-            } => self.create_failed(s, *agent, *op, peer, failure, *prepared, Instant::now()),
-            Event::XferPosted {
+            }) => self.create_failed(s, *agent, *op, peer, failure, *prepared, Instant::now()),
+            Event::XferPosted(crate::event::XferPosted {
                 handle,
                 at,
                 ended,
                 sampled,
-            } => unmatched = !self.posted(s, *handle, *at, *ended, *sampled),
-            Event::XferEnded {
+            }) => unmatched = !self.posted(s, *handle, *at, *ended, *sampled),
+            Event::XferEnded(crate::event::XferEnded {
                 handle,
                 at,
                 end,
                 measured,
                 sampled,
-            } => unmatched = !self.ended(s, *handle, *at, *end, *measured, *sampled, "status"),
-            Event::XferReleased { handle, at } => self.released(s, *handle, *at),
-            Event::XferTick { at, stall_after } => {
+            }) => unmatched = !self.ended(s, *handle, *at, *end, *measured, *sampled, "status"),
+            Event::XferReleased(crate::event::XferReleased { handle, at }) => self.released(s, *handle, *at),
+            Event::XferTick(crate::event::XferTick { at, stall_after }) => {
                 self.tick(*at, *stall_after);
                 self.stall_after = Some(*stall_after);
             }
-            Event::Peer {
+            Event::Peer(crate::event::Peer {
                 agent,
                 op,
                 peer,
                 failure,
-            } => self.peer(s, *agent, *op, peer, *failure),
-            Event::Notified {
+            }) => self.peer(s, *agent, *op, peer, *failure),
+            Event::Notified(crate::event::Notified {
                 agent,
                 direction,
                 messages,
                 failure,
                 peer,
                 heartbeats,
-            } => self.notified(s, *agent, *direction, peer, *messages, *heartbeats, *failure),
-            Event::XferTransport {
+            }) => self.notified(s, *agent, *direction, peer, *messages, *heartbeats, *failure),
+            Event::XferTransport(crate::event::XferTransport {
                 agent,
                 peer,
                 op,
                 transport,
-            } => {
+            }) => {
                 self.transport(s, *agent, peer, *op, *transport);
                 return Some(Heard { unmatched });
             }
