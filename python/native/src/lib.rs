@@ -2,9 +2,10 @@
 //! as PyO3 allows. The Python package (`python/nixl_agent_instrument`) wraps
 //! NIXL's `nixl_agent` class and hands each wrapped call here; this module
 //! turns the call's Python arguments into regions and records the call on
-//! the library's one recording path ([`nixl_agent::Observer`]). Every
-//! decision (settings, group names, reasons) is the library's
-//! (`nixl_agent::instrument`).
+//! the library's one recording path ([`nixl_agent::Observer`]). The
+//! decisions of this front-end (settings, group names, reasons) are in
+//! [`instrument`], tested there; nixl-agent's own crates know nothing of
+//! Python.
 //!
 //! Architecture Invariant: a wrapped call returns exactly what NIXL
 //! returned and raises exactly what NIXL raised (the same exception object).
@@ -20,11 +21,12 @@
 
 mod dlists;
 mod handles;
+pub mod instrument;
 mod prepped;
 mod xfer_args;
 
+use instrument::{CallSite, Instrumentation, Settings};
 use nixl_agent::config::ProcessEnv;
-use nixl_agent::instrument::{self, CallSite, Instrumentation, Settings};
 use nixl_agent::{AgentId, Call, CallMark, Failure, Hooked, Kind, MemType, Observer, Outcome, Reason, Region};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
@@ -468,7 +470,7 @@ fn hook_failed(operation: &str, message: &str) {
     }
 }
 
-/// The group and kind of a call site (see `nixl_agent::instrument::name_call`).
+/// The group and kind of a call site (see [`instrument::name_call`]).
 #[pyfunction]
 #[pyo3(signature = (module, function, argument=None))]
 fn name_call(module: &str, function: &str, argument: Option<&str>) -> (String, String) {
@@ -481,6 +483,7 @@ fn name_call(module: &str, function: &str, argument: Option<&str>) -> (String, S
             module,
             function,
             argument,
+            holder: None,
         },
         overrides,
     );
