@@ -49,18 +49,19 @@ fn holder_word(path: &str) -> Option<&'static str> {
 
 /// The well-known kind a word names (`kv_addrs` → kv), if any.
 pub(super) fn kind_of_word(word: &str) -> Option<Kind> {
-    for token in word.split(|c: char| !c.is_ascii_alphanumeric()) {
-        let t = token.to_ascii_lowercase();
-        if t == KIND_KV || t.starts_with("kvcache") || t == "kvs" {
+    // Compared without case, allocating nothing: this runs on every call.
+    let is = |t: &str, w: &str| t.eq_ignore_ascii_case(w);
+    for t in word.split(|c: char| !c.is_ascii_alphanumeric()) {
+        if is(t, KIND_KV) || t.get(..7).is_some_and(|p| is(p, "kvcache")) || is(t, "kvs") {
             return Some(Kind::Kv);
         }
-        if t == KIND_AUX {
+        if is(t, KIND_AUX) {
             return Some(Kind::Aux);
         }
-        if t == KIND_STATE || t == "states" {
+        if is(t, KIND_STATE) || is(t, "states") {
             return Some(Kind::State);
         }
-        if t == "staging" {
+        if is(t, "staging") {
             return Some(Kind::Custom("staging".into()));
         }
     }

@@ -79,6 +79,21 @@ fn the_framework_attribute_holding_the_buffer_names_it_whatever_the_variable() {
 }
 
 #[test]
+fn well_known_words_are_read_without_case_from_any_token() {
+    use super::frameworks::kind_of_word as k;
+    assert_eq!(k("KVCacheBuffers"), Some(Kind::Kv));
+    assert_eq!(k("register_kvcaches"), Some(Kind::Kv));
+    assert_eq!(k("my.KVS"), Some(Kind::Kv));
+    assert_eq!(k("AUX_addrs"), Some(Kind::Aux));
+    assert_eq!(k("States"), Some(Kind::State));
+    assert_eq!(k("Staging-area"), Some(Kind::Custom("staging".into())));
+    assert_eq!(k("kv2_addrs"), None);
+    assert_eq!(k("kvcach"), None);
+    assert_eq!(k("ümlaut_kv"), Some(Kind::Kv));
+    assert_eq!(k(""), None);
+}
+
+#[test]
 fn overrides_match_the_call_site_or_the_derived_name() {
     let o = parse_groups("__main__:setup=kvcache:kv, setup_buffers=meta").unwrap();
     assert_eq!(
