@@ -1,3 +1,7 @@
+//! Unit tests of the Python front-end's decisions: settings from the
+//! environment, group names from call sites and framework attributes,
+//! exception classes to reasons, and docs/python.md's settings table.
+
 use super::*;
 use std::collections::HashMap;
 
