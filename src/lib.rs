@@ -19,15 +19,19 @@
 //! - configuration: [`config`], [`Config`], [`Plan`], [`GroupSpec`], [`RegionSource`]
 //! - recorded state: [`status`], [`Metrics`], [`Format`], [`names`], [`endpoints`], [`Publisher`]
 //! - NIXL and output: [`load_nixl`], [`cuda_driver_present`], [`Loaded`], [`LoadError`], [`StderrTap`], [`Capture`], [`TracingGuard`], [`Router`]
-//! - front-ends: [`cli`] (feature `cli`: the binary's), [`instrument`] (the Python extension's)
+//! - front-ends: [`cli`] (feature `cli`: the binary's); the Python extension is a crate of its own (python/native)
+//! - environment: [`env`] (the variables a process of a pod reads, for deployments and their tests)
 #![deny(unsafe_code)]
 
 // ---- Public modules ----------------------------------------------------
 /// Configuration: the TOML schema, its defaults and environment overrides.
 pub use nixl_agent_core::config;
-/// The Python front-end: settings from `NIXL_AGENT_*`, group names from call
-/// sites, and the process instrumentation the extension starts.
-pub mod instrument;
+/// The environment variables that place a process in a pod (its directory,
+/// the variable naming its rank, how long an ended rank is served), as
+/// deployments set them.
+pub mod env {
+    pub use nixl_agent_pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, ENV_RETENTION, LOCAL_RANK};
+}
 /// The snapshot's shape: what every projection reads, and the /v1/status
 /// document that carries it (`status::document`, docs/status.schema.json).
 pub use nixl_agent_ledger::status;
@@ -78,8 +82,8 @@ mod signals;
 // The layers below (crates of this workspace, ARCHITECTURE.md), under the
 // names this crate's modules use.
 #[cfg(feature = "cli")]
-use nixl_agent_core::diagnose;
-use nixl_agent_core::{event, model, plan, units, validate};
+use nixl_agent_core::{diagnose, units};
+use nixl_agent_core::{event, model, plan, validate};
 use nixl_agent_engine::{canary, datapath, lifecycle, observe};
 use nixl_agent_ledger::{http, record, telemetry};
 use nixl_agent_pod as pod;

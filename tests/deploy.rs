@@ -161,17 +161,14 @@ fn ports_paths_flags_and_config_are_the_binarys() {
                 // The serving container publishes where the sidecar reads.
                 let app = containers(doc).into_iter().find(|c| c["name"] != "nixl-agent").unwrap();
                 let env = app["env"].as_array().unwrap();
-                let published = env
-                    .iter()
-                    .find(|e| e["name"] == nixl_agent::instrument::ENV_POD_DIR)
-                    .unwrap();
+                let published = env.iter().find(|e| e["name"] == nixl_agent::env::ENV_POD_DIR).unwrap();
                 assert_eq!(published["value"], dir);
                 // Ranks are claimed, never assumed: no rank variable to set
                 // (and none torch or vLLM would act on).
                 assert!(
-                    !env.iter().any(|e| e["name"] == nixl_agent::instrument::LOCAL_RANK
+                    !env.iter().any(|e| e["name"] == nixl_agent::env::LOCAL_RANK
                         || e["name"] == "RANK"
-                        || e["name"] == nixl_agent::instrument::ENV_RANK_ENV),
+                        || e["name"] == nixl_agent::env::ENV_RANK_ENV),
                     "deploy/ sets a rank variable: {env:?}"
                 );
                 assert!(strings(&app["securityContext"]["capabilities"]["add"]).contains(&"IPC_LOCK".to_string()));

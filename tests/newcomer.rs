@@ -138,8 +138,8 @@ fn all_docs() -> String {
     pages.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
 }
 
-/// Every `NIXL_AGENT_*` variable the code reads (a string literal in src/
-/// or python/, but the build's own `env!` ones) is in README or docs/.
+/// Every `NIXL_AGENT_*` variable the code reads (a string literal in src/,
+/// crates/ or python/, but the build's own `env!` ones) is in README or docs/.
 #[test]
 fn every_variable_the_code_reads_is_documented() {
     let mut sources = Vec::new();

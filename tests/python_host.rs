@@ -2,8 +2,9 @@
 //! real Python API (tests/python/host.py under `nixl-agent-instrument`):
 //! an agent whose backends NIXL's config creates in `__init__`, an at-fork
 //! hook that collects an agent while the process forks, a start that
-//! fails, a signal handler's exception landing on the data path. Each run
-//! is bounded: a hang is a failure here, never a stuck test.
+//! fails, a signal handler's exception landing on the data path — and the
+//! calls into the extension a registration makes. Each run is bounded: a
+//! hang is a failure here, never a stuck test.
 
 mod support;
 
@@ -168,4 +169,35 @@ fn the_documented_wrappers_are_the_wrapped_methods() {
     assert_eq!(documented, wrapped, "docs/python.md against the instrumented class");
     assert!(out.contains("nixl_xfer_handle True"), "{out}");
     assert!(out.contains("nixl_prepped_dlist_handle True"), "{out}");
+}
+
+/// A registration crosses from Python into the extension once: the
+/// wrapper hands over what only Python sees of the call site with the
+/// call's arguments, and the extension names the group, records and calls
+/// through — on a site's first call as on later ones, for a site named by
+/// the framework's data, by its variable, or by an explicit block (whose
+/// creation is one call too). Each deregistration is one call. The groups
+/// are those the naming rules give.
+#[test]
+fn each_registration_crosses_into_the_extension_once() {
+    let (out, _) = run_bounded(&["crossings"], &[], Duration::from_secs(60));
+    let one = |name: &str| format!("[('{name}', 1)]");
+    let mut seen = 0;
+    for line in out.lines().filter_map(|l| l.strip_prefix("crossings ")) {
+        if let Some(calls) = line.strip_prefix("group ") {
+            assert_eq!(calls, one("explicit_group"), "nai.group(name): {out}");
+        } else {
+            assert_eq!(
+                line.split_once(' ').map(|(_, calls)| calls),
+                Some(format!("register {} deregister {}", one("register"), one("deregister")).as_str()),
+                "{line}"
+            );
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 6, "four call sites, a group, a block: {out}");
+    assert!(
+        out.contains("groups [('aux', 'aux'), ('kv', 'kv'), ('scratch_pad', 'buffer')]"),
+        "{out}"
+    );
 }

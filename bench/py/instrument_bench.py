@@ -115,7 +115,7 @@ def recording_alone(agent, sizes=(1, 64, 1024, 4096, 16384)):
         reg, dereg = [], []
         for rep in range(reps_for(n) * 4):
             t0 = time.perf_counter_ns()
-            _native.register("bench_alone", "kv", noop, agent, (descs, "DRAM"), None)
+            _native.register(("bench_alone", "kv"), noop, agent, (descs, "DRAM"), None)
             t1 = time.perf_counter_ns()
             _native.deregister(noop, agent, (descs,), None)
             t2 = time.perf_counter_ns()

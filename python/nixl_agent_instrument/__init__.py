@@ -71,14 +71,10 @@ class group:
                 raise TypeError(f"nixl_agent_instrument.group: {what} must be a str, not {type(v).__name__}")
             if v is not None:
                 v.encode("utf-8")  # lone surrogates: UnicodeEncodeError here, not in NIXL's call
-        if kind is None:
-            _, kind = _native.name_call("", name, name)
-        err = _native.group_error(name, kind)
-        if err is not None:
-            # A name or kind that cannot be a label: refused here, in the
-            # caller's frame, rather than recorded as `other` without a word.
-            raise ValueError(f"nixl_agent_instrument.group: {err}")
-        self._chosen = (name, kind)
+        # The kind derived from the name when not given; a name or kind
+        # that cannot be a label is refused here (ValueError), in the
+        # caller's frame, rather than recorded as `other` without a word.
+        self._chosen = _native.explicit_group(name, kind)
         # The tokens of this instance's open entries, per context (thread,
         # task): an exit resets the token its own entry set.
         self._entries = contextvars.ContextVar(f"nixl_agent_instrument.group:{name}", default=())

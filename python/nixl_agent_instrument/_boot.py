@@ -1,9 +1,19 @@
-"""Start-up of an instrumented interpreter (from the launcher's
-sitecustomize or the ``nixl_agent_instrument.pth`` file): reads
-NIXL_AGENT_INSTRUMENT and installs the import hook, a pure-Python finder.
-The extension is loaded, and the other settings checked (an unusable one is
-said once on stderr, and then nothing is wrapped), only when the program
-imports NIXL."""
+"""The one start-up of an instrumented interpreter, :func:`start`. Every
+way in delegates to it:
+
+- the launcher (``nixl-agent-instrument COMMAND``, ``python -m
+  nixl_agent_instrument``) puts ``_bootstrap`` on PYTHONPATH and execs the
+  command, whose interpreter imports that ``sitecustomize``, which calls
+  ``start(launched=True)``;
+- ``nixl_agent_instrument.pth`` (images whose entrypoint cannot change)
+  checks NIXL_AGENT_INSTRUMENT itself, cheaply, and only when it is set to
+  anything but off calls ``start(launched=False)``.
+
+``start`` reads NIXL_AGENT_INSTRUMENT and installs the import hook, a
+pure-Python finder. The extension is loaded, and the other settings checked
+(an unusable one is said once on stderr, and then nothing is wrapped), only
+when the program imports NIXL. ``nixl_agent_instrument.instrument()`` is the
+explicit API for a program that starts it itself."""
 
 import os
 import sys
@@ -45,13 +55,17 @@ def _the_launcher():
     ]
 
 
-def boot(launched=True):
-    """Installs the hook: under the launcher unless switched off, without
-    it (the .pth file) only when switched on."""
-    if not launched and _the_launcher():
-        return
-    s = setting()
-    if s == "on" or (launched and s == "unset"):
-        from . import _hook
+def start(launched):
+    """Installs the hook: under the launcher (``launched``) unless switched
+    off, without it (the .pth file) only when switched on. Never breaks the
+    interpreter: a failure is one line on stderr and no instrumentation."""
+    try:
+        if not launched and _the_launcher():
+            return
+        s = setting()
+        if s == "on" or (launched and s == "unset"):
+            from . import _hook
 
-        _hook.install()
+            _hook.install()
+    except Exception as e:  # pragma: no cover - the package is broken
+        sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {type(e).__name__}: {e}\n")

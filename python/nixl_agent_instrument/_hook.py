@@ -143,12 +143,14 @@ def wrap_class(cls):
 
     @functools.wraps(register_memory)
     def register_memory_(self, *args, **kwargs):
+        # What only Python sees of the call site, then one crossing: the
+        # extension names the group, records and calls through.
         try:
-            group, kind = _site.group_of(sys._getframe(1), args, kwargs)
+            site = _site.facts(sys._getframe(1), args, kwargs)
         except Exception as e:
             _hook_failed("register_memory", e)
             return register_memory(self, *args, **kwargs)
-        return _native.register(group, kind, register_memory, self, args, kwargs)
+        return _native.register(site, register_memory, self, args, kwargs)
 
     @functools.wraps(deregister_memory)
     def deregister_memory_(self, *args, **kwargs):

@@ -1,7 +1,8 @@
 """``nixl-agent-instrument <command...>``: runs the command with NIXL's
 Python API instrumented, in the manner of ``opentelemetry-instrument``: a
-``sitecustomize`` on PYTHONPATH installs the import hook in every Python
-process the command starts, then the command replaces this process."""
+``sitecustomize`` on PYTHONPATH hands every Python process the command
+starts to the package's one start-up (``_boot.start``), then the command
+replaces this process."""
 
 import os
 import shutil

@@ -1,13 +1,16 @@
-# The extension module (python/native/src/lib.rs, xfer_args.rs, dlists.rs).
+# The extension module (python/native/src: lib.rs, agents.rs, registrations.rs,
+# xfer_args.rs, dlists.rs).
 # Checked against the built module by tests/python_stub.rs (mypy's stubtest).
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 __all__ = [
     "RegistrationRefused",
     "DEFAULT_LISTEN",
     "VERSION",
+    "BUFFER_HOLDERS",
+    "RANK_HOLDERS",
     "settings_error",
-    "group_error",
+    "explicit_group",
     "start",
     "shutdown",
     "output_tapped",
@@ -23,7 +26,6 @@ __all__ = [
     "agent_failed",
     "backend",
     "hook_failed",
-    "name_call",
     "register",
     "deregister",
     "clock_base",
@@ -43,10 +45,14 @@ class RegistrationRefused(ValueError): ...
 
 DEFAULT_LISTEN: str
 VERSION: str
+# Attribute paths on a framework's ``self`` (``kv_args.kv_data_ptrs``): where
+# buffers' addresses are kept, and where a process's rank is.
+BUFFER_HOLDERS: tuple[str, ...]
+RANK_HOLDERS: tuple[str, ...]
 
 # The process: settings, the recording, what it serves.
 def settings_error() -> Optional[str]: ...
-def group_error(name: str, kind: str) -> Optional[str]: ...
+def explicit_group(name: str, kind: Optional[str] = None) -> tuple[str, str]: ...
 def start(frameworks: list[str], rank_hint: Optional[int] = None) -> Optional[str]: ...
 def rank() -> Optional[int]: ...
 def shutdown(exception: Optional[str] = None) -> None: ...
@@ -64,9 +70,12 @@ def agent_released(id: int) -> None: ...
 def agent_failed(error: BaseException, agent: Optional[object] = None) -> None: ...
 def backend(agent: object, name: str, seconds: float, error: Optional[BaseException] = None) -> None: ...
 def hook_failed(operation: str, message: str) -> None: ...
-def name_call(module: str, function: str, argument: Optional[str] = None) -> tuple[str, str]: ...
+# What names a registration's group: an explicit block's (group, kind), or
+# the call site's (module, function, argument, holder) (``_site.facts``).
+_Site = Union[tuple[str, str], tuple[str, str, Optional[str], Optional[str]]]
+
 def register(
-    group: str, kind: str, func: Callable[..., Any], self_: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None
+    site: _Site, func: Callable[..., Any], self_: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None
 ) -> Any: ...
 def deregister(
     func: Callable[..., Any], self_: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None

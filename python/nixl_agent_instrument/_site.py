@@ -1,21 +1,25 @@
-"""The group and kind of a ``register_memory`` call, from its call site.
+"""What only Python can see of a ``register_memory`` call's site: the facts
+the extension names the call's group and kind from (``_native.register``,
+one crossing a call; the naming rules and what is known of each framework
+are the extension's, ``instrument::frameworks``).
 
-An explicit ``nixl_agent_instrument.group(...)`` block wins. Otherwise, once
-per call site (code object and instruction), then cached:
+An explicit ``nixl_agent_instrument.group(...)`` block wins: its
+``(group, kind)`` is handed over as it is. Otherwise, once per call site
+(code object and instruction), then cached, the facts
+``(module, function, argument, holder)``:
 
-1. The framework's own data, where it says which buffer is which: through
-   the caller's ``self`` (SGLang's ``self.kv_args.kv_data_ptrs`` /
+1. ``holder``: the framework attribute on the caller's ``self`` that holds
+   the call's first address, among the paths the extension lists
+   (``_native.BUFFER_HOLDERS``: SGLang's ``kv_args.kv_data_ptrs`` /
    ``aux_data_ptrs`` / ``state_data_ptrs``, vLLM's
-   ``self.kv_caches_base_addr``), the call's first address names the group.
-   Renamed locals cannot change that.
-2. Else the variable the caller's bytecode passes as the first argument
-   (``kv_addrs``, ``aux_addrs``, ...).
+   ``kv_caches_base_addr``). Renamed locals cannot change that.
+2. Else ``argument``: the variable the caller's bytecode passes as the first
+   argument (``kv_addrs``, ``aux_addrs``, ...).
 
-Either goes to nixl-agent's naming rules (``_native.name_call``) with the
-caller's module and function. What is read of the caller (its ``self``, a
-few integer attributes) is read during the call and dropped; the caches
-hold code objects (which live as long as their functions do anyway) and
-strings, never a frame, a local or an instance.
+with the caller's module and (qualified) function. What is read of the
+caller (its ``self``, a few integer attributes) is read during the call and
+dropped; the caches hold code objects (which live as long as their functions
+do anyway) and strings, never a frame, a local or an instance.
 
 Another wrapper on ``nixl_agent.register_memory`` (a tracer, a decorator, a
 framework shim) puts its own frame between the framework and this one, and
@@ -134,15 +138,10 @@ def _site_of(frame):
     return frame, None, tuple(chain)
 
 
-# The framework data that says which buffer is which: (attribute path on
-# the caller's ``self``, the word it names). Read only when the caller's
-# first argument is ``self``.
-_DATA = (
-    (("kv_args", "kv_data_ptrs"), "kv"),
-    (("kv_args", "aux_data_ptrs"), "aux"),
-    (("kv_args", "state_data_ptrs"), "state"),
-    (("kv_caches_base_addr",), "kv"),
-)
+# The framework attributes that hold buffers' addresses, as attribute
+# names to follow from the caller's ``self`` (the extension's list, in its
+# order: the first holding the call's first address names the call).
+_HOLDERS = tuple((path, tuple(path.split("."))) for path in _native.BUFFER_HOLDERS)
 # At most this many addresses read from one attribute.
 _MAX_DATA = 1 << 16
 
@@ -182,8 +181,9 @@ def _self_of(frame):
     return None
 
 
-def _from_data(frame, args, kwargs):
-    """The word the framework's own data gives the call's first address."""
+def _holder(frame, args, kwargs):
+    """The framework attribute (a ``_HOLDERS`` path) that holds the call's
+    first address, if one does."""
     this = _self_of(frame)
     if this is None:
         return None
@@ -196,9 +196,9 @@ def _from_data(frame, args, kwargs):
         return None
     if addr is None:
         return None
-    for path, word in _DATA:
+    for path, names in _HOLDERS:
         v = this
-        for name in path:
+        for name in names:
             v = getattr(v, name, None)
             if v is None:
                 break
@@ -207,13 +207,14 @@ def _from_data(frame, args, kwargs):
         found = set()
         _ints(v, found)
         if addr in found:
-            return word
+            return path
     return None
 
 
-# Where a framework keeps the rank of the process creating a NIXL agent:
-# SGLang's kv_args (engine_rank, then gpu_id), vLLM's worker (tp_rank).
-_RANKS = (("kv_args", "engine_rank"), ("kv_args", "gpu_id"), ("tp_rank",))
+# Where a framework keeps the rank of the process creating a NIXL agent
+# (the extension's list: SGLang's kv_args.engine_rank, then .gpu_id, vLLM's
+# tp_rank).
+_RANKS = tuple(tuple(path.split(".")) for path in _native.RANK_HOLDERS)
 
 
 def rank_hint(frame):
@@ -251,7 +252,10 @@ def _qualname(frame):
     return code.co_name
 
 
-def group_of(frame, args, kwargs):
+def facts(frame, args, kwargs):
+    """What names the ``register_memory`` call made from ``frame``: an
+    explicit block's ``(group, kind)``, or the call site's ``(module,
+    function, argument, holder)``."""
     chosen = explicit.get()
     if chosen is not None:
         return chosen
@@ -267,17 +271,18 @@ def group_of(frame, args, kwargs):
         if hit is not None:
             return hit
     # The framework's data beats a variable's name (nearest frame first).
+    holder = None
     f = frame
     for _ in chain:
-        word = _from_data(f, args, kwargs)
-        if word is not None:
-            site, argument = f, word
+        holder = _holder(f, args, kwargs)
+        if holder is not None:
+            site, argument = f, None
             break
         f = f.f_back
         if f is None:
             break
     module = site.f_globals.get("__name__", "")
-    hit = _native.name_call(module if isinstance(module, str) else "", _qualname(site), argument)
+    hit = (module if isinstance(module, str) else "", _qualname(site), argument, holder)
     if len(_sites) < _MAX_SITES:
         _sites[chain if len(chain) > 1 else key] = hit
     return hit

@@ -15,6 +15,8 @@ registered before NIXL is imported).
                                           the transfer wrapper reads)
     python host.py wrapped               (the methods the instrumentation
                                           wrapped, as the class holds them)
+    python host.py crossings             (the calls into the extension each
+                                          registration makes, counted)
 """
 
 import gc
@@ -193,6 +195,77 @@ def wrapped(argv):
         out(name, getattr(cls, "__nixl_agent_instrumented__", False))
 
 
+def crossings(argv):
+    """Every function of the extension replaced by a counting shim (the
+    wrappers look them up on the module at each call), then registrations
+    from a call site named by the framework's data, one named by its
+    variable (each cold, then warm) and an explicit block: the calls into
+    the extension each makes, by name."""
+    import collections
+
+    import numpy as np
+
+    import nixl_agent_instrument as nai
+    from nixl_agent_instrument import _native
+
+    counts = collections.Counter()
+    for name in dir(_native):
+        fn = getattr(_native, name)
+        if callable(fn) and not isinstance(fn, type) and not name.startswith("_"):
+
+            def shim(*a, __fn=fn, __name=name, **k):
+                counts[__name] += 1
+                return __fn(*a, **k)
+
+            setattr(_native, name, shim)
+
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    class KVArgs:
+        def __init__(self):
+            self.kv = np.zeros(4096, dtype=np.uint8)
+            self.kv_data_ptrs = [self.kv.ctypes.data]
+
+    class Manager:
+        def __init__(self):
+            self.kv_args = KVArgs()
+            self.aux = np.zeros(4096, dtype=np.uint8)
+            self.agent = nixl_agent("crossings", nixl_agent_config(backends=["UCX"]))
+
+        def register_buffer_to_engine(self):
+            # Named by kv_args.kv_data_ptrs, whatever this local is called.
+            buffers = [(self.kv_args.kv.ctypes.data, 4096, 0, "")]
+            return self.agent.register_memory(buffers, "DRAM")
+
+        def register_aux(self):
+            aux_addrs = [(self.aux.ctypes.data, 4096, 0, "")]
+            return self.agent.register_memory(aux_addrs, "DRAM")
+
+    m = Manager()
+
+    def measure(what, register):
+        counts.clear()
+        descs = register()
+        reg = sorted(counts.items())
+        counts.clear()
+        m.agent.deregister_memory(descs)
+        out("crossings", what, "register", reg, "deregister", sorted(counts.items()))
+
+    for temperature in ("cold", "warm"):
+        measure(f"data-{temperature}", m.register_buffer_to_engine)
+        measure(f"variable-{temperature}", m.register_aux)
+    counts.clear()
+    block = nai.group("scratch_pad")
+    out("crossings group", sorted(counts.items()))
+
+    def explicit():
+        with block:
+            return m.register_aux()
+
+    measure("explicit", explicit)
+    out("groups", sorted((g["name"], g["kind"]) for g in nai.status()["groups"]))
+
+
 def main():
     mode = sys.argv[1]
     {
@@ -201,6 +274,7 @@ def main():
         "failed-start": failed_start,
         "interrupted-transfer": interrupted_transfer,
         "wrapped": wrapped,
+        "crossings": crossings,
     }[mode](sys.argv[2:])
 
 

@@ -268,7 +268,7 @@ def evil(argv):
     def broken(*args, **kwargs):
         raise RuntimeError("the call-site lookup cannot be printed")
 
-    _site.group_of = broken
+    _site.facts = broken
     agent = nixl_agent("evil", nixl_agent_config(backends=["UCX"]))
     buf = np.zeros(AUX_BYTES, dtype=np.uint8)
     for _ in range(3):
@@ -384,7 +384,7 @@ def interrupted(argv):
             out("caught", type(e).__name__)
         return
     agent = nixl_agent("interrupted", nixl_agent_config(backends=["UCX"]))
-    hook._site.group_of = signalled
+    hook._site.facts = signalled
     buf = np.zeros(AUX_BYTES, dtype=np.uint8)
     before = len(agent.get_agent_metadata())
     try:

@@ -8,8 +8,8 @@
 //! from the call it landed in, as the bare call would have been
 //! interrupted, never kept for a later call ([`crate::finish`]).
 
+use crate::instrument::{mem_type_word, reason_of_transfer_exception};
 use crate::{arg, finish, guarded, recycle, regions_of, running, Running, Soft};
-use nixl_agent::instrument::{mem_type_word, reason_of_transfer_exception};
 use nixl_agent::{Failure, Hooked, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferPoll};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -549,12 +549,12 @@ pub(crate) fn notified(
 /// A notification message the framework marks as a heartbeat.
 fn heartbeat(m: &Bound<'_, PyAny>) -> bool {
     if let Ok(b) = m.cast::<PyBytes>() {
-        return nixl_agent::instrument::is_heartbeat(b.as_bytes());
+        return crate::instrument::is_heartbeat(b.as_bytes());
     }
     m.cast::<PyString>()
         .ok()
         .and_then(|s| s.extract::<String>().ok())
-        .map(|s| nixl_agent::instrument::is_heartbeat(s.as_bytes()))
+        .map(|s| crate::instrument::is_heartbeat(s.as_bytes()))
         .unwrap_or(false)
 }
 

@@ -1,5 +1,6 @@
-# Put on PYTHONPATH by nixl-agent-instrument: installs the NIXL import hook,
-# then runs the sitecustomize this one shadows, if any. Never breaks the
+# Put on PYTHONPATH by nixl-agent-instrument: hands over to the package's one
+# start-up (`nixl_agent_instrument._boot.start`), then runs the
+# sitecustomize this one shadows, if any. Never breaks the
 # program: a failure here is one line on stderr and no instrumentation.
 import os
 import sys
@@ -20,10 +21,8 @@ def _nixl_agent_boot():
             "nixl-agent-instrument of that environment\n"
         )
         return
-    try:
-        _boot.boot(launched=True)
-    except Exception as e:  # pragma: no cover - the package is broken
-        sys.stderr.write(f"nixl-agent-instrument: not instrumenting: {type(e).__name__}: {e}\n")
+    # The one start-up (it says a failure on stderr itself).
+    _boot.start(launched=True)
 
 
 def _next_sitecustomize():

@@ -1,32 +1,38 @@
-//! Instrumenting a NIXL API that the serving process calls itself, in its
-//! own language (NIXL's Python `nixl_agent`): the pure decisions the Python
-//! front-end (`python/native`) asks the library for, so that front-end holds
-//! only glue.
+//! The decisions of the Python front-end, pure and tested here: this
+//! extension's own, not the library's (nixl-agent's crates know nothing of
+//! Python).
 //! - [`Settings::from_env`]: what the operator asked for, all from the
 //!   environment (an instrumented program has no config file of ours),
-//! - [`name_call`]: the group and kind of a call, from its call site,
+//! - [`frameworks`]: what is known of SGLang, vLLM and Dynamo — where they
+//!   keep buffers and ranks, the group and kind of a call site
+//!   ([`name_call`]), the groups readiness waits for ([`default_expect`]),
 //! - [`reason_of_exception`]: the closed reason of what the call raised,
-//! - [`default_expect`]: the groups readiness waits for, per framework,
-//! - [`read_dlist_state`]: a NIXL descriptor list from its serialised form.
+//! - [`read_dlist_state`]: a NIXL descriptor list from its serialised form,
+//! - [`Instrumentation`]: the observer, log, tap, server and publisher of
+//!   one process.
 //!
-//! The recording itself is [`crate::Observer`]'s, the same path as every
-//! other front-end.
+//! The recording itself is [`nixl_agent::Observer`]'s, the same path as
+//! every other front-end.
 
 mod dlist_state;
+pub mod frameworks;
 mod process;
-pub use crate::pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, ENV_RETENTION, LOCAL_RANK};
 pub use dlist_state::{read_dlist_state, DlistHeader};
+pub use frameworks::{default_expect, is_heartbeat, name_call, CallSite, BUFFER_HOLDERS, RANK_HOLDERS};
+pub use nixl_agent_pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, ENV_RETENTION};
 pub use process::Instrumentation;
 
-use crate::config::{self, Config, ConfigError, Env};
-use crate::model::{Kind, MemType, Reason, KIND_AUX, KIND_KV, KIND_STATE};
-use crate::observe::{Expected, ObserveSettings, DEFAULT_MAX_GROUPS};
+use frameworks::kind_of_word;
+use nixl_agent_core::config::{self, Config, ConfigError, Env};
+use nixl_agent_core::model::{Kind, MemType, Reason};
+use nixl_agent_engine::observe::{Expected, ObserveSettings, DEFAULT_MAX_GROUPS};
+use nixl_agent_ledger::telemetry;
 
 /// `off` / `0` / `false` switches the instrumentation off entirely (read by
 /// the Python bootstrap); `1` turns it on where the launcher is not used.
 pub const ENV_INSTRUMENT: &str = "NIXL_AGENT_INSTRUMENT";
 /// The values `NIXL_AGENT_INSTRUMENT` takes (on, then off), as the Python
-/// start-up (`_bootstrap/sitecustomize.py`, `_pth.py`) reads them.
+/// start-up (`_boot.py`) reads them.
 pub const INSTRUMENT_WORDS: &[&str] = &["1", "on", "true", "0", "off", "false"];
 /// `record` (default), `enforce` or `off`.
 pub const ENV_VALIDATE: &str = "NIXL_AGENT_VALIDATE";
@@ -57,7 +63,7 @@ pub const ENV_TRANSFER_STALL_AFTER: &str = "NIXL_AGENT_TRANSFER_STALL_AFTER";
 /// readable through the explicit API).
 pub const LISTEN_OFF: &str = "off";
 /// The log target of what the instrumentation says about itself.
-pub const LOG_TARGET: &str = crate::telemetry::names::INSTRUMENT_LOG_TARGET;
+pub const LOG_TARGET: &str = telemetry::names::INSTRUMENT_LOG_TARGET;
 /// The log filter when `NIXL_AGENT_LOG` is unset. Inside someone else's
 /// process nothing about its registrations reaches its stderr (they are on
 /// /metrics and /v1/status, and the program sees its own exceptions); only
@@ -114,23 +120,23 @@ pub struct Settings {
     pub transfer_stall_after: std::time::Duration,
     /// Publish to this pod directory (`NIXL_AGENT_MULTIPROC_DIR`) for a
     /// sidecar to serve. Without one, processes sharing the listen address
-    /// are one pod of their own ([`crate::pod::local`]).
+    /// are one pod of their own ([`nixl_agent_pod::local`]).
     pub publish: Option<std::path::PathBuf>,
     /// The rank slot to claim: the variable `NIXL_AGENT_RANK_ENV` names
     /// (explicit), else `LOCAL_RANK` (a preference), else the framework's
     /// own rank, else the lowest free slot.
-    pub rank: crate::pod::claim::Wish,
+    pub rank: nixl_agent_pod::claim::Wish,
     /// How long the ranks of a zero-configuration pod serve a rank whose
-    /// process ended ([`crate::pod::ENV_RETENTION`]).
+    /// process ended ([`nixl_agent_pod::ENV_RETENTION`]).
     pub retention: std::time::Duration,
     /// Where an unresolved NIXL failure is written for Kubernetes to show
     /// after the process died ([`ENV_TERMINATION_LOG`]).
-    pub termination_log: crate::telemetry::last_words::Target,
+    pub termination_log: telemetry::last_words::Target,
 }
 
 /// `off`, or the termination-message file's path (by default
 /// `/dev/termination-log` when it exists and can be written).
-pub use crate::telemetry::last_words::ENV_TERMINATION_LOG;
+pub use telemetry::last_words::ENV_TERMINATION_LOG;
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -143,7 +149,7 @@ impl Settings {
     /// Reads every setting; the first unusable one is named in the error.
     pub fn from_env(env: &dyn Env) -> Result<Settings, ConfigError> {
         let mut cfg = Config::default();
-        let publish = env.var(crate::pod::ENV_DIR).map(std::path::PathBuf::from);
+        let publish = env.var(nixl_agent_pod::ENV_DIR).map(std::path::PathBuf::from);
         // Ranks of a pod publish; the pod's agent serves them. A rank serves
         // HTTP itself only when told where.
         let listen_off = env
@@ -222,7 +228,7 @@ impl Settings {
         let proto_info_ours = env.var(ENV_PROTO_INFO_SET).as_deref() == Some("1");
         let call_timeout = match env.var(ENV_CALL_TIMEOUT) {
             None => config::DEFAULT_NIXL_CALL_TIMEOUT,
-            Some(v) => match crate::units::parse_duration(v.trim()) {
+            Some(v) => match nixl_agent_core::units::parse_duration(v.trim()) {
                 Ok(d) if (config::MIN_NIXL_CALL_TIMEOUT..=config::MAX_DURATION).contains(&d) => d,
                 _ => {
                     return Err(invalid(
@@ -233,8 +239,8 @@ impl Settings {
             },
         };
         let transfer_stall_after = match env.var(ENV_TRANSFER_STALL_AFTER) {
-            None => crate::observe::DEFAULT_STALL_AFTER,
-            Some(v) => match crate::units::parse_duration(v.trim()) {
+            None => nixl_agent_engine::observe::DEFAULT_STALL_AFTER,
+            Some(v) => match nixl_agent_core::units::parse_duration(v.trim()) {
                 Ok(d) if (config::MIN_NIXL_CALL_TIMEOUT..=config::MAX_DURATION).contains(&d) => d,
                 _ => {
                     return Err(invalid(
@@ -266,9 +272,9 @@ impl Settings {
             call_timeout,
             transfer_stall_after,
             publish,
-            rank: crate::pod::wish_from_env(env)?,
-            retention: crate::pod::retention_from_env(env)?,
-            termination_log: crate::telemetry::last_words::Target::parse(env.var(ENV_TERMINATION_LOG).as_deref())
+            rank: nixl_agent_pod::wish_from_env(env)?,
+            retention: nixl_agent_pod::retention_from_env(env)?,
+            termination_log: telemetry::last_words::Target::parse(env.var(ENV_TERMINATION_LOG).as_deref())
                 .map_err(|m| invalid(ENV_TERMINATION_LOG, m))?,
         })
     }
@@ -375,109 +381,6 @@ fn parse_groups(v: &str) -> Result<Vec<Override>, ConfigError> {
     Ok(out)
 }
 
-/// Where a registration call was made, as the front-end sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct CallSite<'a> {
-    /// The caller's module (`__name__` of its globals).
-    pub module: &'a str,
-    /// The caller's function (qualified name where the language has one).
-    pub function: &'a str,
-    /// The variable the call passes first, when it passes one.
-    pub argument: Option<&'a str>,
-}
-
-/// The well-known kind a word names (`kv_addrs` → kv), if any.
-fn kind_of_word(word: &str) -> Option<Kind> {
-    for token in word.split(|c: char| !c.is_ascii_alphanumeric()) {
-        let t = token.to_ascii_lowercase();
-        if t == KIND_KV || t.starts_with("kvcache") || t == "kvs" {
-            return Some(Kind::Kv);
-        }
-        if t == KIND_AUX {
-            return Some(Kind::Aux);
-        }
-        if t == KIND_STATE || t == "states" {
-            return Some(Kind::State);
-        }
-        if t == "staging" {
-            return Some(Kind::Custom("staging".into()));
-        }
-    }
-    None
-}
-
-/// A label-safe word from a function name: `[a-z0-9_]`, at most 48 bytes.
-fn label_word(s: &str) -> String {
-    let last = s.rsplit('.').next().unwrap_or(s);
-    let mut out = String::with_capacity(last.len());
-    for c in last.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_lowercase() || c.is_ascii_digit() {
-            out.push(c);
-        } else if !out.ends_with('_') && !out.is_empty() {
-            out.push('_');
-        }
-    }
-    let mut out = out.trim_end_matches('_').to_string();
-    out.truncate(48);
-    if out.is_empty() {
-        out.push_str(crate::observe::OVERFLOW_GROUP);
-    }
-    out
-}
-
-/// The group and kind of a call: an operator's override first, then the
-/// known frameworks (SGLang's `register_buffer_to_engine` → kv / aux /
-/// state / staging by the buffer it passes; vLLM's `register_kv_caches` →
-/// kv; Dynamo's `nixl_connect` → `nixl_connect`), then a name from the call
-/// site: the well-known word in the argument or function name, else the
-/// function's name. Stable across runs of the same code.
-pub fn name_call(site: &CallSite<'_>, overrides: &[Override]) -> (String, Kind) {
-    let full = format!("{}:{}", site.module, site.function);
-    let derived = derive(site);
-    for o in overrides {
-        if o.key == full || o.key == derived.0 {
-            let kind = o
-                .kind
-                .clone()
-                .or_else(|| kind_of_word(&o.group))
-                .unwrap_or(derived.1.clone());
-            return (o.group.clone(), kind);
-        }
-    }
-    derived
-}
-
-fn derive(site: &CallSite<'_>) -> (String, Kind) {
-    let from_argument = site.argument.and_then(kind_of_word);
-    if site.module.starts_with("dynamo") && site.module.contains("nixl_connect") {
-        return (
-            "nixl_connect".into(),
-            from_argument.unwrap_or(Kind::Custom(BUFFER_KIND.into())),
-        );
-    }
-    if site.module.starts_with("vllm") && site.function.ends_with("register_kv_caches") {
-        return (KIND_KV.into(), Kind::Kv);
-    }
-    if let Some(kind) = from_argument.or_else(|| kind_of_word(site.function)) {
-        return (kind.as_str().to_string(), kind);
-    }
-    (label_word(site.function), Kind::Custom(BUFFER_KIND.into()))
-}
-
-/// The groups readiness waits for when `NIXL_AGENT_EXPECT` is unset:
-/// SGLang → kv + aux, vLLM → kv, anything else → none (then ready once
-/// NIXL's agent exists and one call has registered).
-pub fn default_expect(frameworks: &[&str]) -> Vec<Expected> {
-    if frameworks.contains(&"sglang") {
-        vec![Expected::new(KIND_KV, Kind::Kv), Expected::new(KIND_AUX, Kind::Aux)]
-    } else if frameworks.contains(&"vllm") {
-        vec![Expected::new(KIND_KV, Kind::Kv)]
-    } else {
-        Vec::new()
-    }
-}
-
 /// The reason of an exception raised by NIXL's Python API, by class name.
 /// NIXL's own classes (`nixl_cu12._bindings.nixl*Error`) carry its status
 /// code; Python's own errors are what the API raises for input it cannot
@@ -493,11 +396,6 @@ pub fn reason_of_exception(class: &str) -> Reason {
         "MemoryError" => Reason::AllocationFailed,
         _ => Reason::Unknown,
     }
-}
-
-/// A notification the framework marks as a heartbeat: vLLM's `HB:<request>`.
-pub fn is_heartbeat(message: &[u8]) -> bool {
-    message.starts_with(b"HB:")
 }
 
 /// The closed reason of what a transfer, peer or notification call raised:

@@ -1,3 +1,7 @@
+//! Unit tests of the Python front-end's decisions: settings from the
+//! environment, group names from call sites and framework attributes,
+//! exception classes to reasons, and docs/python.md's settings table.
+
 use super::*;
 use std::collections::HashMap;
 
@@ -10,6 +14,7 @@ fn site<'a>(module: &'a str, function: &'a str, argument: Option<&'a str>) -> Ca
         module,
         function,
         argument,
+        holder: None,
     }
 }
 
@@ -48,6 +53,48 @@ fn vllm_dynamo_and_unknown_callers_get_stable_names() {
     );
     let lambda = site("__main__", "<lambda>", None);
     assert_eq!(name_call(&lambda, &[]).0, "lambda");
+}
+
+#[test]
+fn the_framework_attribute_holding_the_buffer_names_it_whatever_the_variable() {
+    let f = "NixlKVManager.register_buffer_to_engine";
+    let m = "sglang.srt.disaggregation.nixl.conn";
+    for (holder, group) in [
+        ("kv_args.kv_data_ptrs", "kv"),
+        ("kv_args.aux_data_ptrs", "aux"),
+        ("kv_args.state_data_ptrs", "state"),
+        ("kv_caches_base_addr", "kv"),
+    ] {
+        let at = CallSite {
+            holder: Some(holder),
+            ..site(m, f, Some("aux_addrs"))
+        };
+        assert_eq!(name_call(&at, &[]).0, group, "{holder}");
+    }
+    // Every holder the Python side reads names a well-known kind.
+    for (path, word) in BUFFER_HOLDERS {
+        let at = CallSite {
+            holder: Some(path),
+            ..site("app", "setup", None)
+        };
+        assert_eq!(name_call(&at, &[]).1.as_str(), *word, "{path}");
+    }
+    assert!(RANK_HOLDERS.iter().all(|p| !p.is_empty() && !p.ends_with('.')));
+}
+
+#[test]
+fn well_known_words_are_read_without_case_from_any_token() {
+    use super::frameworks::kind_of_word as k;
+    assert_eq!(k("KVCacheBuffers"), Some(Kind::Kv));
+    assert_eq!(k("register_kvcaches"), Some(Kind::Kv));
+    assert_eq!(k("my.KVS"), Some(Kind::Kv));
+    assert_eq!(k("AUX_addrs"), Some(Kind::Aux));
+    assert_eq!(k("States"), Some(Kind::State));
+    assert_eq!(k("Staging-area"), Some(Kind::Custom("staging".into())));
+    assert_eq!(k("kv2_addrs"), None);
+    assert_eq!(k("kvcach"), None);
+    assert_eq!(k("ümlaut_kv"), Some(Kind::Kv));
+    assert_eq!(k(""), None);
 }
 
 #[test]
@@ -177,4 +224,41 @@ fn an_explicit_group_is_checked_as_the_config_file_checks_it() {
     for v in INSTRUMENT_WORDS {
         Settings::from_env(&env(&[(ENV_INSTRUMENT, v)])).unwrap();
     }
+}
+
+/// docs/python.md's settings table names exactly the variables the
+/// instrumentation reads.
+#[test]
+fn python_settings_are_the_ones_read() {
+    use super as i;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/python.md");
+    let section = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let rows: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `NIXL_AGENT_"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    let mut documented: Vec<String> = rows.iter().map(|r| format!("NIXL_AGENT_{r}")).collect();
+    documented.sort();
+    let mut read_by_code = vec![
+        i::ENV_INSTRUMENT.to_string(),
+        config::ENV_LISTEN.to_string(),
+        i::ENV_VALIDATE.to_string(),
+        i::ENV_EXPECT.to_string(),
+        i::ENV_GROUPS.to_string(),
+        i::ENV_MAX_GROUPS.to_string(),
+        i::ENV_CAPTURE.to_string(),
+        i::ENV_TRANSPORTS.to_string(),
+        i::ENV_BACKEND.to_string(),
+        i::ENV_CALL_TIMEOUT.to_string(),
+        i::ENV_TRANSFER_STALL_AFTER.to_string(),
+        "NIXL_AGENT_LOG".to_string(),
+        i::ENV_POD_DIR.to_string(),
+        i::ENV_RANK_ENV.to_string(),
+        i::ENV_TERMINATION_LOG.to_string(),
+        i::ENV_RETENTION.to_string(),
+    ];
+    read_by_code.sort();
+    assert_eq!(documented, read_by_code);
+    assert!(section.contains(config::DEFAULT_LISTEN));
 }

@@ -2,14 +2,15 @@
 //! first NIXL agent of a process and keeps until the process ends — the
 //! observer, the log, the fd tap when capture is on, the HTTP server on a
 //! runtime of its own, the pod publisher — built from [`Settings`]. The
-//! extension (`python/native`) calls only this and the observer it hands
-//! out; it reaches no internals.
+//! rest of the extension calls only this and the observer it hands out.
 
 use super::{Settings, DEFAULT_LOG_FILTER, LOG_TARGET};
-use crate::nixl::StderrTap;
-use crate::observe::Observer;
-use crate::pod::publish::Publisher;
-use crate::telemetry::traces::TracingGuard;
+use nixl_agent_engine::observe::Observer;
+use nixl_agent_ledger::telemetry::traces::TracingGuard;
+use nixl_agent_ledger::{http, telemetry};
+use nixl_agent_pod as pod;
+use nixl_agent_pod::publish::Publisher;
+use nixl_agent_sys::StderrTap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -61,15 +62,12 @@ impl Instrumentation {
         } else {
             None
         };
-        let traces = crate::telemetry::logs::init_filtered(
-            &settings.config,
-            tap.as_ref().map(|t| t.original()),
-            DEFAULT_LOG_FILTER,
-        );
+        let traces =
+            telemetry::logs::init_filtered(&settings.config, tap.as_ref().map(|t| t.original()), DEFAULT_LOG_FILTER);
         let mut observer = Observer::new(settings.observe(frameworks));
         // The line a process that dies of a NIXL failure leaves for
         // Kubernetes: written as the failure is recorded.
-        match crate::telemetry::last_words::LastWords::open(&settings.termination_log) {
+        match telemetry::last_words::LastWords::open(&settings.termination_log) {
             Ok(Some(w)) => {
                 observer.recorder().subscribe(Box::new(w));
             }
@@ -78,7 +76,7 @@ impl Instrumentation {
                 target: LOG_TARGET,
                 error = %e,
                 "cannot open the termination-message file {}; a NIXL failure that kills this process will not be written there",
-                crate::telemetry::last_words::ENV_TERMINATION_LOG
+                telemetry::last_words::ENV_TERMINATION_LOG
             ),
         }
         if let Some(t) = tap.as_ref().filter(|_| settings.capture) {
@@ -99,7 +97,7 @@ impl Instrumentation {
         // Without a pod directory, the processes sharing this address are a
         // pod of their own (the scheduler processes of one container).
         let local = if settings.serve && settings.publish.is_none() {
-            crate::pod::local::dir_for(settings.config.listen)
+            pod::local::dir_for(settings.config.listen)
                 .map_err(|e| {
                     tracing::warn!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "no private directory for the processes of this address; each serves only its own recording");
                 })
@@ -110,14 +108,14 @@ impl Instrumentation {
         };
         let publish_to = settings.publish.clone().or_else(|| local.clone());
         let publisher = publish_to.as_ref().and_then(|dir| {
-            use crate::pod::claim::Wish;
+            use pod::claim::Wish;
             let wish = match (settings.rank, rank_hint) {
                 (Wish::Explicit(r), _) => Wish::Explicit(r),
                 (_, Some(h)) => Wish::Preferred(h),
                 (w, None) => w,
             };
             if local.is_some() {
-                crate::pod::local::sweep(dir, settings.retention);
+                pod::local::sweep(dir, settings.retention);
             }
             observer
                 .publish_as(dir, wish)
@@ -149,7 +147,7 @@ impl Instrumentation {
                 }
                 // A forked child whose parent serves this address: expected,
                 // and not the child's to say on the program's stderr.
-                Err(e) if crate::telemetry::traces::forked_away() => {
+                Err(e) if telemetry::traces::forked_away() => {
                     tracing::debug!(target: LOG_TARGET, listen = %listen, error = %e, "a forked child records without HTTP: its parent serves this address");
                 }
                 Err(e) => {
@@ -209,7 +207,7 @@ impl Instrumentation {
     pub fn end(&self, exception: Option<&str>) {
         let publisher = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(p) = publisher {
-            p.finish(crate::model::Ended::now(exception));
+            p.finish(nixl_agent_core::model::Ended::now(exception));
         }
     }
 
@@ -220,17 +218,17 @@ impl Instrumentation {
     /// through the parent's exporter, and never drops what it inherited
     /// (dropping would wait on threads that do not exist here).
     pub fn abandon_in_child(self) {
-        crate::telemetry::traces::forked();
+        telemetry::traces::forked();
         // try_lock: a thread of the parent may have held it at the fork.
         if let Ok(guard) = self.http.try_lock() {
             if let Some(s) = guard.as_ref() {
-                crate::nixl::close_inherited(s.fd);
+                nixl_agent_sys::close_inherited(s.fd);
             }
         }
         // The parent's rank slot: free once the parent is gone.
         if let Ok(guard) = self.publisher.try_lock() {
             if let Some(fd) = guard.as_ref().and_then(Publisher::lock_fd) {
-                crate::nixl::close_inherited(fd);
+                nixl_agent_sys::close_inherited(fd);
             }
         }
         if let Some(t) = &self.tap {
@@ -270,7 +268,7 @@ impl Instrumentation {
 fn serve(
     observer: &Observer,
     listen: SocketAddr,
-    limits: &crate::config::HttpConfig,
+    limits: &nixl_agent_core::config::HttpConfig,
     local: Option<&Path>,
     retention: Duration,
 ) -> std::io::Result<Served> {
@@ -289,11 +287,11 @@ fn serve(
     let router = {
         let _in_runtime = rt.enter();
         match local {
-            Some(dir) => crate::pod::serve::local_router(observer.router(), dir.to_path_buf(), retention),
+            Some(dir) => pod::serve::local_router(observer.router(), dir.to_path_buf(), retention),
             None => observer.router(),
         }
     };
-    rt.spawn(crate::http::server::serve(listener, router, limits.clone(), stop_rx));
+    rt.spawn(http::server::serve(listener, router, limits.clone(), stop_rx));
     Ok(Served { _rt: rt, addr, fd })
 }
 
@@ -315,7 +313,7 @@ fn held_by_nixl_agent(listen: SocketAddr) -> bool {
     let _ = conn.set_write_timeout(Some(wait));
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {to}\r\nConnection: close\r\n\r\n",
-        crate::http::ALERT_RULES_PATH
+        http::ALERT_RULES_PATH
     );
     if conn.write_all(request.as_bytes()).is_err() {
         return false;
@@ -323,25 +321,25 @@ fn held_by_nixl_agent(listen: SocketAddr) -> bool {
     let mut head = Vec::new();
     let _ = conn.take(4096).read_to_end(&mut head);
     let text = String::from_utf8_lossy(&head);
-    let first_line = crate::http::ALERT_RULES_YAML.lines().next().unwrap_or_default();
+    let first_line = http::ALERT_RULES_YAML.lines().next().unwrap_or_default();
     text.starts_with("HTTP/1.1 200") && text.contains(first_line)
 }
 
 /// A rank that does not hold its address's port tries it every
-/// [`crate::pod::local::TAKEOVER_EVERY`] and serves once it gets it (the
+/// [`pod::local::TAKEOVER_EVERY`] and serves once it gets it (the
 /// holder exited or died).
 fn takeover(
     http: Arc<Mutex<Option<Served>>>,
     observer: Observer,
     listen: SocketAddr,
-    limits: crate::config::HttpConfig,
+    limits: nixl_agent_core::config::HttpConfig,
     local: Option<PathBuf>,
     retention: Duration,
 ) {
     let spawned = std::thread::Builder::new()
         .name("nixl-agent-takeover".into())
         .spawn(move || loop {
-            std::thread::sleep(crate::pod::local::TAKEOVER_EVERY);
+            std::thread::sleep(pod::local::TAKEOVER_EVERY);
             if let Ok(s) = serve(&observer, listen, &limits, local.as_deref(), retention) {
                 tracing::info!(target: LOG_TARGET, listen = %listen, "took the address over: serving this address's ranks");
                 *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
