@@ -7,15 +7,11 @@
 //! [`instrument`], tested there; nixl-agent's own crates know nothing of
 //! Python.
 //!
-//! Architecture Invariant: a wrapped call returns exactly what NIXL
-//! returned and raises exactly what NIXL raised (the same exception object).
-//! The only exception of ours is [`RegistrationRefused`], in `enforce`
-//! mode. Anything that goes wrong in here is counted
-//! (`nixl_agent_instrumentation_errors_total`), logged once and otherwise
-//! swallowed; a panic is caught before it can reach Python.
-//!
-//! Architecture Invariant: HTTP (/metrics, /readyz, ...) is served by this
-//! module's own threads from recorded state and never takes the GIL.
+//! A wrapped call returns and raises exactly what NIXL did, and HTTP never
+//! takes the GIL (ARCHITECTURE.md). The only exception of ours is
+//! [`RegistrationRefused`], in `enforce` mode; anything that goes wrong in
+//! here is counted (`nixl_agent_instrumentation_errors_total`), logged once
+//! and otherwise swallowed; a panic is caught before it can reach Python.
 
 #![deny(unsafe_code)]
 
@@ -83,7 +79,7 @@ impl Running {
     }
 }
 
-/// Architecture Invariant: taken only by a thread that holds the GIL, and
+/// Taken only by a thread that holds the GIL, and
 /// never across a Python call. A fork happens with the forking thread
 /// holding the GIL, so no thread holds this at the fork and the child
 /// inherits it free; and an at-fork hook or a finalizer that runs in one

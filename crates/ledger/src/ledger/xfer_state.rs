@@ -3,9 +3,8 @@
 //! ledger's lock like every other event; the metric families of the data
 //! path and /v1/status `transfers` are both read from here.
 //!
-//! Architecture Invariant: a transfer is counted once, when it ends (done,
-//! error, released in flight), and a stall once, when the watchdog's tick
-//! first finds it past `stall_after`. A posting in flight carries what it
+//! A transfer is counted once, when it ends (done, error, released in
+//! flight), and a stall once (ARCHITECTURE.md). A posting in flight carries what it
 //! moves (op, bytes, peer) from the moment it was posted: a refused repost
 //! is a failed call of its own and leaves it alone, and forgetting or
 //! re-creating its request cannot change how it is counted. Peers are

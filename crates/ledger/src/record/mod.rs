@@ -5,10 +5,8 @@
 //! it onto the metric registry inside that same write, then writes its log
 //! line. Spans are opened by [`attempt`], which every registration path goes
 //! through.
-//!
-//! Architecture Invariant: nothing outside this module and its subscribers
-//! (`ledger`, `telemetry::metrics`, `telemetry::events`) turns an event into
-//! recorded state, a metric update or a log line.
+//! Nothing else turns an event into recorded state, a metric update or a
+//! log line (ARCHITECTURE.md).
 
 mod attempt;
 pub mod watchdog;
