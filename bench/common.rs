@@ -38,11 +38,12 @@ pub fn load_nixl() -> Result<(), String> {
 /// worker too) aligns its first region to this.
 pub const ALIGN: usize = 64 << 10;
 
-/// An anonymous private mapping, populated (like the agent's own allocation),
-/// unmapped on drop; regions start at its first `ALIGN`ed address.
+/// An anonymous private mapping, populated (the agent's own allocation,
+/// `nixl_agent_sys::memory`), unmapped on drop; regions start at its first
+/// `ALIGN`ed address.
 pub struct Arena {
-    ptr: *mut libc::c_void,
-    len: usize,
+    _mapping: nixl_agent_sys::Backing,
+    end: usize,
     start: usize,
 }
 
@@ -59,36 +60,22 @@ impl Arena {
 
     fn map(len: usize, align: usize) -> Arena {
         let len = if align > 1 { len + align } else { len };
-        // Safety: a fresh anonymous mapping; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        assert!(ptr != libc::MAP_FAILED, "mmap of {len} bytes failed");
-        let start = (ptr as usize).next_multiple_of(align);
-        Arena { ptr, len, start }
+        let (mapped, mapping) = nixl_agent_sys::memory::allocate(nixl_agent::MemType::Dram, 0, 1, len)
+            .unwrap_or_else(|f| panic!("mmap of {len} bytes failed: {}", f.message));
+        let start = mapped[0].addr.next_multiple_of(align);
+        Arena {
+            _mapping: mapping,
+            end: mapped[0].addr + mapped[0].len,
+            start,
+        }
     }
 
     /// `count` consecutive regions of `size` bytes from the aligned start.
     pub fn regions(&self, count: usize, size: usize) -> Vec<Region> {
-        assert!(self.start + count * size <= self.ptr as usize + self.len);
+        assert!(self.start + count * size <= self.end);
         (0..count)
             .map(|i| Region::new(self.start + i * size, size, 0))
             .collect()
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // Safety: exactly what mmap returned, unmapped once, after every
-        // registration of it was dropped (callers keep that order).
-        unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
 

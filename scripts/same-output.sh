@@ -4,7 +4,7 @@
 # one on a backend NIXL lacks, one on VRAM without CUDA, retries) and diffs
 # /metrics (text and OpenMetrics), /v1/status, /readyz?verbose and the log
 # lines, with what differs between any two runs masked (times, durations,
-# pids, process_* series, and the log lines' targets).
+# pids, the git revision, process_* series, and the log lines' targets).
 #
 #   bash scripts/same-output.sh 0db8896     # prints the diffs; exit 1 if any
 set -euo pipefail
@@ -78,7 +78,7 @@ capture() { # BIN OUT
   wait "$pid" || true
   for m in metrics openmetrics; do
     grep -v 'process_' "$out/$m.raw" |
-      sed -E 's/(_seconds(_sum|_bucket\{[^}]*\})?(\{[^}]*\})?) [0-9.e+-]+( .*)?$/\1 X/' >"$out/$m.txt"
+      sed -E 's/(_seconds(_sum|_bucket\{[^}]*\})?(\{[^}]*\})?) [0-9.e+-]+( .*)?$/\1 X/; s/revision="[0-9a-f]+"/revision="X"/' >"$out/$m.txt"
   done
   python3 - "$out" <<'PY'
 import json, re, sys

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::held::program;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -16,19 +18,15 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn program() -> String {
-    repo().join("tests/python/serving.py").display().to_string()
-}
-
 fn command(instrumented: bool, args: &[&str], env: &[(&str, &str)]) -> Command {
-    support::held::command(&program(), instrumented, args, env)
+    support::held::command(&program("serving.py"), instrumented, args, env)
 }
 
 struct Held;
 
 impl Held {
     fn start(args: &[&str], env: &[(&str, &str)]) -> support::held::Held {
-        support::held::Held::start(&program(), args, env)
+        support::held::Held::start(&program("serving.py"), args, env)
     }
 }
 

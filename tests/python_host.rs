@@ -8,16 +8,11 @@
 
 mod support;
 
+use support::held::program;
+
 use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn program() -> String {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python/host.py")
-        .display()
-        .to_string()
-}
 
 /// Runs `host.py args` under the launcher for at most `limit`; (stdout,
 /// stderr). A run that does not end in time is killed and fails the test.
@@ -27,7 +22,7 @@ fn run_bounded(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (String,
     all.extend_from_slice(env);
     let stderr = tempfile::NamedTempFile::new().unwrap();
     let stdout = tempfile::NamedTempFile::new().unwrap();
-    let mut child = support::held::command(&program(), true, args, &all)
+    let mut child = support::held::command(&program("host.py"), true, args, &all)
         .stdin(Stdio::null())
         .stdout(stdout.reopen().unwrap())
         .stderr(stderr.reopen().unwrap())
@@ -64,7 +59,7 @@ fn run_bounded(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (String,
 #[test]
 fn a_config_created_backend_labels_its_agents_calls() {
     let h = support::held::Held::start(
-        &program(),
+        &program("host.py"),
         &["backends", "--hold"],
         &[("NIXL_AGENT_BACKEND", "POSIX"), ("NIXL_AGENT_EXPECT", "none")],
     );

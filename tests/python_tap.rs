@@ -10,17 +10,12 @@
 
 mod support;
 
+use support::held::program;
+
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-fn program() -> String {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python/tap.py")
-        .display()
-        .to_string()
-}
 
 /// Waits at most `limit` for `child`; kills it and fails naming `what`.
 fn wait_bounded(child: &mut std::process::Child, limit: Duration, what: &str) -> ExitStatus {
@@ -45,7 +40,7 @@ fn run(instrumented: bool, how: &str, env: &[(&str, &str)]) -> (String, String, 
     let (o, e) = (dir.path().join("out"), dir.path().join("err"));
     let mut all = vec![("NIXL_AGENT_LISTEN", "off"), ("NIXL_AGENT_EXPECT", "none")];
     all.extend_from_slice(env);
-    let mut child = support::held::command(&program(), instrumented, &[how], &all)
+    let mut child = support::held::command(&program("tap.py"), instrumented, &[how], &all)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&o).unwrap())
         .stderr(std::fs::File::create(&e).unwrap())
@@ -119,7 +114,7 @@ fn the_hosts_last_bytes_survive_every_way_it_dies() {
 #[test]
 fn a_prompt_goes_out_as_it_comes_and_only_ucxs_own_lines_are_kept() {
     let mut child = support::spawn_piped(&mut support::held::command(
-        &program(),
+        &program("tap.py"),
         true,
         &["prompt"],
         &[

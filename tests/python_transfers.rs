@@ -10,27 +10,8 @@
 mod prom;
 mod support;
 
-use std::path::PathBuf;
 use std::time::Duration;
-use support::held::{command, Held};
-
-/// A program of tests/python, by file name.
-fn program(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-/// What the program printed, without the timestamped log lines of NIXL and UCX.
-fn said(lines: &[String]) -> Vec<String> {
-    lines
-        .iter()
-        .filter(|l| !l.starts_with("20") && !l.starts_with('[') && *l != "HOLD")
-        .cloned()
-        .collect()
-}
+use support::held::{command, program, said, Held};
 
 #[test]
 fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {

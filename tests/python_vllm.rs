@@ -14,26 +14,9 @@
 mod prom;
 mod support;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
-use support::held::{command, Held};
-
-fn program() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python/vllm_sequence.py")
-        .display()
-        .to_string()
-}
-
-/// What the program printed, without NIXL's own timestamped log lines.
-fn said(lines: &[String]) -> Vec<String> {
-    lines
-        .iter()
-        .filter(|l| !l.starts_with("20") && !l.starts_with('[') && *l != "HOLD")
-        .cloned()
-        .collect()
-}
+use support::held::{command, program, said, Held};
 
 /// A line of one of UCX's protocol tables (`UCX_PROTO_INFO=y`).
 fn ucx_table(line: &str) -> bool {
@@ -45,7 +28,7 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().display().to_string();
     let tcp = [("UCX_TLS", "tcp")];
-    let bare = command(&program(), false, &[&work], &tcp)
+    let bare = command(&program("vllm_sequence.py"), false, &[&work], &tcp)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -71,12 +54,12 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
 
     let transports = ("NIXL_AGENT_TRANSPORTS", "1");
     let mut h = Held::start(
-        &program(),
+        &program("vllm_sequence.py"),
         &[&work],
         &[("UCX_TLS", "tcp"), transports, ("NIXL_AGENT_EXPECT", "none")],
     );
     let mut lb = Held::start(
-        &program(),
+        &program("vllm_sequence.py"),
         &["--loopback"],
         &[transports, ("NIXL_AGENT_EXPECT", "none")],
     );
@@ -299,7 +282,7 @@ fn a_peer_on_another_node_over_tcp_is_inter_node_and_silent_without_rdma() {
     let dir = tempfile::tempdir().unwrap();
     let work = dir.path().display().to_string();
     let mut h = Held::start(
-        &program(),
+        &program("vllm_sequence.py"),
         &[&work],
         &[
             ("UCX_TLS", "tcp"),

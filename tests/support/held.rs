@@ -9,6 +9,25 @@ use std::time::Duration;
 
 use super::{Lines, Scrape};
 
+/// A program of tests/python, by file name, as a path to run.
+pub fn program(name: &str) -> String {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// What a program printed, without the timestamped log lines of NIXL and
+/// UCX and its `HOLD` marks.
+pub fn said(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| !l.starts_with("20") && !l.starts_with('[') && *l != "HOLD")
+        .cloned()
+        .collect()
+}
+
 /// The longest a held program may take from one `HOLD` to the next (its
 /// transfers poll with limits of their own well below this).
 pub const HOLD_WITHIN: Duration = Duration::from_secs(120);
