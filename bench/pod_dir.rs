@@ -58,20 +58,7 @@ pub fn cost(agent_bin: &Path, files: u32, watch: Duration) -> Result<DirCost, St
     let port = crate::procs::free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
     let t0 = Instant::now();
-    let mut pod = std::process::Command::new(agent_bin)
-        .args([
-            "pod",
-            "--ranks",
-            &files.to_string(),
-            "--listen",
-            &addr.to_string(),
-            "--dir",
-        ])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("nixl-agent pod: {e}"))?;
+    let mut pod = crate::procs::spawn_pod(agent_bin, dir.path(), files, addr)?;
     let measured = (|| {
         let end = t0 + Duration::from_secs(120);
         loop {

@@ -240,14 +240,7 @@ impl RawProc {
         let mut child = cmd.spawn().map_err(|e| format!("starting hold-raw: {e}"))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = lines_of(stdout);
         Ok(RawProc {
             child,
             stdin,
@@ -325,4 +318,41 @@ pub fn hold_raw(groups: &[GroupShape]) -> Result<(), String> {
     }
     drop(arenas);
     Ok(())
+}
+
+/// `nixl-agent pod` over `dir` for `ranks` ranks, listening on `addr`,
+/// its output dropped.
+pub fn spawn_pod(
+    agent_bin: &std::path::Path,
+    dir: &std::path::Path,
+    ranks: u32,
+    addr: std::net::SocketAddr,
+) -> Result<std::process::Child, String> {
+    std::process::Command::new(agent_bin)
+        .args([
+            "pod",
+            "--ranks",
+            &ranks.to_string(),
+            "--listen",
+            &addr.to_string(),
+            "--dir",
+        ])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nixl-agent pod: {e}"))
+}
+
+/// The lines of `out`, read on a thread of their own into a channel.
+pub fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }

@@ -348,20 +348,7 @@ pub fn pod(
     }
     let port = crate::procs::free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
-    let mut pod = std::process::Command::new(agent_bin)
-        .args([
-            "pod",
-            "--ranks",
-            &ranks.to_string(),
-            "--listen",
-            &addr.to_string(),
-            "--dir",
-        ])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("nixl-agent pod: {e}"))?;
+    let mut pod = crate::procs::spawn_pod(agent_bin, dir.path(), ranks, addr)?;
     let served = (|| {
         wait_http(addr, "/livez", READY_TIMEOUT)?;
         // Every rank merged in.

@@ -10,7 +10,7 @@
 //! `{"cmd":"probe"}` → what the worker measures about itself, `{"cmd":"quit"}`.
 
 use crate::common::{nixl_lib_dir, repo};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -62,14 +62,7 @@ impl Worker {
             .map_err(|e| format!("starting the {name} worker: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = crate::procs::lines_of(stdout);
         Ok(Worker {
             name: name.to_string(),
             child,
