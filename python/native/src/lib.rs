@@ -23,6 +23,8 @@ mod prepped;
 mod regions;
 mod registrations;
 mod xfer_args;
+mod xfer_peers;
+mod xfer_sides;
 
 use instrument::{Instrumentation, Settings};
 use nixl_agent::config::ProcessEnv;
@@ -432,7 +434,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlists::xfer_descs_made, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_released, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::dlist_released, m)?)?;
-    m.add_function(wrap_pyfunction!(xfer_args::peer, m)?)?;
-    m.add_function(wrap_pyfunction!(xfer_args::notified, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_peers::peer, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_peers::notified, m)?)?;
     Ok(())
 }

@@ -1,7 +1,8 @@
-//! The data path's Python face: NIXL's transfer, peer and notification
-//! methods hand what they were given and what they returned here
-//! (`_xfer.wrap`), after the call; this module turns it into the
-//! library's words and records it on the observer. Nothing here is called
+//! The data path's Python face: NIXL's transfer methods hand what they
+//! were given and what they returned here (`_xfer.wrap`), after the call;
+//! this module turns it into the library's words and records it on the
+//! observer (what a request moves is read by `xfer_sides`; calls about
+//! peers and notifications are `xfer_peers`'s). Nothing here is called
 //! before NIXL's own method, and an "in progress" poll never reaches it.
 //! Nothing here raises but a signal handler's exception (`KeyboardInterrupt`,
 //! `SystemExit`) that landed while the arguments were read: it is raised
@@ -10,7 +11,7 @@
 
 use crate::instrument::{mem_type_word, reason_of_transfer_exception};
 use crate::{arg, finish, guarded, recycle, regions_of, running, Running, Soft};
-use nixl_agent::{Failure, Hooked, MemType, NotifDirection, PeerOp, Reason, Transfer, XferOp, XferPoll};
+use nixl_agent::{Failure, Hooked, Reason, Transfer, XferOp, XferPoll};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -19,9 +20,10 @@ use std::time::{Duration, Instant};
 
 use crate::handles::Key;
 use crate::prepped::Prepped;
+use crate::xfer_sides::{local_side, strided_runs};
 
 /// A name as NIXL's API gives it: a str, or bytes (`add_remote_agent`).
-fn name_of(v: &Bound<'_, PyAny>) -> Option<String> {
+pub(crate) fn name_of(v: &Bound<'_, PyAny>) -> Option<String> {
     if let Ok(s) = v.cast::<PyString>() {
         return s.extract::<String>().ok();
     }
@@ -32,7 +34,7 @@ fn name_of(v: &Bound<'_, PyAny>) -> Option<String> {
 }
 
 /// The failure a data-path call raised, classified.
-fn failure_of(error: &Bound<'_, PyAny>) -> Failure {
+pub(crate) fn failure_of(error: &Bound<'_, PyAny>) -> Failure {
     crate::failure_by(error, reason_of_transfer_exception)
 }
 
@@ -172,115 +174,6 @@ fn peer_of(r: &Running, method: &str, args: &Bound<'_, PyTuple>, kwargs: Option<
             .and_then(|h| r.prepped(h))
             .map(|p| p.peer.clone())
             .unwrap_or_default(),
-    }
-}
-
-/// A `nixlXferDList`'s memory type word (`getType()` → `DRAM_SEG`).
-fn dlist_mem(list: &Bound<'_, PyAny>) -> Option<MemType> {
-    let t = list
-        .call_method0(intern!(list.py(), "getType"))
-        .soft()?
-        .str()
-        .soft()?
-        .to_string();
-    if t.contains("VRAM") {
-        Some(MemType::Vram)
-    } else if t.contains("DRAM") {
-        Some(MemType::Dram)
-    } else {
-        None
-    }
-}
-
-/// The local side of a request: descriptors, bytes, memory type.
-fn local_side(
-    r: &Running,
-    method: &str,
-    args: &Bound<'_, PyTuple>,
-    kwargs: Option<&Bound<'_, PyDict>>,
-) -> (usize, u64, Option<MemType>, Option<MemType>) {
-    if method == "initialize_xfer" {
-        // Lists `get_xfer_descs` made were summarised then: a lookup here,
-        // whatever the request's descriptor count. Any other list is read
-        // from its serialised form, one call.
-        let local = arg(args, kwargs, 1, "local_descs").and_then(|l| r.made.summary(&l));
-        let remote = arg(args, kwargs, 2, "remote_descs");
-        let remote_mem = remote
-            .as_ref()
-            .and_then(|l| r.made.known(l).map(|s| s.mem).or_else(|| Some(dlist_mem(l))))
-            .flatten();
-        return match local {
-            Some(s) => (s.descriptors, s.bytes, s.mem, remote_mem),
-            None => (0, 0, None, remote_mem),
-        };
-    }
-    let prepped = |i: usize, name: &str| {
-        arg(args, kwargs, i, name)
-            .and_then(|v| Key::of(&v))
-            .and_then(|h| r.prepped(h))
-    };
-    let local = prepped(1, "local_xfer_side");
-    let remote = prepped(3, "remote_xfer_side");
-    let (descriptors, bytes) = match (arg(args, kwargs, 2, "local_indices"), &local) {
-        (Some(v), Some(p)) => indexed(&v, p),
-        (Some(v), None) => (v.len().soft().unwrap_or_else(|| indices_of(&v).len()), 0),
-        (None, _) => (0, 0),
-    };
-    (
-        descriptors,
-        bytes,
-        local.and_then(|p| p.mem),
-        remote.and_then(|p| p.mem),
-    )
-}
-
-/// The descriptors and bytes `indices` pick from prepared list `p`. A list
-/// of equal descriptors (one run) needs only the count of indices, which
-/// NIXL checked (a request it made names only descriptors the list has);
-/// any other is read in place (arrays) or item by item (lists).
-fn indexed(indices: &Bound<'_, PyAny>, p: &Prepped) -> (usize, u64) {
-    if let (Some(len), Some(n)) = (p.uniform(), indices.len().soft()) {
-        return (n, len.saturating_mul(n as u64));
-    }
-    let (mut n, mut bytes) = (0usize, 0u64);
-    let read = crate::dlists::array_rows(indices, 1, |r| {
-        n += 1;
-        if let Some(len) = usize::try_from(r[0]).ok().and_then(|i| p.len_of(i)) {
-            bytes = bytes.saturating_add(len);
-        }
-    });
-    if read.is_some() {
-        return (n, bytes);
-    }
-    let all = indices_of(indices);
-    let bytes = all
-        .iter()
-        .filter_map(|i| p.len_of(*i))
-        .fold(0u64, |a, b| a.saturating_add(b));
-    (all.len(), bytes)
-}
-
-/// The rows of an N×5 strided array (`prep_xfer_dlist` only), read in
-/// place as NIXL reads them: each row (addr, len, dev, stride, count) is
-/// `count` descriptors of `len` bytes. `None`: not such an array (an N×3
-/// one is read as descriptors by the caller).
-fn strided_runs(obj: &Bound<'_, PyAny>) -> Option<Vec<(u64, u64)>> {
-    let mut runs = Vec::new();
-    crate::dlists::array_rows(obj, 5, |r| runs.push((r[4], r[1])))?.then_some(runs)
-}
-
-/// Indices as a list of ints or an integer array (read in place).
-fn indices_of(v: &Bound<'_, PyAny>) -> Vec<usize> {
-    if let Ok(l) = v.cast::<PyList>() {
-        return l.iter().filter_map(|i| i.extract::<usize>().ok()).collect();
-    }
-    let mut out = Vec::new();
-    if crate::dlists::array_rows(v, 1, |r| out.push(usize::try_from(r[0]).unwrap_or(usize::MAX))).is_some() {
-        return out;
-    }
-    match v.try_iter() {
-        Ok(it) => it.filter_map(|i| i.ok()?.extract::<usize>().ok()).collect(),
-        Err(_) => Vec::new(),
     }
 }
 
@@ -463,108 +356,13 @@ pub(crate) fn dlist_released(handle: &Bound<'_, PyAny>) -> PyResult<()> {
     finish()
 }
 
-/// A peer method returned (`result`: `add_remote_agent`'s name) or raised.
-#[pyfunction]
-#[pyo3(signature = (agent, event, args, kwargs, result, error))]
-pub(crate) fn peer(
-    agent: &Bound<'_, PyAny>,
-    event: &str,
-    args: &Bound<'_, PyTuple>,
-    kwargs: Option<&Bound<'_, PyDict>>,
-    result: &Bound<'_, PyAny>,
-    error: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    guarded(Hooked::Peer, || {
-        let r = running()?;
-        let op = PeerOp::parse(event)?;
-        let name = match op {
-            PeerOp::Add => name_of(result).unwrap_or_default(),
-            PeerOp::Remove | PeerOp::Check => arg(args, kwargs, 0, "agent")
-                .and_then(|v| name_of(&v))
-                .unwrap_or_default(),
-            PeerOp::Fetch | PeerOp::Connect => arg(args, kwargs, 0, "remote_agent")
-                .and_then(|v| name_of(&v))
-                .unwrap_or_default(),
-        };
-        let failure = (!error.is_none()).then(|| failure_of(error));
-        r.observer().peer(r.agent_id(agent), op, &name, failure.as_ref());
-        Some(())
-    });
-    finish()
-}
-
-/// `send_notif(remote_agent_name, notif_msg)` (its `args`) returned or
-/// raised; `get_new_notifs` returned `notifs` (a non-empty dict of lists by
-/// peer) or raised. Heartbeats (vLLM's `HB:`) are counted apart per peer.
-#[pyfunction]
-#[pyo3(signature = (agent, direction, notifs, error, args=None, kwargs=None))]
-pub(crate) fn notified(
-    agent: &Bound<'_, PyAny>,
-    direction: &str,
-    notifs: &Bound<'_, PyAny>,
-    error: &Bound<'_, PyAny>,
-    args: Option<&Bound<'_, PyTuple>>,
-    kwargs: Option<&Bound<'_, PyDict>>,
-) -> PyResult<()> {
-    guarded(Hooked::Notification, || {
-        let r = running()?;
-        let id = r.agent_id(agent);
-        let direction = match direction {
-            "send" => NotifDirection::Send,
-            _ => NotifDirection::Receive,
-        };
-        if !error.is_none() {
-            r.observer().notified(id, direction, 1, Some(&failure_of(error)));
-            return Some(());
-        }
-        match (direction, notifs.cast::<PyDict>()) {
-            (NotifDirection::Receive, Ok(d)) => {
-                for (peer, list) in d.iter() {
-                    let (messages, heartbeats) = match list.cast::<PyList>() {
-                        Ok(l) => (l.len() as u64, l.iter().filter(|m| heartbeat(m)).count() as u64),
-                        Err(_) => (list.len().soft().unwrap_or(0) as u64, 0),
-                    };
-                    let peer = name_of(&peer).unwrap_or_default();
-                    r.observer().notified_peer(id, direction, &peer, messages, heartbeats);
-                }
-            }
-            _ => {
-                let (peer, message) = match args {
-                    Some(a) => (
-                        arg(a, kwargs, 0, "remote_agent_name").and_then(|v| name_of(&v)),
-                        arg(a, kwargs, 1, "notif_msg"),
-                    ),
-                    None => (None, None),
-                };
-                let beat = u64::from(message.as_ref().is_some_and(heartbeat));
-                r.observer()
-                    .notified_peer(id, direction, peer.as_deref().unwrap_or(""), 1, beat);
-            }
-        }
-        Some(())
-    });
-    finish()
-}
-
-/// A notification message the framework marks as a heartbeat.
-fn heartbeat(m: &Bound<'_, PyAny>) -> bool {
-    if let Ok(b) = m.cast::<PyBytes>() {
-        return crate::instrument::is_heartbeat(b.as_bytes());
-    }
-    m.cast::<PyString>()
-        .ok()
-        .and_then(|s| s.extract::<String>().ok())
-        .map(|s| crate::instrument::is_heartbeat(s.as_bytes()))
-        .unwrap_or(false)
-}
-
 impl Running {
     fn captures_telemetry(&self, agent: &Bound<'_, PyAny>) -> bool {
         let set = self.telemetry.lock().unwrap_or_else(|e| e.into_inner());
         !set.is_empty() && set.contains(&self.agent_id(agent))
     }
 
-    fn prepped(&self, handle: Key) -> Option<Arc<Prepped>> {
+    pub(crate) fn prepped(&self, handle: Key) -> Option<Arc<Prepped>> {
         self.prepped.get(handle)
     }
 }
