@@ -1,10 +1,8 @@
 //! Registering one group all or nothing, in one NIXL call; releasing it in
 //! one call, newest first.
 //!
-//! Architecture invariant: when any region of a group fails, every region of
-//! that group registered before it is deregistered before the attempt is
-//! reported, so a failed group holds nothing — but what a failed rollback
-//! left, which comes back as handles ([`Refused::held`]), so that the
+//! A group is registered all or nothing (ARCHITECTURE.md): what a failed
+//! rollback left comes back as handles ([`Refused::held`]), so that the
 //! group's record holds exactly what NIXL may still hold.
 //!
 //! A success costs one registration call. Only when that call fails is the

@@ -1,9 +1,8 @@
 //! The HTTP surface: /, /metrics, /livez, /readyz, /v1/status, and the
 //! Grafana dashboard and Prometheus rules built into this binary.
 //!
-//! Architecture invariant: handlers only read recorded state (the metric
-//! registry and the status snapshot). They never call NIXL, never wait on the
-//! lifecycle thread, and a scrape costs one registry encode.
+//! Handlers only read recorded state (ARCHITECTURE.md); a scrape costs one
+//! registry encode.
 
 pub mod server;
 
