@@ -4,7 +4,7 @@
 //! nixl-sys only returns `BackendError`; the real cause is in lines such as
 //! `UCX  ERROR undefined address with nonzero length requires
 //! UCP_MEM_MAP_ALLOCATE flag` or `VRAM memory is detected as host by UCX`.
-//! Pure functions: the capture itself lives in `crate::nixl`.
+//! Pure functions: the capture itself is the tap in nixl-agent-sys (`stderr`).
 
 use crate::model::Reason;
 

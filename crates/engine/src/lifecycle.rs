@@ -2,7 +2,7 @@
 //!
 //! [`machine`] is the pure state machine; [`group`] registers one group all
 //! or nothing; [`driver`] runs both on a dedicated thread against a
-//! [`Registrar`] — the small safe trait that `crate::nixl` implements for real
+//! [`Registrar`] — the small safe trait that `registrar::NixlRegistrar` implements for real
 //! NIXL, and that unit tests implement to exercise the logic.
 
 pub mod driver;

@@ -14,7 +14,7 @@
 //! +--------+-------------+-----------------------------------+
 //! ```
 //!
-//! Pure functions; the lines are collected by the output tap (`crate::nixl`).
+//! Pure functions; the lines are collected by the output tap (nixl-agent-sys, `stderr`).
 
 /// The most table lines kept from one run of `check`.
 pub const MAX_TABLE_LINES: usize = 16_384;
