@@ -678,13 +678,19 @@ impl Observer {
     /// call, then drop the mark and record it with
     /// [`Observer::deregistered`].
     pub fn deregistration_started(&self) -> CallMark {
+        self.call_started(CallKind::Deregister)
+    }
+
+    /// Marks a NIXL call of `kind` in flight: the watchdog sees it, and past
+    /// the call deadline `/livez` fails naming it, until the mark is dropped.
+    pub fn call_started(&self, kind: CallKind) -> CallMark {
         let started = Instant::now();
         CallMark {
             _mark: self
                 .0
                 .rec
                 .calls()
-                .begin(CallKind::Deregister, None, started, self.0.settings.call_timeout),
+                .begin(kind, None, started, self.0.settings.call_timeout),
             started,
         }
     }

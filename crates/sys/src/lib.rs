@@ -4,7 +4,8 @@
 //! describing raw regions to nixl-sys (`Descriptor`, [`addr_of`]), CUDA
 //! through cudarc (`cuda`), `mmap`'d memory and its bytes (`memory`),
 //! `getrlimit`/`msync` probes (`probe`), the host facts `check` reads with
-//! `dlopen` (`facts`), and the stdout/stderr tap's fd core (`stderr`).
+//! `dlopen` (`facts`), the stdout/stderr tap's fd core (`stderr`), and the
+//! interposer's hooks under `libnixl.so`'s `nixlAgent` methods (`interpose`).
 //!
 //! Every other crate of the workspace denies `unsafe_code`; here each block
 //! carries a `// Safety:` comment, which clippy's
@@ -17,6 +18,7 @@ pub mod cuda;
 mod descriptor;
 pub mod discover;
 pub mod facts;
+pub mod interpose;
 pub mod loader;
 pub mod memory;
 pub mod probe;

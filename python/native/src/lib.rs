@@ -4,7 +4,8 @@
 //! turns the call's Python arguments into regions and records the call on
 //! the library's one recording path ([`nixl_agent::Observer`]). The
 //! decisions of this front-end (settings, group names, reasons) are in
-//! [`instrument`], tested there; nixl-agent's own crates know nothing of
+//! [`nixl_agent_instrument`] (shared with the interposer under
+//! `libnixl.so`), tested there; nixl-agent's own crates know nothing of
 //! Python.
 //!
 //! A wrapped call returns and raises exactly what NIXL did, and HTTP never
@@ -16,9 +17,11 @@
 #![deny(unsafe_code)]
 
 mod agents;
+mod dlist_state;
 mod dlists;
 mod handles;
-pub mod instrument;
+/// The process's instrumentation, shared with the interposer.
+pub use nixl_agent_instrument as instrument;
 mod prepped;
 mod regions;
 mod registrations;

@@ -7,22 +7,50 @@ use super::{Said, INSTRUMENT_LOG_TARGET, LOG_TARGET};
 use crate::model::{AgentId, Failure, Hooked, Reason, Region};
 use std::time::Duration;
 
-/// Which NIXL call overran its deadline.
+/// Which NIXL call is in flight, or overran its deadline: the `operation`
+/// label, a closed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
     Preflight,
     Register,
     Deregister,
     Drain,
+    /// `postXferReq`: a transfer posted, while the call itself runs.
+    PostXfer,
+    /// `createXferReq` / `makeXferReq` (may connect to the peer).
+    CreateXfer,
+    /// `makeConnection`.
+    Connect,
+    /// `loadRemoteMD`.
+    LoadMetadata,
+    /// `fetchRemoteMD`.
+    FetchMetadata,
 }
 
 impl CallKind {
+    pub const ALL: [CallKind; 9] = [
+        CallKind::Preflight,
+        CallKind::Register,
+        CallKind::Deregister,
+        CallKind::Drain,
+        CallKind::PostXfer,
+        CallKind::CreateXfer,
+        CallKind::Connect,
+        CallKind::LoadMetadata,
+        CallKind::FetchMetadata,
+    ];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             CallKind::Preflight => "preflight",
             CallKind::Register => "register",
             CallKind::Deregister => "deregister",
             CallKind::Drain => "drain",
+            CallKind::PostXfer => "post_xfer",
+            CallKind::CreateXfer => "create_xfer",
+            CallKind::Connect => "make_connection",
+            CallKind::LoadMetadata => "load_remote_md",
+            CallKind::FetchMetadata => "fetch_remote_md",
         }
     }
 }

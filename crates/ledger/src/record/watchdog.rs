@@ -63,21 +63,11 @@ thread_local! {
 }
 
 fn kind_code(k: CallKind) -> u8 {
-    match k {
-        CallKind::Preflight => 0,
-        CallKind::Register => 1,
-        CallKind::Deregister => 2,
-        CallKind::Drain => 3,
-    }
+    CallKind::ALL.iter().position(|c| *c == k).unwrap_or(0) as u8
 }
 
 fn kind_of(code: u8) -> CallKind {
-    match code {
-        0 => CallKind::Preflight,
-        1 => CallKind::Register,
-        3 => CallKind::Drain,
-        _ => CallKind::Deregister,
-    }
+    CallKind::ALL.get(usize::from(code)).copied().unwrap_or(CallKind::Deregister)
 }
 
 fn nanos(d: Duration) -> u64 {

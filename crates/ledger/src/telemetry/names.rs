@@ -186,7 +186,7 @@ pub const FAMILIES: &[Family] = &[
         OLDEST_CALL_SECONDS,
         Type::Gauge,
         &["operation"],
-        "Age of the oldest NIXL call in flight, the lifecycle's or an observed one, by operation (preflight, register, deregister, drain), as the watchdog last saw it (at most a second ago); absent while none is in flight.",
+        "Age of the oldest NIXL call in flight, the lifecycle's or an observed one, by operation (preflight, register, deregister, drain; under the interposer also post_xfer, create_xfer, make_connection, load_remote_md, fetch_remote_md), as the watchdog last saw it (at most a second ago); absent while none is in flight.",
     ),
     Family::new(
         BUILD_INFO,

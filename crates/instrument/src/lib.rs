@@ -1,23 +1,20 @@
-//! The decisions of the Python front-end, pure and tested here: this
-//! extension's own, not the library's (nixl-agent's crates know nothing of
-//! Python).
+//! The instrumentation of one process, whichever front-end sees its NIXL
+//! calls (the Python extension, or the interposer under `libnixl.so`),
+//! decided from the environment alone and tested here:
 //! - [`Settings::from_env`]: what the operator asked for, all from the
 //!   environment (an instrumented program has no config file of ours),
 //! - [`frameworks`]: what is known of SGLang, vLLM and Dynamo — where they
 //!   keep buffers and ranks, the group and kind of a call site
 //!   ([`name_call`]), the groups readiness waits for ([`default_expect`]),
 //! - [`reason_of_exception`]: the closed reason of what the call raised,
-//! - [`read_dlist_state`]: a NIXL descriptor list from its serialised form,
 //! - [`Instrumentation`]: the observer, log, tap, server and publisher of
 //!   one process.
 //!
-//! The recording itself is [`nixl_agent::Observer`]'s, the same path as
+//! The recording itself is [`nixl_agent_engine::observe::Observer`]'s, the same path as
 //! every other front-end.
 
-mod dlist_state;
 pub mod frameworks;
 mod process;
-pub use dlist_state::{read_dlist_state, DlistHeader};
 pub use frameworks::{default_expect, is_heartbeat, name_call, CallSite, BUFFER_HOLDERS, RANK_HOLDERS};
 pub use nixl_agent_pod::{ENV_DIR as ENV_POD_DIR, ENV_RANK_ENV, ENV_RETENTION};
 pub use process::Instrumentation;

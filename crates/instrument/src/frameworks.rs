@@ -48,7 +48,7 @@ fn holder_word(path: &str) -> Option<&'static str> {
 }
 
 /// The well-known kind a word names (`kv_addrs` → kv), if any.
-pub(super) fn kind_of_word(word: &str) -> Option<Kind> {
+pub fn kind_of_word(word: &str) -> Option<Kind> {
     // Compared without case, allocating nothing: this runs on every call.
     let is = |t: &str, w: &str| t.eq_ignore_ascii_case(w);
     for t in word.split(|c: char| !c.is_ascii_alphanumeric()) {

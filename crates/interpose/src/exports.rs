@@ -1,0 +1,177 @@
+//! The symbols this library defines ahead of `libnixl.so`: NIXL 1.5.1's
+//! mangled names (`Sym::mangled` spells each, and the gate refuses a
+//! library whose own names differ), each a call of its hook.
+//!
+//! The one place outside nixl-agent-sys that holds `unsafe`: naming an
+//! exported symbol is unsafe by nature (whoever resolves it calls it with
+//! that method's arguments), and each body hands those arguments, unread,
+//! to the sys crate's hook. Nothing else belongs here.
+#![allow(unsafe_code)]
+
+use crate::recorder;
+use nixl_agent_sys::interpose::hooks::{self, Span};
+use nixl_agent_sys::interpose::Sym;
+use std::ffi::{c_int, c_void};
+
+type Ptr = *mut c_void;
+type CPtr = *const c_void;
+
+// Safety (every function below): the symbol is NIXL's method of that
+// name, so its callers pass that method's arguments, which is what each
+// hook requires.
+
+#[unsafe(export_name = "_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig")]
+extern "C-unwind" fn agent_new(this: Ptr, name: CPtr, cfg: CPtr) {
+    // SAFETY: see above.
+    unsafe { hooks::agent_new(crate::recorder(), this, name, cfg) }
+}
+
+#[unsafe(export_name = "_ZN9nixlAgentD1Ev")]
+extern "C-unwind" fn agent_drop(this: Ptr) {
+    // SAFETY: see above.
+    unsafe { hooks::agent_drop(crate::recorder(), this) }
+}
+
+#[unsafe(
+    export_name = "_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unordered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH"
+)]
+extern "C-unwind" fn create_backend(this: Ptr, plugin: CPtr, params: CPtr, out: *mut Ptr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::create_backend(crate::recorder(), this, plugin, params, out) }
+}
+
+#[unsafe(export_name = "_ZN9nixlAgent11registerMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs")]
+extern "C-unwind" fn register_mem(this: Ptr, descs: CPtr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::registration(crate::recorder(), Sym::RegisterMem, this, descs, opt) }
+}
+
+#[unsafe(export_name = "_ZN9nixlAgent13deregisterMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs")]
+extern "C-unwind" fn deregister_mem(this: Ptr, descs: CPtr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::registration(crate::recorder(), Sym::DeregisterMem, this, descs, opt) }
+}
+
+#[unsafe(
+    export_name = "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs"
+)]
+extern "C-unwind" fn create_xfer(
+    this: Ptr,
+    op: *const c_int,
+    local: CPtr,
+    remote: CPtr,
+    peer: CPtr,
+    req: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::create_xfer(crate::recorder(), this, op, local, remote, peer, req, opt) }
+}
+
+#[unsafe(
+    export_name = "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs"
+)]
+extern "C-unwind" fn prep_dlist(this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::prep_dlist(crate::recorder(), this, peer, descs, out, opt) }
+}
+
+#[unsafe(export_name = "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH")]
+extern "C-unwind" fn released_dlist(this: Ptr, dlist: Ptr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_handle(crate::recorder(), Sym::ReleasedDlistH, this, dlist, std::ptr::null()) }
+}
+
+#[unsafe(
+    export_name = "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs"
+)]
+#[allow(clippy::too_many_arguments)]
+extern "C-unwind" fn make_xfer(
+    this: Ptr,
+    op: c_int,
+    local: CPtr,
+    local_idx: Span,
+    remote: CPtr,
+    remote_idx: Span,
+    req: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::make_xfer(crate::recorder(), this, op, local, local_idx, remote, remote_idx, req, opt) }
+}
+
+#[unsafe(export_name = "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs")]
+extern "C-unwind" fn post_xfer(this: Ptr, req: Ptr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_handle(crate::recorder(), Sym::PostXferReq, this, req, opt) }
+}
+
+#[unsafe(export_name = "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH")]
+extern "C-unwind" fn xfer_status(this: Ptr, req: Ptr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_handle(crate::recorder(), Sym::GetXferStatus, this, req, std::ptr::null()) }
+}
+
+#[unsafe(export_name = "_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH")]
+extern "C-unwind" fn release_xfer(this: Ptr, req: Ptr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_handle(crate::recorder(), Sym::ReleaseXferReq, this, req, std::ptr::null()) }
+}
+
+#[unsafe(export_name = "_ZN9nixlAgent12loadRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERS5_")]
+extern "C-unwind" fn load_md(this: Ptr, md: CPtr, name: Ptr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::load_md(crate::recorder(), this, md, name) }
+}
+
+#[unsafe(export_name = "_ZN9nixlAgent18invalidateRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE")]
+extern "C-unwind" fn invalidate_md(this: Ptr, peer: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_peer(crate::recorder(), Sym::InvalidateRemoteMd, this, peer, std::ptr::null()) }
+}
+
+#[unsafe(
+    export_name = "_ZN9nixlAgent14makeConnectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs"
+)]
+extern "C-unwind" fn make_connection(this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_peer(crate::recorder(), Sym::MakeConnection, this, peer, opt) }
+}
+
+#[unsafe(
+    export_name = "_ZN9nixlAgent13fetchRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs"
+)]
+extern "C-unwind" fn fetch_md(this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_peer(crate::recorder(), Sym::FetchRemoteMd, this, peer, opt) }
+}
+
+#[unsafe(
+    export_name = "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs"
+)]
+extern "C-unwind" fn gen_notif(this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::gen_notif(crate::recorder(), this, peer, msg, opt) }
+}
+
+#[unsafe(
+    export_name = "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs"
+)]
+extern "C-unwind" fn get_notifs(this: Ptr, map: Ptr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::get_notifs(crate::recorder(), this, map, opt) }
+}
+
+/// The interposer's word on this process, for a front-end in the same
+/// process (the Python extension): 1 when it records NIXL's calls, 0 when
+/// the gate refused (then `*why`, if given, is a static NUL-terminated
+/// reason), deciding the gate now if no call has.
+#[unsafe(no_mangle)]
+extern "C" fn nixl_agent_interposer_state(why: *mut *const std::ffi::c_char) -> c_int {
+    let (active, reason) = recorder::state();
+    if !why.is_null() {
+        // SAFETY: the caller's out-pointer, checked non-null.
+        unsafe { *why = reason.map_or(std::ptr::null(), |r| r.as_ptr()) };
+    }
+    c_int::from(active)
+}

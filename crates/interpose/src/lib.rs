@@ -1,0 +1,23 @@
+//! `libnixl_agent_interpose.so`: preloaded into any process (`nixl-agent
+//! instrument -- CMD`, or `LD_PRELOAD`), it defines NIXL's exported
+//! `nixlAgent` methods ahead of `libnixl.so`, so that every caller — NIXL's
+//! Python bindings, `libnixl_capi.so` under nixl-sys, a C++ program — calls
+//! through it. Each call goes to NIXL's own definition unchanged and is
+//! recorded on the process's one recording path (the same observer,
+//! endpoints and pod publishing an instrumented Python process has).
+//!
+//! - `exports` the symbol table: one line per method, into the hooks of
+//!   `nixl_agent_sys::interpose` (where reading NIXL's objects, finding its
+//!   definitions and the version and layout gate live),
+//! - `recorder` what a call means for the recording,
+//! - `naming` the group of a registration nobody named.
+
+mod exports;
+mod naming;
+mod recorder;
+
+/// The process's one recorder.
+fn recorder() -> &'static recorder::Recorder {
+    static RECORDER: std::sync::OnceLock<recorder::Recorder> = std::sync::OnceLock::new();
+    RECORDER.get_or_init(recorder::Recorder::default)
+}

@@ -1,0 +1,573 @@
+//! The interposer's [`Sink`]: what NIXL was given and returned, described
+//! to the process's [`Observer`] — the recording path every front-end uses.
+//! Started with the gate's verdict (the first `nixlAgent` call of the
+//! process) from `NIXL_AGENT_*`, as an instrumented Python process is.
+//!
+//! NIXL's handles (agents, backends, requests, prepared lists) are its
+//! pointers; each is mapped here to the identity the recording knows it by,
+//! and forgotten when NIXL releases it (NIXL reuses the addresses).
+//! Nothing here panics out: every call of the sink runs under
+//! `catch_unwind`, and a panic is counted as an instrumentation failure.
+
+use crate::naming::Naming;
+use nixl_agent_core::event::CallKind;
+use nixl_agent_core::model::{AgentId, Failure, Hooked, MemType, NotifDirection, PeerOp, Region, XferOp};
+use nixl_agent_engine::observe::{Call, CallMark, Observer, Outcome, Pending, Transfer, XferPoll};
+use nixl_agent_instrument::{Instrumentation, Settings};
+use nixl_agent_sys::interpose::{status, Facts, List, Out, Sink, Verdict};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock};
+use std::time::Instant;
+
+/// The prefix of the interposer's lines on the program's stderr.
+pub const SAID_BY: &str = "nixl-agent interposer";
+
+/// The process's recorder: empty until the gate decided, then started (or
+/// not, when the gate refused or the settings are unusable).
+#[derive(Default)]
+pub struct Recorder {
+    running: OnceLock<Option<Running>>,
+}
+
+struct Running {
+    inst: Instrumentation,
+    naming: Naming,
+    /// NIXL agent object → its identity in the recording.
+    agents: RwLock<HashMap<usize, AgentId>>,
+    /// NIXL request → the serial the recording knows it by.
+    requests: Mutex<HashMap<usize, u64>>,
+    /// Prepared descriptor lists: NIXL's handle → what they describe.
+    prepped: Mutex<HashMap<usize, Prepped>>,
+}
+
+/// A list `prepXferDlist` prepared: its peer, memory type and each
+/// descriptor's length (a transfer made from it moves the indexed ones).
+struct Prepped {
+    peer: String,
+    mem: Option<MemType>,
+    lens: Vec<u64>,
+}
+
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
+
+/// What `begin` hands to `end`.
+pub enum Token {
+    /// Nothing to record when the call ends.
+    None,
+    Agent {
+        name: String,
+    },
+    Backend {
+        agent: AgentId,
+        plugin: String,
+        t0: Instant,
+    },
+    Register(Box<Registration>),
+    Deregister {
+        agent: AgentId,
+        first: Region,
+        descriptors: usize,
+        mark: CallMark,
+    },
+    Create {
+        agent: AgentId,
+        transfer: Box<Made>,
+        _mark: CallMark,
+    },
+    Post {
+        serial: u64,
+        t0: Instant,
+        _mark: CallMark,
+    },
+    Status {
+        req: usize,
+    },
+    Release {
+        req: usize,
+    },
+    Prep {
+        peer: String,
+        mem: Option<MemType>,
+        lens: Vec<u64>,
+    },
+    ReleaseDlist {
+        dlist: usize,
+    },
+    Peer {
+        agent: AgentId,
+        op: PeerOp,
+        peer: String,
+        _mark: Option<CallMark>,
+    },
+    Notify {
+        agent: AgentId,
+    },
+    Notifs {
+        agent: AgentId,
+        before: u64,
+    },
+}
+
+/// A registration call begun: what `Observer::end` is told.
+pub struct Registration {
+    agent: AgentId,
+    group: String,
+    kind: nixl_agent_core::model::Kind,
+    mem: MemType,
+    device: u32,
+    regions: Vec<Region>,
+    pending: Pending,
+    finding: Option<nixl_agent_core::validate::Rejection>,
+}
+
+/// A transfer request about to be made: what `Transfer` says of it.
+pub struct Made {
+    op: XferOp,
+    descriptors: usize,
+    bytes: u64,
+    local: Option<MemType>,
+    remote: Option<MemType>,
+    peer: String,
+}
+
+fn mem_of(raw: i32) -> Option<MemType> {
+    match raw {
+        nixl_agent_sys::interpose::layout::DRAM_SEG => Some(MemType::Dram),
+        nixl_agent_sys::interpose::layout::VRAM_SEG => Some(MemType::Vram),
+        _ => None,
+    }
+}
+
+fn op_of(raw: i32) -> XferOp {
+    // NIXL_READ = 0, NIXL_WRITE = 1.
+    if raw == 0 {
+        XferOp::Read
+    } else {
+        XferOp::Write
+    }
+}
+
+fn failure(code: i32, data_path: bool) -> Failure {
+    Failure::new(status::reason(code, data_path), format!("NIXL: {}", status::name(code)))
+}
+
+impl Recorder {
+    fn running(&self) -> Option<&Running> {
+        self.running.get().and_then(Option::as_ref)
+    }
+
+    /// The verdict said on stderr when calls are not recorded, and the
+    /// instrumentation started when they are.
+    fn start(verdict: &Verdict) -> Option<Running> {
+        if let Verdict::Refused { why, .. } = verdict {
+            eprintln!("{SAID_BY}: not recording NIXL calls: {why}");
+            return None;
+        }
+        let settings = match Settings::from_env(&nixl_agent_core::config::ProcessEnv) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{SAID_BY}: not recording NIXL calls: {e}");
+                return None;
+            }
+        };
+        let inst = Instrumentation::start(&settings, &[], None);
+        Some(Running {
+            naming: Naming::new(settings.groups.clone()),
+            inst,
+            agents: RwLock::new(HashMap::new()),
+            requests: Mutex::new(HashMap::new()),
+            prepped: Mutex::new(HashMap::new()),
+        })
+    }
+}
+
+impl Running {
+    fn observer(&self) -> &Observer {
+        self.inst.observer()
+    }
+
+    fn agent(&self, this: usize) -> Option<AgentId> {
+        self.agents.read().unwrap_or_else(|e| e.into_inner()).get(&this).copied()
+    }
+
+    fn regions(list: &List<'_>) -> Vec<Region> {
+        list.iter()
+            .map(|d| Region::new(d.addr, d.len, u32::try_from(d.dev).unwrap_or(u32::MAX)))
+            .collect()
+    }
+
+    fn begin(&self, this: usize, facts: &Facts<'_>) -> Token {
+        if let Facts::AgentNew { name } = facts {
+            return Token::Agent { name: name.to_string() };
+        }
+        let Some(agent) = self.agent(this) else {
+            // An agent made before the interposer could see it.
+            return Token::None;
+        };
+        let obs = self.observer();
+        match *facts {
+            Facts::AgentNew { .. } => Token::None,
+            Facts::AgentDrop => {
+                self.agents.write().unwrap_or_else(|e| e.into_inner()).remove(&this);
+                obs.agent_released(agent);
+                Token::None
+            }
+            Facts::Backend { plugin } => Token::Backend {
+                agent,
+                plugin: plugin.to_string(),
+                t0: Instant::now(),
+            },
+            Facts::Register { list } => {
+                let Some((list, mem)) = list.and_then(|l| Some((l, mem_of(l.mem_type)?))) else {
+                    return Token::None;
+                };
+                let regions = Self::regions(&list);
+                let device = obs.device_of(mem, &regions);
+                let (group, kind) = self.naming.next(mem, device);
+                let call = Call {
+                    agent,
+                    group: &group,
+                    kind: &kind,
+                    mem_type: mem,
+                    device,
+                    backends: None,
+                    regions: &regions,
+                };
+                let pending = obs.begin(&call);
+                let finding = obs.check(&call);
+                Token::Register(Box::new(Registration {
+                    agent,
+                    group,
+                    kind,
+                    mem,
+                    device,
+                    regions,
+                    pending,
+                    finding,
+                }))
+            }
+            Facts::Deregister { list } => {
+                let Some(list) = list.filter(|l| mem_of(l.mem_type).is_some()) else {
+                    return Token::None;
+                };
+                let Some(first) = list.get(0) else { return Token::None };
+                Token::Deregister {
+                    agent,
+                    first: Region::new(first.addr, first.len, u32::try_from(first.dev).unwrap_or(u32::MAX)),
+                    descriptors: list.len(),
+                    mark: obs.deregistration_started(),
+                }
+            }
+            Facts::CreateXfer {
+                op,
+                local,
+                remote,
+                peer,
+            } => Token::Create {
+                agent,
+                transfer: Box::new(Made {
+                    op: op_of(op),
+                    descriptors: local.map_or(0, |l| l.len()),
+                    bytes: local.map_or(0, |l| l.bytes()),
+                    local: local.and_then(|l| mem_of(l.mem_type)),
+                    remote: remote.and_then(|l| mem_of(l.mem_type)),
+                    peer: peer.to_string(),
+                }),
+                _mark: obs.call_started(CallKind::CreateXfer),
+            },
+            Facts::PrepDlist { peer, list } => Token::Prep {
+                peer: peer.to_string(),
+                mem: list.and_then(|l| mem_of(l.mem_type)),
+                lens: list.map(|l| l.iter().map(|d| d.len as u64).collect()).unwrap_or_default(),
+            },
+            Facts::ReleaseDlist { dlist } => Token::ReleaseDlist { dlist },
+            Facts::MakeXfer {
+                op,
+                local,
+                local_idx,
+                remote,
+                ..
+            } => {
+                let prepped = self.prepped.lock().unwrap_or_else(|e| e.into_inner());
+                let (l, r) = (prepped.get(&local), prepped.get(&remote));
+                let bytes = l.map_or(0, |p| {
+                    local_idx
+                        .iter()
+                        .filter_map(|i| usize::try_from(*i).ok().and_then(|i| p.lens.get(i)))
+                        .sum()
+                });
+                let made = Made {
+                    op: op_of(op),
+                    descriptors: local_idx.len(),
+                    bytes,
+                    local: l.and_then(|p| p.mem),
+                    remote: r.and_then(|p| p.mem),
+                    peer: r.map(|p| p.peer.clone()).unwrap_or_default(),
+                };
+                drop(prepped);
+                Token::Create {
+                    agent,
+                    transfer: Box::new(made),
+                    _mark: obs.call_started(CallKind::CreateXfer),
+                }
+            }
+            Facts::Post { req } => {
+                let serial = self
+                    .requests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&req)
+                    .copied();
+                match serial {
+                    Some(serial) => Token::Post {
+                        serial,
+                        t0: Instant::now(),
+                        _mark: obs.call_started(CallKind::PostXfer),
+                    },
+                    None => Token::None,
+                }
+            }
+            Facts::Status { req } => Token::Status { req },
+            Facts::Release { req } => Token::Release { req },
+            Facts::LoadMd => Token::Peer {
+                agent,
+                op: PeerOp::Add,
+                peer: String::new(),
+                _mark: Some(obs.call_started(CallKind::LoadMetadata)),
+            },
+            Facts::Invalidate { peer } => Token::Peer {
+                agent,
+                op: PeerOp::Remove,
+                peer: peer.to_string(),
+                _mark: None,
+            },
+            Facts::Connect { peer } => Token::Peer {
+                agent,
+                op: PeerOp::Connect,
+                peer: peer.to_string(),
+                _mark: Some(obs.call_started(CallKind::Connect)),
+            },
+            Facts::Fetch { peer } => Token::Peer {
+                agent,
+                op: PeerOp::Fetch,
+                peer: peer.to_string(),
+                _mark: Some(obs.call_started(CallKind::FetchMetadata)),
+            },
+            Facts::Notify { .. } => Token::Notify { agent },
+            Facts::GetNotifs { before } => Token::Notifs { agent, before },
+        }
+    }
+
+    fn end(&self, this: usize, token: Token, st: i32, out: &Out<'_>) {
+        let obs = self.observer();
+        let ok = st == status::SUCCESS;
+        match token {
+            Token::None => {}
+            Token::Agent { name } => {
+                let id = AgentId::fresh();
+                self.agents.write().unwrap_or_else(|e| e.into_inner()).insert(this, id);
+                obs.saw_agent(id, &name, Vec::new);
+            }
+            Token::Backend { agent, plugin, t0 } => {
+                let result = if ok {
+                    Ok(t0.elapsed())
+                } else {
+                    Err(Failure::new(
+                        nixl_agent_core::model::Reason::BackendInitFailed,
+                        format!("creating backend {plugin}: NIXL: {}", status::name(st)),
+                    ))
+                };
+                obs.backend(agent, &plugin, result);
+            }
+            Token::Register(r) => {
+                let Registration {
+                    agent,
+                    group,
+                    kind,
+                    mem,
+                    device,
+                    regions,
+                    pending,
+                    finding,
+                } = *r;
+                let call = Call {
+                    agent,
+                    group: &group,
+                    kind: &kind,
+                    mem_type: mem,
+                    device,
+                    backends: None,
+                    regions: &regions,
+                };
+                let outcome = if ok {
+                    Outcome::Registered
+                } else {
+                    obs.settle_capture();
+                    Outcome::Failed(failure(st, false))
+                };
+                obs.end(pending, &call, finding, outcome);
+            }
+            Token::Deregister {
+                agent,
+                first,
+                descriptors,
+                mark,
+            } => {
+                let elapsed = mark.started().elapsed();
+                drop(mark);
+                obs.deregistered(agent, first, descriptors, elapsed, (!ok).then(|| failure(st, false)));
+            }
+            Token::Create { agent, transfer, .. } => {
+                let Made {
+                    op,
+                    descriptors,
+                    bytes,
+                    local,
+                    remote,
+                    peer,
+                } = *transfer;
+                if ok && out.handle != 0 {
+                    let serial = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+                    self.requests
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(out.handle, serial);
+                    obs.transfer_created(&Transfer {
+                        agent,
+                        handle: serial,
+                        op,
+                        descriptors,
+                        bytes,
+                        local,
+                        remote,
+                        backend: None,
+                        peer: &peer,
+                    });
+                } else {
+                    obs.transfer_create_failed(agent, op, &peer, &failure(st, true));
+                }
+            }
+            Token::Post { serial, t0, _mark } => {
+                drop(_mark);
+                let poll = match st {
+                    status::IN_PROG => XferPoll::InProgress,
+                    status::SUCCESS => XferPoll::Done,
+                    _ => XferPoll::Failed(failure(st, true)),
+                };
+                obs.transfer_posted(serial, t0, &poll);
+            }
+            Token::Status { req } => {
+                if st == status::IN_PROG {
+                    return;
+                }
+                let serial = self.requests.lock().unwrap_or_else(|e| e.into_inner()).get(&req).copied();
+                if let Some(serial) = serial {
+                    let poll = if ok { XferPoll::Done } else { XferPoll::Failed(failure(st, true)) };
+                    obs.transfer_status(serial, &poll, None);
+                }
+            }
+            Token::Release { req } => {
+                if !ok {
+                    return;
+                }
+                let serial = self.requests.lock().unwrap_or_else(|e| e.into_inner()).remove(&req);
+                if let Some(serial) = serial {
+                    obs.transfer_released(serial);
+                }
+            }
+            Token::Prep { peer, mem, lens } => {
+                if ok && out.handle != 0 {
+                    self.prepped
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(out.handle, Prepped { peer, mem, lens });
+                }
+            }
+            Token::ReleaseDlist { dlist } => {
+                if ok {
+                    self.prepped.lock().unwrap_or_else(|e| e.into_inner()).remove(&dlist);
+                }
+            }
+            Token::Peer { agent, op, peer, _mark } => {
+                drop(_mark);
+                let peer = if op == PeerOp::Add { out.name } else { &peer };
+                obs.peer(agent, op, peer, (!ok).then(|| failure(st, true)).as_ref());
+            }
+            Token::Notify { agent } => {
+                obs.notified(agent, NotifDirection::Send, u64::from(ok), (!ok).then(|| failure(st, true)).as_ref());
+            }
+            Token::Notifs { agent, before } => {
+                if !ok {
+                    obs.notified(agent, NotifDirection::Receive, 0, Some(&failure(st, true)));
+                } else if out.count > before {
+                    obs.notified(agent, NotifDirection::Receive, out.count - before, None);
+                }
+            }
+        }
+    }
+}
+
+/// The operation a failure of ours is counted under.
+fn hooked(facts: &Facts<'_>) -> Hooked {
+    match facts {
+        Facts::AgentNew { .. } | Facts::AgentDrop => Hooked::Init,
+        Facts::Backend { .. } => Hooked::CreateBackend,
+        Facts::Register { .. } => Hooked::RegisterMemory,
+        Facts::Deregister { .. } => Hooked::DeregisterMemory,
+        _ => Hooked::Transfer,
+    }
+}
+
+/// Whether calls are recorded, and why not: the gate decided now if no
+/// call has yet.
+pub fn state() -> (bool, Option<&'static std::ffi::CStr>) {
+    static WHY: OnceLock<std::ffi::CString> = OnceLock::new();
+    let gate = nixl_agent_sys::interpose::real::gate();
+    match &gate.verdict {
+        Verdict::Active { .. } => (true, None),
+        Verdict::Refused { why, .. } => {
+            let c = WHY.get_or_init(|| std::ffi::CString::new(why.replace('\0', " ")).unwrap_or_default());
+            (false, Some(c.as_c_str()))
+        }
+    }
+}
+
+/// The token and the object it is about.
+pub struct Begun {
+    this: usize,
+    token: Token,
+}
+
+impl Sink for Recorder {
+    type Token = Option<Begun>;
+
+    fn decided(&self, verdict: &Verdict) {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            self.running.get_or_init(|| Recorder::start(verdict));
+        }));
+    }
+
+    fn begin(&self, agent: usize, facts: &Facts<'_>) -> Option<Begun> {
+        let r = self.running()?;
+        match catch_unwind(AssertUnwindSafe(|| r.begin(agent, facts))) {
+            Ok(token) => Some(Begun { this: agent, token }),
+            Err(_) => {
+                r.observer()
+                    .hook_failed(hooked(facts), "the interposer panicked before a NIXL call");
+                None
+            }
+        }
+    }
+
+    fn end(&self, begun: Option<Begun>, st: i32, out: &Out<'_>) {
+        let (Some(r), Some(Begun { this, token })) = (self.running(), begun) else {
+            return;
+        };
+        if catch_unwind(AssertUnwindSafe(|| r.end(this, token, st, out))).is_err() {
+            r.observer()
+                .hook_failed(Hooked::Transfer, "the interposer panicked after a NIXL call");
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The interposer's NIXL side: NIXL's exported `nixlAgent` methods, called
+//! for whoever called them (NIXL's Python bindings, `libnixl_capi.so` under
+//! nixl-sys, a C++ program) with what NIXL was given read and handed to a
+//! [`Sink`] before and after the real call.
+//!
+//! The symbols themselves are exported by the interposer library
+//! (`crates/interpose`), each a call of one hook here. A hook:
+//! - calls NIXL's own definition with the caller's arguments untouched and
+//!   returns exactly what it returned; a C++ exception NIXL throws passes
+//!   through (`C-unwind`), and the sink is never told the call ended;
+//! - saves and restores `errno` around everything of its own;
+//! - passes straight through when the gate refused this NIXL build
+//!   ([`real`]), and when it is re-entered on a thread already inside one.
+//!
+//! Layouts and the self-test that proves them: [`layout`].
+
+pub mod hooks;
+pub mod layout;
+pub mod real;
+
+pub use layout::{BasicDesc, List};
+pub use real::{Verdict, ENV_NIXL_VERSION, PROVEN};
+
+/// The `nixlAgent` methods the interposer exports, with their mangled
+/// names in NIXL 1.5.1 (the Itanium ABI, libstdc++'s C++11 strings).
+///
+/// Of NIXL's own calls between these, two would be counted twice, and are
+/// left out: the vector `makeXferReq` calls the span one, and the local
+/// `prepXferDlist` calls the one with an agent name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sym {
+    AgentNew,
+    AgentDrop,
+    CreateBackend,
+    RegisterMem,
+    DeregisterMem,
+    CreateXferReq,
+    PrepXferDlist,
+    ReleasedDlistH,
+    MakeXferReq,
+    PostXferReq,
+    GetXferStatus,
+    ReleaseXferReq,
+    LoadRemoteMd,
+    InvalidateRemoteMd,
+    MakeConnection,
+    FetchRemoteMd,
+    GenNotif,
+    GetNotifs,
+}
+
+impl Sym {
+    pub const COUNT: usize = 18;
+    pub const ALL: [Sym; Sym::COUNT] = [
+        Sym::AgentNew,
+        Sym::AgentDrop,
+        Sym::CreateBackend,
+        Sym::RegisterMem,
+        Sym::DeregisterMem,
+        Sym::CreateXferReq,
+        Sym::PrepXferDlist,
+        Sym::ReleasedDlistH,
+        Sym::MakeXferReq,
+        Sym::PostXferReq,
+        Sym::GetXferStatus,
+        Sym::ReleaseXferReq,
+        Sym::LoadRemoteMd,
+        Sym::InvalidateRemoteMd,
+        Sym::MakeConnection,
+        Sym::FetchRemoteMd,
+        Sym::GenNotif,
+        Sym::GetNotifs,
+    ];
+
+    /// The symbol's name in `libnixl.so` 1.5.1.
+    pub const fn mangled(self) -> &'static str {
+        match self {
+            Sym::AgentNew => "_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig",
+            Sym::AgentDrop => "_ZN9nixlAgentD1Ev",
+            Sym::CreateBackend => "_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unordered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH",
+            Sym::RegisterMem => "_ZN9nixlAgent11registerMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs",
+            Sym::DeregisterMem => "_ZN9nixlAgent13deregisterMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs",
+            Sym::CreateXferReq => "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs",
+            Sym::PrepXferDlist => "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
+            Sym::ReleasedDlistH => "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH",
+            Sym::MakeXferReq => "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
+            Sym::PostXferReq => "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs",
+            Sym::GetXferStatus => "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH",
+            Sym::ReleaseXferReq => "_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH",
+            Sym::LoadRemoteMd => "_ZN9nixlAgent12loadRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERS5_",
+            Sym::InvalidateRemoteMd => "_ZN9nixlAgent18invalidateRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+            Sym::MakeConnection => "_ZN9nixlAgent14makeConnectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs",
+            Sym::FetchRemoteMd => "_ZN9nixlAgent13fetchRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs",
+            Sym::GenNotif => "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs",
+            Sym::GetNotifs => "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs",
+        }
+    }
+}
+
+/// `nixl_status_t` values (NIXL's `nixl_types.h`).
+pub mod status {
+    pub const IN_PROG: i32 = 1;
+    pub const SUCCESS: i32 = 0;
+    pub const ERR_NOT_POSTED: i32 = -1;
+    pub const ERR_INVALID_PARAM: i32 = -2;
+    pub const ERR_BACKEND: i32 = -3;
+    pub const ERR_NOT_FOUND: i32 = -4;
+    pub const ERR_MISMATCH: i32 = -5;
+    pub const ERR_NOT_ALLOWED: i32 = -6;
+    pub const ERR_REPOST_ACTIVE: i32 = -7;
+    pub const ERR_UNKNOWN: i32 = -8;
+    pub const ERR_NOT_SUPPORTED: i32 = -9;
+    pub const ERR_REMOTE_DISCONNECT: i32 = -10;
+    pub const ERR_CANCELED: i32 = -11;
+    pub const ERR_NO_TELEMETRY: i32 = -12;
+
+    /// The closed reason of a failed status: at registration, as NIXL's
+    /// Python exceptions of the same code map (`reason_of_exception`); on
+    /// the data path (`data_path`), a remote disconnect is a lost peer and
+    /// a mismatch is metadata NIXL refuses.
+    pub fn reason(code: i32, data_path: bool) -> crate::model::Reason {
+        use crate::model::Reason;
+        match code {
+            ERR_BACKEND => Reason::NixlBackendError,
+            ERR_NOT_FOUND => Reason::NixlNotFound,
+            ERR_INVALID_PARAM => Reason::NixlInvalidParam,
+            ERR_MISMATCH if data_path => Reason::MetadataMismatch,
+            ERR_MISMATCH => Reason::NixlInvalidParam,
+            ERR_REMOTE_DISCONNECT if data_path => Reason::PeerLost,
+            ERR_REPOST_ACTIVE if data_path => Reason::RepostActive,
+            ERR_NOT_ALLOWED | ERR_NOT_POSTED if data_path => Reason::InvalidArgument,
+            ERR_CANCELED | ERR_UNKNOWN | ERR_NOT_SUPPORTED | ERR_NO_TELEMETRY if data_path => Reason::NixlError,
+            _ => Reason::Unknown,
+        }
+    }
+
+    /// NIXL's name of a status, as its `nixlEnumStrings::statusStr` says it.
+    pub fn name(code: i32) -> &'static str {
+        match code {
+            IN_PROG => "NIXL_IN_PROG",
+            SUCCESS => "NIXL_SUCCESS",
+            ERR_NOT_POSTED => "NIXL_ERR_NOT_POSTED",
+            ERR_INVALID_PARAM => "NIXL_ERR_INVALID_PARAM",
+            ERR_BACKEND => "NIXL_ERR_BACKEND",
+            ERR_NOT_FOUND => "NIXL_ERR_NOT_FOUND",
+            ERR_MISMATCH => "NIXL_ERR_MISMATCH",
+            ERR_NOT_ALLOWED => "NIXL_ERR_NOT_ALLOWED",
+            ERR_REPOST_ACTIVE => "NIXL_ERR_REPOST_ACTIVE",
+            ERR_UNKNOWN => "NIXL_ERR_UNKNOWN",
+            ERR_NOT_SUPPORTED => "NIXL_ERR_NOT_SUPPORTED",
+            ERR_REMOTE_DISCONNECT => "NIXL_ERR_REMOTE_DISCONNECT",
+            ERR_CANCELED => "NIXL_ERR_CANCELED",
+            ERR_NO_TELEMETRY => "NIXL_ERR_NO_TELEMETRY",
+            _ => "NIXL_ERR_UNRECOGNIZED",
+        }
+    }
+}
+
+/// What a hooked call was given, read before NIXL ran it. `agent` (passed
+/// beside) is the `nixlAgent` object's address; handles are NIXL's
+/// pointers, which it may reuse once released.
+#[derive(Clone, Copy)]
+pub enum Facts<'a> {
+    /// The constructor (the agent's address is not an agent yet).
+    AgentNew { name: &'a str },
+    AgentDrop,
+    /// `createBackend`: the plugin name. Out: the backend handle.
+    Backend { plugin: &'a str },
+    /// `None` lists did not read as the proven layout.
+    Register { list: Option<List<'a>> },
+    Deregister { list: Option<List<'a>> },
+    /// Out: the request handle.
+    CreateXfer {
+        op: i32,
+        local: Option<List<'a>>,
+        remote: Option<List<'a>>,
+        peer: &'a str,
+    },
+    /// `prepXferDlist` with an agent name (the local one names this agent).
+    /// Out: the list handle.
+    PrepDlist { peer: &'a str, list: Option<List<'a>> },
+    ReleaseDlist { dlist: usize },
+    /// Out: the request handle.
+    MakeXfer {
+        op: i32,
+        local: usize,
+        local_idx: &'a [i32],
+        remote: usize,
+        remote_idx: &'a [i32],
+    },
+    Post { req: usize },
+    Status { req: usize },
+    Release { req: usize },
+    /// Out: the name of the agent loaded.
+    LoadMd,
+    Invalidate { peer: &'a str },
+    Connect { peer: &'a str },
+    Fetch { peer: &'a str },
+    Notify { peer: &'a str },
+    /// Out: `count`, messages in the map after the call; `before` before.
+    GetNotifs { before: u64 },
+}
+
+/// What a hooked call handed back besides its status.
+#[derive(Default, Clone, Copy)]
+pub struct Out<'a> {
+    pub handle: usize,
+    pub name: &'a str,
+    pub count: u64,
+}
+
+/// Who records the calls. Implementations never panic out and never call
+/// NIXL's `nixlAgent` methods (a call from inside a hook passes through).
+pub trait Sink: Sync {
+    type Token;
+    /// The gate's verdict, once per process, before anything else.
+    fn decided(&self, verdict: &Verdict);
+    /// A call is about to run on `agent`.
+    fn begin(&self, agent: usize, facts: &Facts<'_>) -> Self::Token;
+    /// It returned `status` (void calls: `SUCCESS`).
+    fn end(&self, token: Self::Token, status: i32, out: &Out<'_>);
+}
+
+/// The gate's verdict if it has been decided (the first hooked call
+/// decides it).
+pub fn verdict() -> Option<&'static Verdict> {
+    real::decided().map(|g| &g.verdict)
+}

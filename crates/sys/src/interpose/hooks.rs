@@ -1,0 +1,513 @@
+//! One hook per exported method: NIXL's own definition called with the
+//! caller's arguments, the [`Sink`] told before and after. Each hook's
+//! function type spells the method's C++ signature in the Itanium ABI
+//! (`this` first, references as pointers, a `std::string` taken by value as
+//! a pointer to the caller's temporary, `std::span` as its two words).
+//!
+//! # Safety (every hook)
+//! Called only through the exported symbol of the method it names, by a
+//! caller of that method, with its arguments.
+
+use super::layout;
+use super::real::{gate, Gate};
+use super::{Facts, Out, Sink, Sym};
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+
+thread_local! {
+    /// This thread is inside a hook's recording: a NIXL call made from
+    /// there (none is made today) passes through.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+static ANNOUNCED: std::sync::Once = std::sync::Once::new();
+
+/// The thread is recording; dropped when the hook is done.
+struct Inside;
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|i| i.set(false));
+    }
+}
+
+/// The gate, and whether this call is recorded.
+fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
+    let g = gate();
+    ANNOUNCED.call_once(|| {
+        let e = Errno::save();
+        sink.decided(&g.verdict);
+        e.restore();
+    });
+    if !g.active() || INSIDE.with(|i| i.replace(true)) {
+        return (g, None);
+    }
+    (g, Some(Inside))
+}
+
+/// `errno` as the host left it, put back before NIXL or the host sees it.
+struct Errno(c_int);
+
+impl Errno {
+    fn save() -> Errno {
+        // Safety: libc's thread-local errno location, always valid.
+        Errno(unsafe { *libc::__errno_location() })
+    }
+
+    fn restore(self) {
+        // Safety: as above.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
+/// NIXL's own definition of `sym` as `F`.
+///
+/// # Safety
+/// `F` is the function type of `sym`'s C++ signature.
+unsafe fn real<F: Copy>(g: &Gate, sym: Sym) -> F {
+    let addr = g.real(sym);
+    if addr == 0 {
+        // The caller reached a method whose NIXL definition cannot be
+        // found: there is nothing to call on its behalf.
+        eprintln!(
+            "nixl-agent interposer: NIXL's own {} cannot be found in this process; aborting",
+            sym.mangled()
+        );
+        std::process::abort();
+    }
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+    // Safety: a function address; `F` is its type, as the caller promises.
+    unsafe { std::mem::transmute_copy::<usize, F>(&addr) }
+}
+
+/// Tells the sink a call begins (errno kept).
+fn begin<S: Sink>(sink: &S, agent: *const c_void, facts: &Facts<'_>) -> S::Token {
+    let e = Errno::save();
+    let t = sink.begin(agent as usize, facts);
+    e.restore();
+    t
+}
+
+/// Tells the sink the call ended (errno kept).
+fn end<S: Sink>(sink: &S, token: S::Token, status: c_int, out: &Out<'_>) {
+    let e = Errno::save();
+    sink.end(token, status, out);
+    e.restore();
+}
+
+type Ptr = *mut c_void;
+type CPtr = *const c_void;
+
+/// `nixlAgent::nixlAgent(const std::string& name, const nixlAgentConfig&)`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn agent_new<S: Sink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr);
+    let (g, inside) = enter(sink);
+    // Safety: F is the constructor's signature.
+    let f: F = unsafe { real(g, Sym::AgentNew) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, name, cfg) };
+    };
+    // Safety: the caller's name, live for the call.
+    let n = unsafe { layout::string(name) };
+    let t = begin(sink, this, &Facts::AgentNew { name: &n });
+    // Safety: the caller's arguments, untouched.
+    unsafe { f(this, name, cfg) };
+    end(sink, t, super::status::SUCCESS, &Out::default());
+}
+
+/// `nixlAgent::~nixlAgent()`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn agent_drop<S: Sink>(sink: &S, this: Ptr) {
+    type F = unsafe extern "C-unwind" fn(Ptr);
+    let (g, inside) = enter(sink);
+    // Safety: F is the destructor's signature.
+    let f: F = unsafe { real(g, Sym::AgentDrop) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this) };
+    };
+    let t = begin(sink, this, &Facts::AgentDrop);
+    // Safety: the caller's arguments, untouched.
+    unsafe { f(this) };
+    end(sink, t, super::status::SUCCESS, &Out::default());
+}
+
+/// `createBackend(const std::string& type, const nixl_b_params_t&, nixlBackendH*&)`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn create_backend<S: Sink>(sink: &S, this: Ptr, plugin: CPtr, params: CPtr, out: *mut Ptr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::CreateBackend) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, plugin, params, out) };
+    };
+    // Safety: the caller's string, live for the call.
+    let p = unsafe { layout::string(plugin) };
+    let t = begin(sink, this, &Facts::Backend { plugin: &p });
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, plugin, params, out) };
+    // Safety: the caller's out-reference, written by NIXL on success.
+    let handle = if st == super::status::SUCCESS && !out.is_null() {
+        unsafe { *out as usize }
+    } else {
+        0
+    };
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            handle,
+            ..Out::default()
+        },
+    );
+    st
+}
+
+/// `registerMem` / `deregisterMem(const nixl_reg_dlist_t&, const nixl_opt_args_t*)`.
+///
+/// # Safety
+/// See the module; `sym` is one of the two.
+pub unsafe fn registration<S: Sink>(sink: &S, sym: Sym, this: Ptr, descs: CPtr, opt: CPtr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is both methods' signature.
+    let f: F = unsafe { real(g, sym) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, descs, opt) };
+    };
+    // Safety: the caller's list, live for the call (layout proven).
+    let list = unsafe { layout::blob_list(descs) };
+    let facts = if sym == Sym::RegisterMem {
+        Facts::Register { list }
+    } else {
+        Facts::Deregister { list }
+    };
+    let t = begin(sink, this, &facts);
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, descs, opt) };
+    end(sink, t, st, &Out::default());
+    st
+}
+
+/// `createXferReq(const nixl_xfer_op_t&, local, remote, const std::string&
+/// remote_agent, nixlXferReqH*&, const nixl_opt_args_t*)`.
+///
+/// # Safety
+/// See the module.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn create_xfer<S: Sink>(
+    sink: &S,
+    this: Ptr,
+    op: *const c_int,
+    local: CPtr,
+    remote: CPtr,
+    peer: CPtr,
+    req: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, *const c_int, CPtr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::CreateXferReq) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, op, local, remote, peer, req, opt) };
+    };
+    // Safety: the caller's arguments, live for the call.
+    let (o, l, r, p) = unsafe {
+        (
+            if op.is_null() { -1 } else { *op },
+            layout::basic_list(local),
+            layout::basic_list(remote),
+            layout::string(peer),
+        )
+    };
+    let t = begin(
+        sink,
+        this,
+        &Facts::CreateXfer {
+            op: o,
+            local: l,
+            remote: r,
+            peer: &p,
+        },
+    );
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, op, local, remote, peer, req, opt) };
+    end(sink, t, st, &Out { handle: written(st, req), ..Out::default() });
+    st
+}
+
+/// The handle NIXL wrote to an out-reference on success, else 0.
+fn written(st: c_int, out: *mut Ptr) -> usize {
+    if st != super::status::SUCCESS || out.is_null() {
+        return 0;
+    }
+    // Safety: the caller's out-reference, written by NIXL on success.
+    unsafe { *out as usize }
+}
+
+/// `prepXferDlist(const std::string& agent, const nixl_xfer_dlist_t&,
+/// nixlDlistH*&, const nixl_opt_args_t*)`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::PrepXferDlist) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, peer, descs, out, opt) };
+    };
+    // Safety: the caller's arguments, live for the call.
+    let (p, list) = unsafe { (layout::string(peer), layout::basic_list(descs)) };
+    let t = begin(sink, this, &Facts::PrepDlist { peer: &p, list });
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, peer, descs, out, opt) };
+    end(sink, t, st, &Out { handle: written(st, out), ..Out::default() });
+    st
+}
+
+/// The span `makeXferReq`'s indices (`std::span<const int>`: pointer, length).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Span {
+    pub ptr: *const c_int,
+    pub len: usize,
+}
+
+impl Span {
+    fn indices<'a>(self) -> &'a [i32] {
+        if self.ptr.is_null() || self.len == 0 || self.len > (1 << 24) {
+            return &[];
+        }
+        // Safety: the caller's span, live for the call.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// `makeXferReq(nixl_xfer_op_t, const nixlDlistH& local, span<const int>,
+/// const nixlDlistH& remote, span<const int>, nixlXferReqH*&, const
+/// nixl_opt_args_t*)`.
+///
+/// # Safety
+/// See the module.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn make_xfer<S: Sink>(
+    sink: &S,
+    this: Ptr,
+    op: c_int,
+    local: CPtr,
+    local_idx: Span,
+    remote: CPtr,
+    remote_idx: Span,
+    req: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, c_int, CPtr, Span, CPtr, Span, *mut Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::MakeXferReq) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
+    };
+    let t = begin(
+        sink,
+        this,
+        &Facts::MakeXfer {
+            op,
+            local: local as usize,
+            local_idx: local_idx.indices(),
+            remote: remote as usize,
+            remote_idx: remote_idx.indices(),
+        },
+    );
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
+    end(sink, t, st, &Out { handle: written(st, req), ..Out::default() });
+    st
+}
+
+/// Methods on one handle: `postXferReq(req, opt)`, `getXferStatus(req)`,
+/// `releaseXferReq(req)`, `releasedDlistH(dlist)`.
+///
+/// # Safety
+/// See the module; `sym` is one of those, `opt` null for all but the post.
+pub unsafe fn on_handle<S: Sink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr, opt: CPtr) -> c_int {
+    type Post = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
+    type One = unsafe extern "C-unwind" fn(Ptr, Ptr) -> c_int;
+    let (g, inside) = enter(sink);
+    let call = || {
+        if sym == Sym::PostXferReq {
+            // Safety: Post is postXferReq's signature; the caller's arguments.
+            unsafe { real::<Post>(g, sym)(this, handle, opt) }
+        } else {
+            // Safety: One is the signature of the others; the caller's arguments.
+            unsafe { real::<One>(g, sym)(this, handle) }
+        }
+    };
+    let Some(_inside) = inside else {
+        return call();
+    };
+    let h = handle as usize;
+    let facts = match sym {
+        Sym::PostXferReq => Facts::Post { req: h },
+        Sym::GetXferStatus => Facts::Status { req: h },
+        Sym::ReleaseXferReq => Facts::Release { req: h },
+        _ => Facts::ReleaseDlist { dlist: h },
+    };
+    let t = begin(sink, this, &facts);
+    let st = call();
+    end(sink, t, st, &Out::default());
+    st
+}
+
+/// Methods about a peer by name: `invalidateRemoteMD(name)`,
+/// `makeConnection(name, opt)`, `fetchRemoteMD(name by value, opt)`.
+///
+/// # Safety
+/// See the module; `sym` is one of those, `opt` null for the first.
+pub unsafe fn on_peer<S: Sink>(sink: &S, sym: Sym, this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
+    type WithOpt = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr) -> c_int;
+    type One = unsafe extern "C-unwind" fn(Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    let call = || {
+        if sym == Sym::InvalidateRemoteMd {
+            // Safety: One is invalidateRemoteMD's signature.
+            unsafe { real::<One>(g, sym)(this, peer) }
+        } else {
+            // Safety: WithOpt is the others' signature.
+            unsafe { real::<WithOpt>(g, sym)(this, peer, opt) }
+        }
+    };
+    let Some(_inside) = inside else {
+        return call();
+    };
+    // Safety: the caller's string, live for the call.
+    let p = unsafe { layout::string(peer) };
+    let facts = match sym {
+        Sym::InvalidateRemoteMd => Facts::Invalidate { peer: &p },
+        Sym::MakeConnection => Facts::Connect { peer: &p },
+        _ => Facts::Fetch { peer: &p },
+    };
+    let t = begin(sink, this, &facts);
+    let st = call();
+    end(sink, t, st, &Out::default());
+    st
+}
+
+/// `loadRemoteMD(const std::string& md, std::string& agent_name)`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn load_md<S: Sink>(sink: &S, this: Ptr, md: CPtr, name: Ptr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, Ptr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::LoadRemoteMd) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, md, name) };
+    };
+    let t = begin(sink, this, &Facts::LoadMd);
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, md, name) };
+    // Safety: the caller's out-string, live for the call.
+    let n = if st == super::status::SUCCESS {
+        unsafe { layout::string(name) }
+    } else {
+        std::borrow::Cow::Borrowed("")
+    };
+    end(sink, t, st, &Out { name: &n, ..Out::default() });
+    st
+}
+
+/// `genNotif(const std::string& remote, const nixl_blob_t& msg, opt)`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn gen_notif<S: Sink>(sink: &S, this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::GenNotif) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, peer, msg, opt) };
+    };
+    // Safety: the caller's string, live for the call.
+    let p = unsafe { layout::string(peer) };
+    let t = begin(sink, this, &Facts::Notify { peer: &p });
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, peer, msg, opt) };
+    end(sink, t, st, &Out::default());
+    st
+}
+
+/// `getNotifs(nixl_notifs_t&, opt)`: the messages in the map before and
+/// after (libstdc++'s `unordered_map<string, vector<string>>`).
+///
+/// # Safety
+/// See the module.
+pub unsafe fn get_notifs<S: Sink>(sink: &S, this: Ptr, map: Ptr, opt: CPtr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::GetNotifs) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, map, opt) };
+    };
+    // Safety: the caller's map, live for the call.
+    let before = unsafe { messages(map) };
+    let t = begin(sink, this, &Facts::GetNotifs { before });
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, map, opt) };
+    // Safety: as above.
+    let count = unsafe { messages(map) };
+    end(sink, t, st, &Out { count, ..Out::default() });
+    st
+}
+
+/// Messages in a `nixl_notifs_t`: libstdc++'s hashtable keeps its nodes in
+/// one list from `_M_before_begin` (at 16); a node is its next pointer,
+/// then the pair (a 32-byte key string, then the vector of 32-byte
+/// strings).
+///
+/// # Safety
+/// `map` is null or a live `nixl_notifs_t`.
+unsafe fn messages(map: CPtr) -> u64 {
+    if map.is_null() {
+        return 0;
+    }
+    let mut total = 0u64;
+    // Safety: the first node pointer at 16, then each node's next at 0 and
+    // its vector's begin/end at 40/48, all of the live map.
+    unsafe {
+        let mut node = map.cast::<u8>().add(16).cast::<*const u8>().read();
+        let mut seen = 0;
+        while !node.is_null() && seen < 1 << 20 {
+            let begin = node.add(40).cast::<usize>().read();
+            let end = node.add(48).cast::<usize>().read();
+            total += (end.saturating_sub(begin) / 32) as u64;
+            node = node.cast::<*const u8>().read();
+            seen += 1;
+        }
+    }
+    total
+}

@@ -1,0 +1,183 @@
+//! Finding NIXL's own definitions of what the interposer exports, and the
+//! gate: whether this process's NIXL is a build the interposer reads
+//! (`PROVEN`), decided once, before the first call is recorded.
+//!
+//! A preloaded definition wins every lookup, so `dlsym(RTLD_NEXT)` is tried
+//! first (a program linked against `libnixl.so`), then the loaded
+//! `libnixl.so` itself by path (`dlopen(RTLD_NOLOAD)`: NIXL's Python
+//! bindings load it `RTLD_LOCAL`, where `RTLD_NEXT` finds nothing).
+
+use super::layout::{self, Builders, BUILDER_SYMBOLS};
+use super::Sym;
+use std::ffi::{c_void, CString};
+use std::path::{Path, PathBuf};
+
+/// NIXL versions whose exported methods and descriptor lists the
+/// interposer was proven against. Every batched-list assumption of
+/// nixl-agent about NIXL (`crate::capi`'s) is of these versions too.
+pub const PROVEN: &[&str] = &["1.5.1"];
+
+/// The variable an operator sets to the NIXL version of a build that has
+/// no wheel metadata beside it (a build from source): the layout self-test
+/// still decides.
+pub const ENV_NIXL_VERSION: &str = "NIXL_AGENT_NIXL_VERSION";
+
+/// What the gate decided.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Calls are recorded: the library, its version.
+    Active { library: String, version: String },
+    /// Calls pass through unrecorded: why, and the library when found.
+    Refused { library: Option<String>, why: String },
+}
+
+/// The gate's outcome and NIXL's own functions, by [`Sym`].
+pub struct Gate {
+    pub verdict: Verdict,
+    real: [usize; Sym::COUNT],
+}
+
+impl Gate {
+    pub fn active(&self) -> bool {
+        matches!(self.verdict, Verdict::Active { .. })
+    }
+
+    /// NIXL's own definition of `sym` (0 when none was found).
+    pub fn real(&self, sym: Sym) -> usize {
+        self.real[sym as usize]
+    }
+}
+
+static GATE: std::sync::OnceLock<Gate> = std::sync::OnceLock::new();
+
+/// The gate, decided on first use.
+pub fn gate() -> &'static Gate {
+    GATE.get_or_init(decide)
+}
+
+/// The gate if it was decided.
+pub fn decided() -> Option<&'static Gate> {
+    GATE.get()
+}
+
+fn decide() -> Gate {
+    let library = crate::loader::loaded("libnixl.so")
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == "libnixl.so"));
+    let handle = library.as_deref().and_then(open_loaded);
+    let mut real = [0usize; Sym::COUNT];
+    for sym in Sym::ALL {
+        real[sym as usize] = find(sym.mangled(), handle);
+    }
+    let verdict = judge(library.as_deref(), handle, &real);
+    Gate { verdict, real }
+}
+
+fn judge(library: Option<&Path>, handle: Option<*mut c_void>, real: &[usize]) -> Verdict {
+    let Some(library) = library else {
+        return Verdict::Refused {
+            library: None,
+            why: "no libnixl.so is mapped in this process".into(),
+        };
+    };
+    let shown = Some(library.display().to_string());
+    let refuse = |why: String| Verdict::Refused {
+        library: shown.clone(),
+        why,
+    };
+    let version = std::env::var(ENV_NIXL_VERSION)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| library.parent().and_then(crate::discover::wheel_version));
+    let Some(version) = version else {
+        return refuse(format!(
+            "the NIXL version of {} is unknown (no nixl*.dist-info beside it; set {ENV_NIXL_VERSION} for a build from source)",
+            library.display()
+        ));
+    };
+    if !PROVEN.contains(&version.as_str()) {
+        return refuse(format!(
+            "NIXL {version} is not a version the interposer was proven against ({})",
+            PROVEN.join(", ")
+        ));
+    }
+    if let Some(missing) = Sym::ALL.iter().find(|s| real[**s as usize] == 0) {
+        return refuse(format!(
+            "NIXL {version} does not export {} as 1.5.1 does",
+            missing.mangled()
+        ));
+    }
+    let builders = handle.and_then(|h| {
+        let f: Vec<usize> = BUILDER_SYMBOLS.iter().map(|s| lookup(h, s)).collect();
+        (!f.contains(&0)).then(|| Builders {
+            blob_list_new: f[0],
+            blob_list_add: f[1],
+            blob_list_drop: f[2],
+            basic_new: f[3],
+            blob_new: f[4],
+        })
+    });
+    let Some(builders) = builders else {
+        return refuse("NIXL's descriptor-list constructors (libnixl_build.so) are not exported: the layout self-test cannot run".into());
+    };
+    // Safety: `builders` are those functions of the libnixl_build.so this
+    // libnixl.so loaded, found by their mangled names.
+    if let Err(why) = unsafe { layout::self_test(&builders) } {
+        return refuse(format!("layout self-test failed: {why}"));
+    }
+    Verdict::Active {
+        library: library.display().to_string(),
+        version,
+    }
+}
+
+/// A handle on the already loaded library at `path` (never loads it).
+fn open_loaded(path: &Path) -> Option<*mut c_void> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // Safety: NOLOAD only returns a handle on an object already mapped
+    // (a reference the process keeps for its life).
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    (!h.is_null()).then_some(h)
+}
+
+fn lookup(handle: *mut c_void, name: &str) -> usize {
+    let Ok(c) = CString::new(name) else { return 0 };
+    // Safety: a valid handle (or RTLD_NEXT) and a NUL-terminated name.
+    unsafe { libc::dlsym(handle, c.as_ptr()) as usize }
+}
+
+/// NIXL's definition of `name`: the next one after the interposer's, else
+/// the one in the loaded `libnixl.so`. Never the interposer's own.
+fn find(name: &str, handle: Option<*mut c_void>) -> usize {
+    let next = lookup(libc::RTLD_NEXT, name);
+    if next != 0 && !is_ours(next) {
+        return next;
+    }
+    handle.map(|h| lookup(h, name)).filter(|a| *a != 0 && !is_ours(*a)).unwrap_or(0)
+}
+
+/// Whether `addr` is in the object this code is in (the interposer).
+fn is_ours(addr: usize) -> bool {
+    let here = object_of(is_ours as *const () as usize);
+    here.is_some() && object_of(addr) == here
+}
+
+/// The path of the object holding `addr`.
+fn object_of(addr: usize) -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // Safety: dladdr fills `info` for any address; a zeroed one is valid.
+    let ok = unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) };
+    if ok == 0 {
+        return None;
+    }
+    // Safety: filled by dladdr.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // Safety: dladdr's file name is a NUL-terminated string of the loader's.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    use std::os::unix::ffi::OsStrExt;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
