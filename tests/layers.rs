@@ -4,6 +4,9 @@
 //! section: `- N: `crate`` lines, lowest first), so that a new crate is
 //! placed where a reader can see it and an upward arrow — the ledger on the
 //! engine, the sys crate on the ledger — fails here, naming both ends.
+//!
+//! Packages under tests/programs/ are test programs, in no layer: plain NIXL
+//! users that must depend on no `nixl-agent*` crate at all.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -37,9 +40,11 @@ fn documented() -> BTreeMap<String, u32> {
     out
 }
 
-/// Every workspace member and the workspace members it depends on (normal,
-/// build and dev dependencies alike), from `cargo metadata`.
-fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
+/// Where the test programs live: plain NIXL users, in no layer.
+const PROGRAMS: &str = "tests/programs/";
+
+/// `cargo metadata --no-deps`'s packages.
+fn packages() -> Vec<serde_json::Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
@@ -48,7 +53,18 @@ fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
         .expect("cargo metadata");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let packages = meta["packages"].as_array().unwrap();
+    meta["packages"].as_array().unwrap().clone()
+}
+
+fn is_program(package: &serde_json::Value) -> bool {
+    Path::new(package["manifest_path"].as_str().unwrap()).starts_with(repo().join(PROGRAMS))
+}
+
+/// Every workspace member but the test programs and the workspace members it
+/// depends on (normal, build and dev dependencies alike), from `cargo
+/// metadata`.
+fn workspace() -> BTreeMap<String, Vec<(String, String)>> {
+    let packages: Vec<_> = packages().into_iter().filter(|p| !is_program(p)).collect();
     let members: Vec<String> = packages
         .iter()
         .map(|p| p["name"].as_str().unwrap().to_string())
@@ -97,5 +113,25 @@ fn every_crate_is_in_one_layer_and_depends_only_on_layers_below_it() {
         upward.is_empty(),
         "dependencies that do not point down:\n{}",
         upward.join("\n")
+    );
+}
+
+#[test]
+fn test_programs_depend_on_no_nixl_agent_crate() {
+    let programs: Vec<_> = packages().into_iter().filter(is_program).collect();
+    assert!(!programs.is_empty(), "no package under {PROGRAMS}");
+    let mut wrong = Vec::new();
+    for p in &programs {
+        for d in p["dependencies"].as_array().unwrap() {
+            let dep = d["name"].as_str().unwrap();
+            if dep.starts_with("nixl-agent") {
+                wrong.push(format!("{} → {dep}", p["name"].as_str().unwrap()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "test programs under {PROGRAMS} must hold no nixl-agent code:\n{}",
+        wrong.join("\n")
     );
 }

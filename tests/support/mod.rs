@@ -6,6 +6,7 @@ pub mod held;
 pub mod metrics;
 pub mod netns;
 pub mod otlp;
+pub mod programs;
 pub mod traffic;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use metrics::Scrape;
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 

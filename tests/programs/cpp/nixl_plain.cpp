@@ -1,0 +1,340 @@
+// nixl_plain: a plain NIXL 1.5.1 user, with no nixl-agent code in it. Tests
+// run it bare and under an interposer and compare what it prints.
+//
+// Build (NIXL_LIB_DIR: the wheel's .nixl_cu12.mesonpy.libs):
+//   g++ -std=c++20 -O1 nixl_plain.cpp -I. -L$NIXL_LIB_DIR -lnixl -lnixl_build
+//   (same line) -Wl,-rpath,$NIXL_LIB_DIR -o nixl_plain
+// Run:
+//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall
+//
+// Scenarios (argv[1]):
+//   ok     agents "A" and "B" in this process, UCX each; 4 x 64 KiB DRAM
+//          regions registered on each; A writes its regions into B's with
+//          notification "done"; B receives it; everything released. Exit 0.
+//   seed   agent "A" registers "kv" (2 x 64 KiB DRAM), then "aux", one DRAM
+//          region at address 0: the registration fails, the failure is
+//          printed, and the program exits 1 as a serving process dies.
+//   stall  B is a forked child (its own agent, UCX, 4 x 64 KiB DRAM, polling
+//          its notifications); A, in this process, loads B's metadata
+//          through a pipe, stops B with SIGSTOP, then posts a WRITE of 4
+//          regions to B and polls getXferStatus for STALL_SECONDS (default
+//          20): the transfer stays NIXL_IN_PROG as long as B is stopped (no
+//          call blocks: postXferReq and getXferStatus return at once). Then
+//          B is killed and A releases everything. Exit 0 if the transfer
+//          never completed while B was stopped, 5 if it did.
+// Exit codes: 0 ok, 1 seed failure, 2 usage, 3 a NIXL call failed
+// unexpectedly, 4 the notification did not arrive within 10 s, 5 the
+// stalled transfer completed.
+//
+// With HOLD_BEFORE_EXIT=1 the program reads one line from stdin just before
+// it exits (after everything else), so a test can look at it alive.
+#include "nixl_decls.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+constexpr size_t kRegion = 64 * 1024;
+
+[[noreturn]] void finish(int code) {
+    std::cout.flush();
+    const char *hold = std::getenv("HOLD_BEFORE_EXIT");
+    if (hold && std::string(hold) == "1") {
+        std::string line;
+        std::getline(std::cin, line);
+    }
+    std::exit(code);
+}
+
+void check(nixl_status_t st, const char *what) {
+    if (st != NIXL_SUCCESS) {
+        std::cout << what << " failed: " << nixlEnumStrings::statusStr(st) << std::endl;
+        finish(3);
+    }
+}
+
+nixlAgent *make_agent(const std::string &name) {
+    nixlAgentConfig cfg;
+    auto *agent = new nixlAgent(name, cfg);
+    nixlBackendH *ucx = nullptr;
+    check(agent->createBackend("UCX", nixl_b_params_t{}, ucx), "createBackend");
+    return agent;
+}
+
+struct Regions {
+    std::vector<std::vector<unsigned char>> bufs;
+    explicit Regions(size_t n) : bufs(n, std::vector<unsigned char>(kRegion, 0)) {}
+    void reg_list(nixlDescList<nixlBlobDesc> &l) const {
+        for (auto &b : bufs) {
+            nixlBlobDesc d;
+            d.addr = reinterpret_cast<uintptr_t>(b.data());
+            d.len = b.size();
+            d.devId = 0;
+            l.addDesc(d);
+        }
+    }
+    void xfer_list(nixlDescList<nixlBasicDesc> &l) const {
+        for (auto &b : bufs)
+            l.addDesc(nixlBasicDesc{reinterpret_cast<uintptr_t>(b.data()), b.size(), 0});
+    }
+};
+
+bool has_notif(const nixl_notifs_t &n, const std::string &from, const std::string &msg) {
+    auto it = n.find(from);
+    if (it == n.end()) return false;
+    for (auto &m : it->second)
+        if (m == msg) return true;
+    return false;
+}
+
+int run_ok() {
+    nixlAgent *a = make_agent("A");
+    nixlAgent *b = make_agent("B");
+
+    Regions ra(4), rb(4);
+    for (size_t i = 0; i < ra.bufs.size(); i++)
+        for (size_t j = 0; j < kRegion; j++) ra.bufs[i][j] = static_cast<unsigned char>(i * 31 + j);
+
+    nixlDescList<nixlBlobDesc> la(DRAM_SEG, 0), lb(DRAM_SEG, 0);
+    ra.reg_list(la);
+    rb.reg_list(lb);
+    check(a->registerMem(la), "registerMem A");
+    std::cout << "registered A 4" << std::endl;
+    check(b->registerMem(lb), "registerMem B");
+    std::cout << "registered B 4" << std::endl;
+
+    std::string md_b, remote;
+    check(b->getLocalMD(md_b), "getLocalMD B");
+    check(a->loadRemoteMD(md_b, remote), "loadRemoteMD");
+    std::cout << "loaded metadata of " << remote << std::endl;
+
+    nixlDescList<nixlBasicDesc> xa(DRAM_SEG, 0), xb(DRAM_SEG, 0);
+    ra.xfer_list(xa);
+    rb.xfer_list(xb);
+    nixlAgentOptionalArgs args;
+    args.notifMsg = "done";
+    args.hasNotif = true;
+    nixlXferReqH *req = nullptr;
+    check(a->createXferReq(NIXL_WRITE, xa, xb, "B", req, &args), "createXferReq");
+
+    nixl_status_t st = a->postXferReq(req);
+    if (st != NIXL_SUCCESS && st != NIXL_IN_PROG) check(st, "postXferReq");
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    nixl_notifs_t notifs;
+    // One thread and no progress threads: B's side is progressed by polling
+    // its notifications while A's transfer is in flight.
+    while ((st = a->getXferStatus(req)) == NIXL_IN_PROG) {
+        check(b->getNotifs(notifs), "getNotifs");
+        if (std::chrono::steady_clock::now() > deadline) {
+            std::cout << "transfer still in progress after 10 s" << std::endl;
+            finish(4);
+        }
+    }
+    check(st, "getXferStatus");
+    std::cout << "transfer done" << std::endl;
+
+    while (!has_notif(notifs, "A", "done")) {
+        check(b->getNotifs(notifs), "getNotifs");
+        if (std::chrono::steady_clock::now() > deadline) {
+            std::cout << "no notification after 10 s" << std::endl;
+            finish(4);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::cout << "notif done" << std::endl;
+
+    bool same = true;
+    for (size_t i = 0; i < ra.bufs.size(); i++) same = same && ra.bufs[i] == rb.bufs[i];
+    std::cout << (same ? "data verified" : "data MISMATCH") << std::endl;
+
+    check(a->releaseXferReq(req), "releaseXferReq");
+    check(a->invalidateRemoteMD("B"), "invalidateRemoteMD");
+    check(a->deregisterMem(la), "deregisterMem A");
+    check(b->deregisterMem(lb), "deregisterMem B");
+    std::cout << "deregistered" << std::endl;
+    delete a;
+    delete b;
+    return same ? 0 : 3;
+}
+
+int run_seed() {
+    nixlAgent *a = make_agent("A");
+    Regions kv(2);
+    nixlDescList<nixlBlobDesc> lkv(DRAM_SEG, 0);
+    kv.reg_list(lkv);
+    check(a->registerMem(lkv), "kv registration");
+    std::cout << "registered kv 2" << std::endl;
+
+    nixlDescList<nixlBlobDesc> laux(DRAM_SEG, 0);
+    nixlBlobDesc d;
+    d.addr = 0;
+    d.len = 4096;
+    d.devId = 0;
+    laux.addDesc(d);
+    nixl_status_t st = a->registerMem(laux);
+    if (st == NIXL_SUCCESS) {
+        std::cout << "aux registration succeeded" << std::endl;
+        return 0;
+    }
+    std::cout << "aux registration failed: " << nixlEnumStrings::statusStr(st) << std::endl;
+    // A serving process dies here: no cleanup, as it would not clean up.
+    return 1;
+}
+
+bool write_all(int fd, const void *p, size_t n) {
+    auto *c = static_cast<const char *>(p);
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w <= 0) return false;
+        c += w;
+        n -= static_cast<size_t>(w);
+    }
+    return true;
+}
+
+bool read_all(int fd, void *p, size_t n) {
+    auto *c = static_cast<char *>(p);
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r <= 0) return false;
+        c += r;
+        n -= static_cast<size_t>(r);
+    }
+    return true;
+}
+
+// The peer of `stall`: agent B in a forked child. It sends its metadata up
+// the pipe and then progresses (polls notifications) until it is stopped and
+// killed; it prints nothing, and dies with its parent at the latest.
+[[noreturn]] void stall_peer(const Regions &rb, int md_out, int seconds) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    nixlAgent *b = make_agent("B");
+    nixlDescList<nixlBlobDesc> lb(DRAM_SEG, 0);
+    rb.reg_list(lb);
+    if (b->registerMem(lb) != NIXL_SUCCESS) _exit(3);
+    std::string md;
+    if (b->getLocalMD(md) != NIXL_SUCCESS) _exit(3);
+    uint64_t n = md.size();
+    if (!write_all(md_out, &n, sizeof n) || !write_all(md_out, md.data(), md.size())) _exit(3);
+    close(md_out);
+    nixl_notifs_t notifs;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds + 30);
+    while (std::chrono::steady_clock::now() < end) {
+        b->getNotifs(notifs);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    _exit(0);
+}
+
+int run_stall() {
+    const char *env = std::getenv("STALL_SECONDS");
+    int seconds = env ? std::atoi(env) : 20;
+    if (seconds <= 0) seconds = 20;
+    std::cout.flush();
+    // B's buffers exist before the fork, so they lie at the same addresses
+    // in B (the child) as here: A names them in its transfer.
+    Regions rb(4);
+    int fds[2];
+    if (pipe(fds) != 0) return 3;
+    // Fork before any NIXL or UCX state exists in this process.
+    pid_t peer = fork();
+    if (peer < 0) return 3;
+    if (peer == 0) {
+        close(fds[0]);
+        stall_peer(rb, fds[1], seconds);
+    }
+    close(fds[1]);
+
+    nixlAgent *a = make_agent("A");
+    Regions ra(4);
+    nixlDescList<nixlBlobDesc> la(DRAM_SEG, 0);
+    ra.reg_list(la);
+    check(a->registerMem(la), "registerMem A");
+    std::cout << "registered A 4" << std::endl;
+
+    uint64_t n = 0;
+    std::string md;
+    bool got = read_all(fds[0], &n, sizeof n);
+    if (got) {
+        md.resize(n);
+        got = read_all(fds[0], md.data(), n);
+    }
+    close(fds[0]);
+    if (!got) {
+        std::cout << "peer B sent no metadata" << std::endl;
+        kill(peer, SIGKILL);
+        waitpid(peer, nullptr, 0);
+        return 3;
+    }
+    std::string remote;
+    check(a->loadRemoteMD(md, remote), "loadRemoteMD");
+    std::cout << "loaded metadata of " << remote << std::endl;
+
+    kill(peer, SIGSTOP);
+    waitpid(peer, nullptr, WUNTRACED);
+    std::cout << "stopped B" << std::endl;
+
+    nixlDescList<nixlBasicDesc> xa(DRAM_SEG, 0), xb(DRAM_SEG, 0);
+    ra.xfer_list(xa);
+    rb.xfer_list(xb);
+    nixlAgentOptionalArgs args;
+    args.notifMsg = "done";
+    args.hasNotif = true;
+    nixlXferReqH *req = nullptr;
+    check(a->createXferReq(NIXL_WRITE, xa, xb, "B", req, &args), "createXferReq");
+    nixl_status_t st = a->postXferReq(req);
+    if (st != NIXL_SUCCESS && st != NIXL_IN_PROG) check(st, "postXferReq");
+    std::cout << "posted" << std::endl;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (st == NIXL_IN_PROG && std::chrono::steady_clock::now() < end) {
+        st = a->getXferStatus(req);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    int code;
+    if (st == NIXL_IN_PROG) {
+        std::cout << "transfer in progress after " << seconds << " s" << std::endl;
+        code = 0;
+    } else {
+        std::cout << "transfer ended while B was stopped: " << nixlEnumStrings::statusStr(st)
+                  << std::endl;
+        code = 5;
+    }
+
+    // Let go of B while it is still stopped: once it is gone UCX would
+    // retry its connection and log (with clocks and ports) what it finds.
+    a->releaseXferReq(req);
+    check(a->invalidateRemoteMD("B"), "invalidateRemoteMD");
+    check(a->deregisterMem(la), "deregisterMem A");
+    std::cout << "deregistered" << std::endl;
+    delete a;
+    kill(peer, SIGKILL);
+    waitpid(peer, nullptr, 0);
+    std::cout << "killed B" << std::endl;
+    return code;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    std::string scenario = argc > 1 ? argv[1] : "";
+    int code;
+    if (scenario == "ok") code = run_ok();
+    else if (scenario == "seed") code = run_seed();
+    else if (scenario == "stall") code = run_stall();
+    else {
+        std::cout << "usage: nixl_plain ok|seed|stall" << std::endl;
+        code = 2;
+    }
+    finish(code);
+}
