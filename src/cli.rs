@@ -53,6 +53,15 @@ pub enum Command {
         #[command(flatten)]
         opts: PodOpts,
     },
+    /// Run COMMAND with every NIXL call it makes recorded, from any language
+    /// (C++, Rust on nixl-sys, Python), with no change to it: the
+    /// interposer is preloaded and COMMAND replaces this process. It serves
+    /// or publishes as an instrumented Python process does (NIXL_AGENT_*)
+    Instrument {
+        /// The command and its arguments
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Print the Prometheus alerting rules for your scrape selector and
     /// runbook location (alerts/nixl-agent.rules.yml is the default output)
     Rules {
@@ -141,6 +150,7 @@ pub fn run_other(command: Option<&Command>, config: &Config) -> Option<u8> {
         Command::Pod {
             dir, ranks, retention, ..
         } => Some(run_pod(config, dir.clone(), *ranks, *retention)),
+        Command::Instrument { command } => Some(crate::launch::run(command)),
         Command::Run { .. } | Command::Check(_) => None,
     }
 }
@@ -269,7 +279,7 @@ impl Cli {
     /// none of its own.
     pub fn opts(&self) -> Opts {
         let own = match &self.command {
-            None | Some(Command::Rules { .. }) => return self.opts.clone(),
+            None | Some(Command::Rules { .. } | Command::Instrument { .. }) => return self.opts.clone(),
             Some(Command::Run { opts } | Command::Config { opts }) => opts.clone(),
             Some(Command::Check(args)) => Opts {
                 config: args.config.clone(),

@@ -72,6 +72,10 @@ pub use validate::Rejection;
 
 // ---- Internals (crate-private) -----------------------------------------
 mod agent;
+/// `nixl-agent instrument -- COMMAND`: the interposer preloaded into a command.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod launch;
 #[cfg(feature = "cli")]
 mod check;
 #[cfg(feature = "cli")]

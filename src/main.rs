@@ -20,6 +20,10 @@ const MIN_TRACE_FLUSH: Duration = Duration::from_millis(200);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The command reads NIXL_AGENT_* itself: no config of ours to load.
+    if let Some(Command::Instrument { command }) = &cli.command {
+        return ExitCode::from(nixl_agent::launch::run(command));
+    }
     let config = match cli.opts().load_config(&ProcessEnv) {
         Ok(c) => c,
         Err(e) => {
