@@ -297,10 +297,36 @@ def _at_exit():
     _native.shutdown(name)
 
 
+def hand_down_class(cls):
+    """Under an interposer that records every NIXL call of the process
+    (``nixl-agent instrument``): only ``register_memory`` is wrapped, to
+    hand the framework's group name for the call down to it; nothing is
+    recorded here, so each call is counted once."""
+    if getattr(cls, _MARK, False):
+        return cls
+    import functools
+
+    register_memory = cls.register_memory
+
+    @functools.wraps(register_memory)
+    def register_memory_(self, *args, **kwargs):
+        try:
+            _native.hand_down(_site.facts(sys._getframe(1), args, kwargs))
+        except Exception as e:
+            _hook_failed("register_memory", e)
+        return register_memory(self, *args, **kwargs)
+
+    cls.register_memory = register_memory_
+    setattr(cls, _MARK, True)
+    return cls
+
+
 def _patch(module):
     try:
         cls = getattr(module, "nixl_agent", None)
-        if isinstance(cls, type) and _load():
+        if isinstance(cls, type) and _load() and _native.interposer() is True:
+            hand_down_class(cls)
+        elif isinstance(cls, type) and _load():
             wrap_class(cls)
             try:
                 from . import _xfer

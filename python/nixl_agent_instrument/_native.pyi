@@ -81,6 +81,12 @@ def deregister(
     func: Callable[..., Any], self_: Any, args: tuple[Any, ...], kwargs: Optional[dict[str, Any]] = None
 ) -> Any: ...
 
+# Under the interposer (`nixl-agent instrument`): True when it records every
+# NIXL call, the reason it refused this NIXL build, or None without one;
+# `hand_down` gives it the group `site` names for this thread's next call.
+def interposer() -> Union[bool, str, None]: ...
+def hand_down(site: _Site) -> bool: ...
+
 # The data path (python/nixl_agent_instrument/_xfer.py): each is handed what
 # NIXL's method was given and what it returned or raised, after the call.
 # `handle`: NIXL's handle object (`nixl_xfer_handle`, `nixl_prepped_dlist_handle`).

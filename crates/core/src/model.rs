@@ -13,7 +13,7 @@ mod transport;
 mod xfer;
 pub use dir_refusal::DirRefusal;
 pub use ending::{Ended, How};
-pub use runtime::{NixlStatus, NIXL_SYS_VERSION, REVISION};
+pub use runtime::{InterposerStatus, NixlStatus, NIXL_SYS_VERSION, REVISION};
 pub use transport::{Transport, TransportScope};
 pub use xfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 

@@ -674,6 +674,16 @@ impl Observer {
         result
     }
 
+    /// The interposer's verdict on this process's NIXL build (recording, or
+    /// refused and why), for `/v1/status` and `/readyz?verbose`.
+    pub fn interposed(&self, status: &crate::model::InterposerStatus, library: Option<&str>, version: Option<&str>) {
+        self.0.rec.emit(&Event::Interposed(crate::event::Interposed {
+            status,
+            library,
+            version,
+        }));
+    }
+
     /// Marks a deregistration call in flight (for the watchdog); make the
     /// call, then drop the mark and record it with
     /// [`Observer::deregistered`].

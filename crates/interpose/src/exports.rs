@@ -162,6 +162,29 @@ extern "C-unwind" fn get_notifs(this: Ptr, map: Ptr, opt: CPtr) -> c_int {
     unsafe { hooks::get_notifs(crate::recorder(), this, map, opt) }
 }
 
+/// The group and kind (UTF-8, not NUL-terminated) of this thread's next
+/// registration call, handed down by a front-end that knows them (the
+/// Python extension: the framework's own names). 1 when taken.
+#[unsafe(no_mangle)]
+extern "C" fn nixl_agent_interposer_hand_down(
+    group: *const u8,
+    group_len: usize,
+    kind: *const u8,
+    kind_len: usize,
+) -> c_int {
+    if group.is_null() || kind.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's two byte strings, live for the call; copied.
+    let (g, k) = unsafe {
+        (
+            std::slice::from_raw_parts(group, group_len),
+            std::slice::from_raw_parts(kind, kind_len),
+        )
+    };
+    c_int::from(recorder::hand_down(g, k))
+}
+
 /// The interposer's word on this process, for a front-end in the same
 /// process (the Python extension): 1 when it records NIXL's calls, 0 when
 /// the gate refused (then `*why`, if given, is a static NUL-terminated

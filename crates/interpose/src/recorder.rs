@@ -11,7 +11,9 @@
 
 use crate::naming::Naming;
 use nixl_agent_core::event::CallKind;
-use nixl_agent_core::model::{AgentId, Failure, Hooked, MemType, NotifDirection, PeerOp, Region, XferOp};
+use nixl_agent_core::model::{
+    AgentId, Failure, Hooked, InterposerStatus, Kind, MemType, NotifDirection, PeerOp, Region, XferOp,
+};
 use nixl_agent_engine::observe::{Call, CallMark, Observer, Outcome, Pending, Transfer, XferPoll};
 use nixl_agent_instrument::{Instrumentation, Settings};
 use nixl_agent_sys::interpose::{status, Facts, List, Out, Sink, Verdict};
@@ -32,6 +34,8 @@ pub struct Recorder {
 }
 
 struct Running {
+    /// Calls are recorded (else the instrumentation serves the refusal).
+    recording: bool,
     inst: Instrumentation,
     naming: Naming,
     /// NIXL agent object → its identity in the recording.
@@ -114,7 +118,7 @@ pub enum Token {
 pub struct Registration {
     agent: AgentId,
     group: String,
-    kind: nixl_agent_core::model::Kind,
+    kind: Kind,
     mem: MemType,
     device: u32,
     regions: Vec<Region>,
@@ -158,13 +162,40 @@ impl Recorder {
         self.running.get().and_then(Option::as_ref)
     }
 
-    /// The verdict said on stderr when calls are not recorded, and the
-    /// instrumentation started when they are.
+    /// The instrumentation, started with the verdict: recording, or serving
+    /// the refusal (said on stderr in one line) when no front-end records
+    /// instead. A Python process whose front-end is on falls back to it:
+    /// it records, and reports the refusal, itself.
     fn start(verdict: &Verdict) -> Option<Running> {
-        if let Verdict::Refused { why, .. } = verdict {
-            eprintln!("{SAID_BY}: not recording NIXL calls: {why}");
-            return None;
-        }
+        let (status, library, version) = match verdict {
+            Verdict::Active { library, version } => (
+                InterposerStatus {
+                    recording: true,
+                    refused: None,
+                    fallback: None,
+                },
+                Some(library.as_str()),
+                Some(version.as_str()),
+            ),
+            Verdict::Refused { library, why } => {
+                let fallback = python_front_end_on().then_some("python");
+                let instead = if fallback.is_some() {
+                    "; the Python front-end records instead"
+                } else {
+                    ""
+                };
+                eprintln!("{SAID_BY}: not recording NIXL calls: {why}{instead}");
+                let status = InterposerStatus {
+                    recording: false,
+                    refused: Some(why.clone()),
+                    fallback,
+                };
+                if fallback.is_some() {
+                    return None;
+                }
+                (status, library.as_deref(), None)
+            }
+        };
         let settings = match Settings::from_env(&nixl_agent_core::config::ProcessEnv) {
             Ok(s) => s,
             Err(e) => {
@@ -173,7 +204,9 @@ impl Recorder {
             }
         };
         let inst = Instrumentation::start(&settings, &[], None);
+        inst.observer().interposed(&status, library, version);
         Some(Running {
+            recording: status.recording,
             naming: Naming::new(settings.groups.clone()),
             inst,
             agents: RwLock::new(HashMap::new()),
@@ -181,6 +214,38 @@ impl Recorder {
             prepped: Mutex::new(HashMap::new()),
         })
     }
+}
+
+/// Whether this is a Python process whose front-end (the import hook of
+/// `nixl_agent_instrument`) is on: `NIXL_AGENT_INSTRUMENT` on, or its
+/// launcher's bootstrap on PYTHONPATH and the variable not off.
+fn python_front_end_on() -> bool {
+    use nixl_agent_instrument::ENV_INSTRUMENT;
+    if !nixl_agent_sys::interpose::python_in_process() {
+        return false;
+    }
+    let v = std::env::var(ENV_INSTRUMENT).unwrap_or_default().trim().to_ascii_lowercase();
+    let launched = std::env::var("PYTHONPATH").is_ok_and(|p| p.contains("nixl_agent_instrument"));
+    matches!(v.as_str(), "1" | "on" | "true") || (launched && !matches!(v.as_str(), "0" | "off" | "false"))
+}
+
+thread_local! {
+    /// The group and kind a front-end handed down for this thread's next
+    /// registration call.
+    static HANDED_DOWN: std::cell::RefCell<Option<(String, Kind)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Takes a front-end's names for this thread's next registration call;
+/// `false` for words that are not UTF-8 or cannot be labels.
+pub fn hand_down(group: &[u8], kind: &[u8]) -> bool {
+    let (Ok(group), Ok(kind)) = (std::str::from_utf8(group), std::str::from_utf8(kind)) else {
+        return false;
+    };
+    if nixl_agent_instrument::check_group(group, kind).is_err() {
+        return false;
+    }
+    HANDED_DOWN.with(|h| *h.borrow_mut() = Some((group.to_string(), Kind::parse(kind))));
+    true
 }
 
 impl Running {
@@ -225,7 +290,9 @@ impl Running {
                 };
                 let regions = Self::regions(&list);
                 let device = obs.device_of(mem, &regions);
-                let (group, kind) = self.naming.next(mem, device);
+                let (group, kind) = HANDED_DOWN
+                    .with(|h| h.borrow_mut().take())
+                    .unwrap_or_else(|| self.naming.next(mem, device));
                 let call = Call {
                     agent,
                     group: &group,
@@ -550,7 +617,7 @@ impl Sink for Recorder {
     }
 
     fn begin(&self, agent: usize, facts: &Facts<'_>) -> Option<Begun> {
-        let r = self.running()?;
+        let r = self.running().filter(|r| r.recording)?;
         match catch_unwind(AssertUnwindSafe(|| r.begin(agent, facts))) {
             Ok(token) => Some(Begun { this: agent, token }),
             Err(_) => {

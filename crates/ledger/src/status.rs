@@ -25,6 +25,8 @@ pub const CHECK_REGISTERED: &str = "registered";
 pub const NOTHING_REGISTERED: &str = "nothing_registered";
 /// The pod directory this process was given: written, or refused.
 pub const CHECK_POD_DIR: &str = "pod_dir";
+/// The interposer under `libnixl.so`: recording, or refusing this build.
+pub const CHECK_INTERPOSER: &str = "interposer";
 
 /// An observed group is as good as its last registration call, and holds
 /// what its successful calls registered on agents still alive: the one rule
@@ -50,6 +52,8 @@ pub struct Readiness {
     pub awaits_registration: bool,
     pub anything_registered: bool,
     pub pod_refused: bool,
+    /// The interposer refused this NIXL build and nothing records instead.
+    pub unrecorded: bool,
 }
 
 /// Ready: NIXL is up, the lifecycle runs, every required group is
@@ -63,6 +67,7 @@ pub fn ready(r: Readiness) -> bool {
         && r.required_registered
         && (!r.awaits_registration || r.anything_registered)
         && !r.pod_refused
+        && !r.unrecorded
 }
 
 pub use crate::model::NixlStatus;
@@ -432,6 +437,7 @@ impl Status {
             awaits_registration: self.awaits_registration,
             anything_registered: self.anything_registered(),
             pod_refused: self.pod.as_ref().is_some_and(|p| p.refused.is_some()),
+            unrecorded: self.nixl.unrecorded(),
         })
     }
 
@@ -501,6 +507,21 @@ impl Status {
                 name: CHECK_REGISTERED.to_string(),
                 failure: (!self.anything_registered()).then(|| NOTHING_REGISTERED.to_string()),
                 fix: None,
+            });
+        }
+        if let Some(i) = &self.nixl.interposer {
+            out.push(Check {
+                name: CHECK_INTERPOSER.to_string(),
+                failure: i
+                    .refused
+                    .as_ref()
+                    .filter(|_| i.fallback.is_none())
+                    .map(|why| format!("refused ({why}); NIXL calls are not recorded")),
+                fix: i
+                    .refused
+                    .as_ref()
+                    .filter(|_| i.fallback.is_none())
+                    .map(|_| "run a NIXL version the interposer was proven against (docs/instrument.md)".to_string()),
             });
         }
         if let Some(p) = &self.pod {

@@ -203,6 +203,19 @@ fn start(py: Python<'_>, frameworks: Vec<String>, rank_hint: Option<u32>) -> Opt
     start_running(py, &frameworks, rank_hint)
 }
 
+/// The interposer preloaded into this process, if any: `True` when it
+/// records every NIXL call (then this front-end only hands the framework's
+/// names down), the reason it refused this NIXL build (then this front-end
+/// records, as without one), `None` without one.
+#[pyfunction]
+fn interposer(py: Python<'_>) -> Py<PyAny> {
+    match nixl_agent_sys::interpose::in_process() {
+        None => py.None(),
+        Some(Ok(())) => true.into_pyobject(py).map(|b| b.to_owned().into_any().unbind()).unwrap_or_else(|_| py.None()),
+        Some(Err(why)) => why.into_pyobject(py).map(|s| s.into_any().unbind()).unwrap_or_else(|_| py.None()),
+    }
+}
+
 /// The pod slot this process publishes in, if it does.
 #[pyfunction]
 fn rank() -> Option<u32> {
@@ -265,6 +278,16 @@ fn start_running(py: Python<'_>, frameworks: &[String], rank_hint: Option<u32>) 
             return None;
         }
     };
+    // An interposer that refused this NIXL build: this front-end records
+    // instead, and says so where the interposer would have.
+    if let Some(Err(why)) = nixl_agent_sys::interpose::in_process() {
+        let status = nixl_agent_core::model::InterposerStatus {
+            recording: false,
+            refused: Some(why),
+            fallback: Some("python"),
+        };
+        inst.observer().interposed(&status, None, None);
+    }
     let addr = inst.addr();
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
         inst,
@@ -427,6 +450,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(agents::backend, m)?)?;
     m.add_function(wrap_pyfunction!(agents::hook_failed, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::register, m)?)?;
+    m.add_function(wrap_pyfunction!(registrations::hand_down, m)?)?;
+    m.add_function(wrap_pyfunction!(interposer, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::deregister, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::clock_base, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_args::xfer_posted, m)?)?;

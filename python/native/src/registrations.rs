@@ -74,6 +74,18 @@ fn group_of(site: &Bound<'_, PyTuple>) -> Option<(String, Kind)> {
     }
 }
 
+/// Under the interposer (which records every NIXL call of the process):
+/// the group and kind `site` names ([`group_of`]) handed down for this
+/// thread's next registration call, which the interposer records. `False`
+/// when there is nothing to hand down or no interposer to take it.
+#[pyfunction]
+pub(crate) fn hand_down(site: &Bound<'_, PyTuple>) -> bool {
+    match group_of(site) {
+        Some((group, kind)) => nixl_agent_sys::interpose::hand_down(&group, kind.as_str()),
+        None => false,
+    }
+}
+
 /// `nixl_agent.register_memory(self_, *args, **kwargs)` through `func`
 /// (the original), recorded under the group `site` names ([`group_of`]).
 #[pyfunction]

@@ -5,7 +5,7 @@
 //   g++ -std=c++20 -O1 nixl_plain.cpp -I. -L$NIXL_LIB_DIR -lnixl -lnixl_build
 //   (same line) -Wl,-rpath,$NIXL_LIB_DIR -o nixl_plain
 // Run:
-//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall
+//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall|hung
 //
 // Scenarios (argv[1]):
 //   ok     agents "A" and "B" in this process, UCX each; 4 x 64 KiB DRAM
@@ -22,6 +22,9 @@
 //          call blocks: postXferReq and getXferStatus return at once). Then
 //          B is killed and A releases everything. Exit 0 if the transfer
 //          never completed while B was stopped, 5 if it did.
+//   hung   calls that run long on real NIXL (see run_hung): at each HOLD
+//          line it waits for a line on stdin, then makes one postXferReq of
+//          262,144 descriptors, then one deregisterMem of as many.
 // Exit codes: 0 ok, 1 seed failure, 2 usage, 3 a NIXL call failed
 // unexpectedly, 4 the notification did not arrive within 10 s, 5 the
 // stalled transfer completed.
@@ -324,6 +327,60 @@ int run_stall() {
     return code;
 }
 
+// `hung`: calls that run long on real NIXL, for a test to probe while
+// they run: A and B each register 262,144 regions of 64 bytes (one list),
+// a WRITE of all of them is made; at each `HOLD` line the program waits for
+// a line on stdin, then posts the WRITE (one postXferReq of 262,144
+// descriptors), then deregisters A's list in one call.
+void hold_here() {
+    std::cout << "HOLD" << std::endl;
+    std::string line;
+    std::getline(std::cin, line);
+}
+
+int run_hung() {
+    constexpr size_t n = 262144, len = 64;
+    nixlAgent *a = make_agent("A");
+    nixlAgent *b = make_agent("B");
+    std::vector<unsigned char> ba(n * len, 7), bb(n * len, 0);
+    nixlDescList<nixlBlobDesc> la(DRAM_SEG, 0), lb(DRAM_SEG, 0);
+    nixlDescList<nixlBasicDesc> xa(DRAM_SEG, 0), xb(DRAM_SEG, 0);
+    for (size_t i = 0; i < n; i++) {
+        auto pa = reinterpret_cast<uintptr_t>(ba.data() + i * len);
+        auto pb = reinterpret_cast<uintptr_t>(bb.data() + i * len);
+        nixlBlobDesc da, db;
+        da.addr = pa, da.len = len, da.devId = 0;
+        db.addr = pb, db.len = len, db.devId = 0;
+        la.addDesc(da);
+        lb.addDesc(db);
+        xa.addDesc(nixlBasicDesc{pa, len, 0});
+        xb.addDesc(nixlBasicDesc{pb, len, 0});
+    }
+    check(a->registerMem(la), "registerMem A");
+    check(b->registerMem(lb), "registerMem B");
+    std::cout << "registered " << n << std::endl;
+    std::string md_b, remote;
+    check(b->getLocalMD(md_b), "getLocalMD B");
+    check(a->loadRemoteMD(md_b, remote), "loadRemoteMD");
+    nixlXferReqH *req = nullptr;
+    check(a->createXferReq(NIXL_WRITE, xa, xb, "B", req), "createXferReq");
+    hold_here();
+    nixl_status_t st = a->postXferReq(req);
+    if (st != NIXL_SUCCESS && st != NIXL_IN_PROG) check(st, "postXferReq");
+    nixl_notifs_t notifs;
+    while ((st = a->getXferStatus(req)) == NIXL_IN_PROG) check(b->getNotifs(notifs), "getNotifs");
+    check(st, "getXferStatus");
+    std::cout << "transfer done " << (bb == ba ? "verified" : "MISMATCH") << std::endl;
+    check(a->releaseXferReq(req), "releaseXferReq");
+    hold_here();
+    check(a->deregisterMem(la), "deregisterMem A");
+    check(b->deregisterMem(lb), "deregisterMem B");
+    std::cout << "deregistered" << std::endl;
+    delete a;
+    delete b;
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -332,8 +389,9 @@ int main(int argc, char **argv) {
     if (scenario == "ok") code = run_ok();
     else if (scenario == "seed") code = run_seed();
     else if (scenario == "stall") code = run_stall();
+    else if (scenario == "hung") code = run_hung();
     else {
-        std::cout << "usage: nixl_plain ok|seed|stall" << std::endl;
+        std::cout << "usage: nixl_plain ok|seed|stall|hung" << std::endl;
         code = 2;
     }
     finish(code);

@@ -22,7 +22,7 @@ pub use groups::{
     AcceptedInvalid, Attempt, Deregistered, DrainFinished, GroupDecl, GroupId, GroupProgress, Holding, Leaves,
     Progress, RetryScheduled, Source,
 };
-pub use runtime::{BackendCreated, BackendFailed, CanaryStarted, MemlockObserved, PodDirectory, ProbeRound};
+pub use runtime::{BackendCreated, BackendFailed, CanaryStarted, Interposed, MemlockObserved, PodDirectory, ProbeRound};
 pub use xfer::{
     Notified, Peer, XferCreateFailed, XferEnd, XferEnded, XferPosted, XferReleased, XferTick, XferTransport,
 };
@@ -96,6 +96,8 @@ pub enum Event<'a> {
     /// The node canary's loopback round ended.
     ProbeTransfer(&'a ProbeRound),
     PodDirectory(PodDirectory<'a>),
+    /// The interposer's verdict on this process's NIXL build.
+    Interposed(Interposed<'a>),
     // xfer.rs
     /// A transfer request was created; `handle` names it from now on.
     XferCreated(&'a Transfer<'a>),
@@ -138,6 +140,7 @@ impl Event<'_> {
             Event::CanaryStarted(e) => e.log(),
             Event::ProbeTransfer(r) => r.log(),
             Event::PodDirectory(e) => e.log(),
+            Event::Interposed(e) => e.log(),
             Event::Peer(e) => e.log(),
             Event::Notified(e) => e.log(),
             Event::XferTransport(e) => e.log(),

@@ -125,6 +125,36 @@ impl ProbeRound {
     }
 }
 
+/// The interposer's verdict: recording every `nixlAgent` call of the
+/// process, or refusing this NIXL build (`status.refused`), which the
+/// program's stderr was told in one line.
+#[derive(Debug)]
+pub struct Interposed<'a> {
+    pub status: &'a crate::model::InterposerStatus,
+    pub library: Option<&'a str>,
+    pub version: Option<&'a str>,
+}
+
+impl Interposed<'_> {
+    pub(super) fn log(&self) {
+        match &self.status.refused {
+            None => tracing::info!(
+                target: LOG_TARGET,
+                library = self.library.unwrap_or("unknown"),
+                nixl_version = self.version.unwrap_or("unknown"),
+                "the interposer records every NIXL call of this process"
+            ),
+            Some(why) => tracing::warn!(
+                target: INSTRUMENT_LOG_TARGET,
+                library = self.library.unwrap_or("unknown"),
+                fallback = self.status.fallback.unwrap_or("none"),
+                refused = why.as_str(),
+                "the interposer does not record this NIXL build (/readyz?verbose: interposer)"
+            ),
+        }
+    }
+}
+
 /// The pod directory this process publishes to as `rank`, or one it was
 /// given and will not write (`refused`, with what was seen): it runs
 /// alone, and is not ready while that lasts.

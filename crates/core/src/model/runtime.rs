@@ -38,4 +38,30 @@ pub struct NixlStatus {
     /// What the operator does about an unavailable runtime (the variable or
     /// flag, where the wheel puts the library), when loading failed.
     pub fix: Option<String>,
+    /// The interposer under `libnixl.so`, in a process it was preloaded
+    /// into: whether it records NIXL's calls, and why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interposer: Option<InterposerStatus>,
+}
+
+impl NixlStatus {
+    /// The interposer refused this build and no front-end records instead:
+    /// nothing of the process's NIXL calls is seen.
+    pub fn unrecorded(&self) -> bool {
+        self.interposer
+            .as_ref()
+            .is_some_and(|i| i.refused.is_some() && i.fallback.is_none())
+    }
+}
+
+/// What the interposer decided for this process's NIXL build.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct InterposerStatus {
+    /// It records every `nixlAgent` call of the process.
+    pub recording: bool,
+    /// Why it does not (an unproven version, a failed layout self-test).
+    pub refused: Option<String>,
+    /// Who records instead (`python`: the Python front-end's wrappers), if
+    /// anyone: then the refusal does not hold readiness back.
+    pub fallback: Option<&'static str>,
 }

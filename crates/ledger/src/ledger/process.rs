@@ -130,6 +130,9 @@ impl State {
                     detail: refused.map(|(_, d)| d.to_string()),
                 });
             }
+            Event::Interposed(crate::event::Interposed { status, .. }) => {
+                p.nixl.interposer = Some((*status).clone());
+            }
             Event::AwaitRegistration => p.awaits_registration = true,
             Event::DrainFinished(crate::event::DrainFinished { .. }) => {}
             _ => return None,
@@ -149,6 +152,7 @@ impl State {
             awaits_registration: p.awaits_registration,
             anything_registered: self.groups.anything_registered(),
             pod_refused: p.pod.as_ref().is_some_and(|p| p.refused.is_some()),
+            unrecorded: p.nixl.unrecorded(),
         })
     }
 }

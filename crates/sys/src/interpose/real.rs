@@ -181,3 +181,55 @@ fn object_of(addr: usize) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
 }
+
+/// The interposer's exported word on the process (`exports.rs` of
+/// nixl-agent-interpose), for a front-end in the same process.
+const STATE_SYMBOL: &str = "nixl_agent_interposer_state";
+const HAND_DOWN_SYMBOL: &str = "nixl_agent_interposer_hand_down";
+
+/// Whether an interposer is preloaded into this process, and what it
+/// decided: `None` without one, `Some(Ok(()))` recording, `Some(Err(why))`
+/// refusing this NIXL build. Asking decides its gate if no call has.
+pub fn in_process() -> Option<Result<(), String>> {
+    type State = unsafe extern "C" fn(*mut *const std::ffi::c_char) -> std::ffi::c_int;
+    let addr = lookup(libc::RTLD_DEFAULT, STATE_SYMBOL);
+    if addr == 0 {
+        return None;
+    }
+    // Safety: the interposer's exported function of that name and type.
+    let f = unsafe { std::mem::transmute::<usize, State>(addr) };
+    let mut why: *const std::ffi::c_char = std::ptr::null();
+    // Safety: `why` is a valid out-pointer; the function fills it with a
+    // static string or leaves it null.
+    let recording = unsafe { f(&mut why) } != 0;
+    if recording {
+        return Some(Ok(()));
+    }
+    let why = if why.is_null() {
+        "refused".to_string()
+    } else {
+        // Safety: a NUL-terminated string the interposer keeps for ever.
+        unsafe { std::ffi::CStr::from_ptr(why) }.to_string_lossy().into_owned()
+    };
+    Some(Err(why))
+}
+
+/// Hands the group and kind of this thread's next registration call down
+/// to the interposer (what only a front-end knows: the framework's names).
+/// `false` when there is no interposer to take it.
+pub fn hand_down(group: &str, kind: &str) -> bool {
+    type HandDown = unsafe extern "C" fn(*const u8, usize, *const u8, usize) -> std::ffi::c_int;
+    let addr = lookup(libc::RTLD_DEFAULT, HAND_DOWN_SYMBOL);
+    if addr == 0 {
+        return false;
+    }
+    // Safety: the interposer's exported function of that name and type.
+    let f = unsafe { std::mem::transmute::<usize, HandDown>(addr) };
+    // Safety: both slices are live for the call; it copies them.
+    unsafe { f(group.as_ptr(), group.len(), kind.as_ptr(), kind.len()) != 0 }
+}
+
+/// Whether this process runs a Python interpreter.
+pub fn python_in_process() -> bool {
+    lookup(libc::RTLD_DEFAULT, "Py_IsInitialized") != 0
+}
