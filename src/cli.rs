@@ -59,7 +59,12 @@ pub enum Command {
     /// or publishes as an instrumented Python process does (NIXL_AGENT_*)
     Instrument {
         /// The command and its arguments
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
         command: Vec<std::ffi::OsString>,
     },
     /// Print the Prometheus alerting rules for your scrape selector and

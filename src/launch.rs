@@ -56,7 +56,11 @@ pub fn run(command: &[OsString]) -> u8 {
         let list: Vec<String> = searched.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
             "nixl-agent instrument: {INTERPOSER} not found (looked at: {}); set {ENV_INTERPOSER} to its path",
-            if list.is_empty() { "nowhere".to_string() } else { list.join(", ") }
+            if list.is_empty() {
+                "nowhere".to_string()
+            } else {
+                list.join(", ")
+            }
         );
         return 2;
     };
@@ -66,7 +70,10 @@ pub fn run(command: &[OsString]) -> u8 {
         .args(args)
         .env("LD_PRELOAD", preload(&found, std::env::var_os("LD_PRELOAD")))
         .exec();
-    eprintln!("nixl-agent instrument: cannot run {}: {err}", Path::new(program).display());
+    eprintln!(
+        "nixl-agent instrument: cannot run {}: {err}",
+        Path::new(program).display()
+    );
     127
 }
 
@@ -77,7 +84,10 @@ mod tests {
     #[test]
     fn the_variable_wins_then_beside_the_binary() {
         let exe = Path::new("/opt/x/bin/nixl-agent");
-        assert_eq!(candidates(Some("/l/i.so".into()), Some(exe)), vec![PathBuf::from("/l/i.so")]);
+        assert_eq!(
+            candidates(Some("/l/i.so".into()), Some(exe)),
+            vec![PathBuf::from("/l/i.so")]
+        );
         let c = candidates(None, Some(exe));
         assert_eq!(c[0], PathBuf::from("/opt/x/bin/libnixl_agent_interpose.so"));
         assert_eq!(c[1], PathBuf::from("/opt/x/bin/../lib/libnixl_agent_interpose.so"));
@@ -86,6 +96,9 @@ mod tests {
     #[test]
     fn an_existing_preload_is_kept_after_it() {
         assert_eq!(preload(Path::new("/i.so"), None), OsString::from("/i.so"));
-        assert_eq!(preload(Path::new("/i.so"), Some("/a.so".into())), OsString::from("/i.so:/a.so"));
+        assert_eq!(
+            preload(Path::new("/i.so"), Some("/a.so".into())),
+            OsString::from("/i.so:/a.so")
+        );
     }
 }

@@ -72,12 +72,12 @@ pub use validate::Rejection;
 
 // ---- Internals (crate-private) -----------------------------------------
 mod agent;
+#[cfg(feature = "cli")]
+mod check;
 /// `nixl-agent instrument -- COMMAND`: the interposer preloaded into a command.
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod launch;
-#[cfg(feature = "cli")]
-mod check;
 #[cfg(feature = "cli")]
 mod rules;
 #[cfg(feature = "cli")]

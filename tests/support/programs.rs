@@ -96,23 +96,107 @@ pub fn python_program() -> (PathBuf, PathBuf) {
     (super::python(), programs().join("python/nixl_plain.py"))
 }
 
-/// A command running `scenario` of the program in `lang` ("cpp", "rust",
-/// "python"), with [`plain_env`] set.
-pub fn plain_command(lang: &str, scenario: &str) -> Command {
-    let mut cmd = match lang {
-        "cpp" => Command::new(cpp_program()),
-        "rust" => Command::new(rust_program()),
+/// The command line running `scenario` of the program in `lang` ("cpp",
+/// "rust", "python").
+pub fn argv(lang: &str, scenario: &str) -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = match lang {
+        "cpp" => vec![cpp_program().into()],
+        "rust" => vec![rust_program().into()],
         "python" => {
             let (python, script) = python_program();
-            let mut c = Command::new(python);
-            c.arg(script);
-            c
+            vec![python.into(), script.into()]
         }
         other => panic!("no plain program in {other}"),
     };
-    cmd.arg(scenario);
+    argv.push(scenario.into());
+    argv
+}
+
+/// A command running `scenario` of the program in `lang` ("cpp", "rust",
+/// "python"), with [`plain_env`] set.
+pub fn plain_command(lang: &str, scenario: &str) -> Command {
+    let argv = argv(lang, scenario);
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     plain_env(&mut cmd);
     cmd
+}
+
+/// The same program under the one launcher, `nixl-agent instrument --`,
+/// with no NIXL_AGENT_* variable but those in `env` (and the interposer
+/// built, beside the binary, if it was not).
+pub fn launched(lang: &str, scenario: &str, env: &[(&str, &str)]) -> Command {
+    interposer();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nixl-agent"));
+    cmd.arg("instrument").arg("--").args(argv(lang, scenario));
+    plain_env(&mut cmd);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// `libnixl_agent_interpose.so` beside the `nixl-agent` binary, built
+/// (or found up to date) by cargo once per test process: a test binary
+/// built alone does not rebuild the cdylib it runs under.
+pub fn interposer() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let so = Path::new(env!("CARGO_BIN_EXE_nixl-agent")).with_file_name("libnixl_agent_interpose.so");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--offline", "--quiet", "-p", "nixl-agent-interpose"])
+                .current_dir(super::repo());
+            if target_profile_dir().file_name().is_some_and(|p| p == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build");
+            assert!(status.success(), "cargo build -p nixl-agent-interpose failed: {status}");
+            assert!(so.exists(), "{} was not built", so.display());
+            so
+        })
+        .clone()
+}
+
+/// `E1204 09:15:32.448592  22865 tail` → (`E`, `tail`).
+fn glog_tail(l: &str) -> Option<(&str, &str)> {
+    let level = l.get(..5)?;
+    if !level[1..].bytes().all(|b| b.is_ascii_digit()) || !"IWEF".contains(&level[..1]) {
+        return None;
+    }
+    let (time, rest) = l.get(6..)?.split_once(' ')?;
+    if !time.contains(':') {
+        return None;
+    }
+    let (pid, tail) = rest.trim_start().split_once(' ')?;
+    pid.bytes().all(|b| b.is_ascii_digit()).then_some((&level[..1], tail))
+}
+
+/// Output with the clock and pid NIXL's and UCX's log lines start with
+/// taken out (`[1796375732.448589] [host:22865:0]`, `E1204 09:15:32.448592
+/// 22865 `): what differs between any two runs of the same program.
+pub fn unstamped(text: &[u8]) -> String {
+    String::from_utf8_lossy(text)
+        .lines()
+        .map(|l| {
+            if let Some(rest) = l.strip_prefix('[') {
+                // `[epoch] [host:pid:thread] rest`
+                if let Some((_, after)) = rest.split_once("] [") {
+                    if let Some((_, tail)) = after.split_once(']') {
+                        return format!("[stamp]{tail}");
+                    }
+                }
+            }
+            glog_tail(l).map_or_else(|| l.to_string(), |(level, tail)| format!("{level} [stamp] {tail}"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// What a plain NIXL user sets: NIXL_PLUGIN_DIR (where UCX's plugin is) and

@@ -32,9 +32,7 @@ extern "C-unwind" fn agent_drop(this: Ptr) {
     unsafe { hooks::agent_drop(crate::recorder(), this) }
 }
 
-#[unsafe(
-    export_name = "_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unordered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH"
-)]
+#[unsafe(export_name = "_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unordered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH")]
 extern "C-unwind" fn create_backend(this: Ptr, plugin: CPtr, params: CPtr, out: *mut Ptr) -> c_int {
     // SAFETY: see above.
     unsafe { hooks::create_backend(crate::recorder(), this, plugin, params, out) }
@@ -52,9 +50,7 @@ extern "C-unwind" fn deregister_mem(this: Ptr, descs: CPtr, opt: CPtr) -> c_int 
     unsafe { hooks::registration(crate::recorder(), Sym::DeregisterMem, this, descs, opt) }
 }
 
-#[unsafe(
-    export_name = "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn create_xfer(
     this: Ptr,
     op: *const c_int,
@@ -68,9 +64,7 @@ extern "C-unwind" fn create_xfer(
     unsafe { hooks::create_xfer(crate::recorder(), this, op, local, remote, peer, req, opt) }
 }
 
-#[unsafe(
-    export_name = "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn prep_dlist(this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
     // SAFETY: see above.
     unsafe { hooks::prep_dlist(crate::recorder(), this, peer, descs, out, opt) }
@@ -82,9 +76,7 @@ extern "C-unwind" fn released_dlist(this: Ptr, dlist: Ptr) -> c_int {
     unsafe { hooks::on_handle(crate::recorder(), Sym::ReleasedDlistH, this, dlist, std::ptr::null()) }
 }
 
-#[unsafe(
-    export_name = "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs")]
 #[allow(clippy::too_many_arguments)]
 extern "C-unwind" fn make_xfer(
     this: Ptr,
@@ -97,7 +89,19 @@ extern "C-unwind" fn make_xfer(
     opt: CPtr,
 ) -> c_int {
     // SAFETY: see above.
-    unsafe { hooks::make_xfer(crate::recorder(), this, op, local, local_idx, remote, remote_idx, req, opt) }
+    unsafe {
+        hooks::make_xfer(
+            crate::recorder(),
+            this,
+            op,
+            local,
+            local_idx,
+            remote,
+            remote_idx,
+            req,
+            opt,
+        )
+    }
 }
 
 #[unsafe(export_name = "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs")]
@@ -130,33 +134,25 @@ extern "C-unwind" fn invalidate_md(this: Ptr, peer: CPtr) -> c_int {
     unsafe { hooks::on_peer(crate::recorder(), Sym::InvalidateRemoteMd, this, peer, std::ptr::null()) }
 }
 
-#[unsafe(
-    export_name = "_ZN9nixlAgent14makeConnectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZN9nixlAgent14makeConnectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn make_connection(this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
     // SAFETY: see above.
     unsafe { hooks::on_peer(crate::recorder(), Sym::MakeConnection, this, peer, opt) }
 }
 
-#[unsafe(
-    export_name = "_ZN9nixlAgent13fetchRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZN9nixlAgent13fetchRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn fetch_md(this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
     // SAFETY: see above.
     unsafe { hooks::on_peer(crate::recorder(), Sym::FetchRemoteMd, this, peer, opt) }
 }
 
-#[unsafe(
-    export_name = "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn gen_notif(this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
     // SAFETY: see above.
     unsafe { hooks::gen_notif(crate::recorder(), this, peer, msg, opt) }
 }
 
-#[unsafe(
-    export_name = "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs"
-)]
+#[unsafe(export_name = "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn get_notifs(this: Ptr, map: Ptr, opt: CPtr) -> c_int {
     // SAFETY: see above.
     unsafe { hooks::get_notifs(crate::recorder(), this, map, opt) }

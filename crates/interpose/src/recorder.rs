@@ -224,7 +224,10 @@ fn python_front_end_on() -> bool {
     if !nixl_agent_sys::interpose::python_in_process() {
         return false;
     }
-    let v = std::env::var(ENV_INSTRUMENT).unwrap_or_default().trim().to_ascii_lowercase();
+    let v = std::env::var(ENV_INSTRUMENT)
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
     let launched = std::env::var("PYTHONPATH").is_ok_and(|p| p.contains("nixl_agent_instrument"));
     matches!(v.as_str(), "1" | "on" | "true") || (launched && !matches!(v.as_str(), "0" | "off" | "false"))
 }
@@ -254,7 +257,11 @@ impl Running {
     }
 
     fn agent(&self, this: usize) -> Option<AgentId> {
-        self.agents.read().unwrap_or_else(|e| e.into_inner()).get(&this).copied()
+        self.agents
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&this)
+            .copied()
     }
 
     fn regions(list: &List<'_>) -> Vec<Region> {
@@ -347,7 +354,9 @@ impl Running {
             Facts::PrepDlist { peer, list } => Token::Prep {
                 peer: peer.to_string(),
                 mem: list.and_then(|l| mem_of(l.mem_type)),
-                lens: list.map(|l| l.iter().map(|d| d.len as u64).collect()).unwrap_or_default(),
+                lens: list
+                    .map(|l| l.iter().map(|d| d.len as u64).collect())
+                    .unwrap_or_default(),
             },
             Facts::ReleaseDlist { dlist } => Token::ReleaseDlist { dlist },
             Facts::MakeXfer {
@@ -529,9 +538,18 @@ impl Running {
                 if st == status::IN_PROG {
                     return;
                 }
-                let serial = self.requests.lock().unwrap_or_else(|e| e.into_inner()).get(&req).copied();
+                let serial = self
+                    .requests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&req)
+                    .copied();
                 if let Some(serial) = serial {
-                    let poll = if ok { XferPoll::Done } else { XferPoll::Failed(failure(st, true)) };
+                    let poll = if ok {
+                        XferPoll::Done
+                    } else {
+                        XferPoll::Failed(failure(st, true))
+                    };
                     obs.transfer_status(serial, &poll, None);
                 }
             }
@@ -563,7 +581,12 @@ impl Running {
                 obs.peer(agent, op, peer, (!ok).then(|| failure(st, true)).as_ref());
             }
             Token::Notify { agent } => {
-                obs.notified(agent, NotifDirection::Send, u64::from(ok), (!ok).then(|| failure(st, true)).as_ref());
+                obs.notified(
+                    agent,
+                    NotifDirection::Send,
+                    u64::from(ok),
+                    (!ok).then(|| failure(st, true)).as_ref(),
+                );
             }
             Token::Notifs { agent, before } => {
                 if !ok {

@@ -162,13 +162,21 @@ pub mod status {
 #[derive(Clone, Copy)]
 pub enum Facts<'a> {
     /// The constructor (the agent's address is not an agent yet).
-    AgentNew { name: &'a str },
+    AgentNew {
+        name: &'a str,
+    },
     AgentDrop,
     /// `createBackend`: the plugin name. Out: the backend handle.
-    Backend { plugin: &'a str },
+    Backend {
+        plugin: &'a str,
+    },
     /// `None` lists did not read as the proven layout.
-    Register { list: Option<List<'a>> },
-    Deregister { list: Option<List<'a>> },
+    Register {
+        list: Option<List<'a>>,
+    },
+    Deregister {
+        list: Option<List<'a>>,
+    },
     /// Out: the request handle.
     CreateXfer {
         op: i32,
@@ -178,8 +186,13 @@ pub enum Facts<'a> {
     },
     /// `prepXferDlist` with an agent name (the local one names this agent).
     /// Out: the list handle.
-    PrepDlist { peer: &'a str, list: Option<List<'a>> },
-    ReleaseDlist { dlist: usize },
+    PrepDlist {
+        peer: &'a str,
+        list: Option<List<'a>>,
+    },
+    ReleaseDlist {
+        dlist: usize,
+    },
     /// Out: the request handle.
     MakeXfer {
         op: i32,
@@ -188,17 +201,33 @@ pub enum Facts<'a> {
         remote: usize,
         remote_idx: &'a [i32],
     },
-    Post { req: usize },
-    Status { req: usize },
-    Release { req: usize },
+    Post {
+        req: usize,
+    },
+    Status {
+        req: usize,
+    },
+    Release {
+        req: usize,
+    },
     /// Out: the name of the agent loaded.
     LoadMd,
-    Invalidate { peer: &'a str },
-    Connect { peer: &'a str },
-    Fetch { peer: &'a str },
-    Notify { peer: &'a str },
+    Invalidate {
+        peer: &'a str,
+    },
+    Connect {
+        peer: &'a str,
+    },
+    Fetch {
+        peer: &'a str,
+    },
+    Notify {
+        peer: &'a str,
+    },
     /// Out: `count`, messages in the map after the call; `before` before.
-    GetNotifs { before: u64 },
+    GetNotifs {
+        before: u64,
+    },
 }
 
 /// What a hooked call handed back besides its status.

@@ -9,8 +9,8 @@
 //!   ([`MadeLists`]), so that a request over them (`initialize_xfer`,
 //!   `prep_xfer_dlist`) costs a lookup whatever its descriptor count.
 
-use crate::instrument::mem_type_word;
 use crate::dlist_state::read_dlist_state;
+use crate::instrument::mem_type_word;
 use nixl_agent::{MemType, Region};
 use pyo3::buffer::PyBuffer;
 use pyo3::intern;

@@ -211,8 +211,14 @@ fn start(py: Python<'_>, frameworks: Vec<String>, rank_hint: Option<u32>) -> Opt
 fn interposer(py: Python<'_>) -> Py<PyAny> {
     match nixl_agent_sys::interpose::in_process() {
         None => py.None(),
-        Some(Ok(())) => true.into_pyobject(py).map(|b| b.to_owned().into_any().unbind()).unwrap_or_else(|_| py.None()),
-        Some(Err(why)) => why.into_pyobject(py).map(|s| s.into_any().unbind()).unwrap_or_else(|_| py.None()),
+        Some(Ok(())) => true
+            .into_pyobject(py)
+            .map(|b| b.to_owned().into_any().unbind())
+            .unwrap_or_else(|_| py.None()),
+        Some(Err(why)) => why
+            .into_pyobject(py)
+            .map(|s| s.into_any().unbind())
+            .unwrap_or_else(|_| py.None()),
     }
 }
 

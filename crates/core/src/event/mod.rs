@@ -22,7 +22,9 @@ pub use groups::{
     AcceptedInvalid, Attempt, Deregistered, DrainFinished, GroupDecl, GroupId, GroupProgress, Holding, Leaves,
     Progress, RetryScheduled, Source,
 };
-pub use runtime::{BackendCreated, BackendFailed, CanaryStarted, Interposed, MemlockObserved, PodDirectory, ProbeRound};
+pub use runtime::{
+    BackendCreated, BackendFailed, CanaryStarted, Interposed, MemlockObserved, PodDirectory, ProbeRound,
+};
 pub use xfer::{
     Notified, Peer, XferCreateFailed, XferEnd, XferEnded, XferPosted, XferReleased, XferTick, XferTransport,
 };

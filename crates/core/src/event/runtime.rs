@@ -144,8 +144,10 @@ impl Interposed<'_> {
                 nixl_version = self.version.unwrap_or("unknown"),
                 "the interposer records every NIXL call of this process"
             ),
+            // The program's stderr was told in one line already: the events'
+            // target, which an instrumented process logs only when asked.
             Some(why) => tracing::warn!(
-                target: INSTRUMENT_LOG_TARGET,
+                target: LOG_TARGET,
                 library = self.library.unwrap_or("unknown"),
                 fallback = self.status.fallback.unwrap_or("none"),
                 refused = why.as_str(),

@@ -67,7 +67,10 @@ fn kind_code(k: CallKind) -> u8 {
 }
 
 fn kind_of(code: u8) -> CallKind {
-    CallKind::ALL.get(usize::from(code)).copied().unwrap_or(CallKind::Deregister)
+    CallKind::ALL
+        .get(usize::from(code))
+        .copied()
+        .unwrap_or(CallKind::Deregister)
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -156,12 +156,7 @@ pub unsafe fn create_backend<S: Sink>(sink: &S, this: Ptr, plugin: CPtr, params:
     let t = begin(sink, this, &Facts::Backend { plugin: &p });
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, plugin, params, out) };
-    // Safety: the caller's out-reference, written by NIXL on success.
-    let handle = if st == super::status::SUCCESS && !out.is_null() {
-        unsafe { *out as usize }
-    } else {
-        0
-    };
+    let handle = written(st, out);
     end(
         sink,
         t,
@@ -246,7 +241,15 @@ pub unsafe fn create_xfer<S: Sink>(
     );
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, op, local, remote, peer, req, opt) };
-    end(sink, t, st, &Out { handle: written(st, req), ..Out::default() });
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            handle: written(st, req),
+            ..Out::default()
+        },
+    );
     st
 }
 
@@ -278,7 +281,15 @@ pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, 
     let t = begin(sink, this, &Facts::PrepDlist { peer: &p, list });
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, peer, descs, out, opt) };
-    end(sink, t, st, &Out { handle: written(st, out), ..Out::default() });
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            handle: written(st, out),
+            ..Out::default()
+        },
+    );
     st
 }
 
@@ -339,7 +350,15 @@ pub unsafe fn make_xfer<S: Sink>(
     );
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
-    end(sink, t, st, &Out { handle: written(st, req), ..Out::default() });
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            handle: written(st, req),
+            ..Out::default()
+        },
+    );
     st
 }
 
@@ -427,13 +446,21 @@ pub unsafe fn load_md<S: Sink>(sink: &S, this: Ptr, md: CPtr, name: Ptr) -> c_in
     let t = begin(sink, this, &Facts::LoadMd);
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, md, name) };
-    // Safety: the caller's out-string, live for the call.
     let n = if st == super::status::SUCCESS {
+        // Safety: the caller's out-string, live for the call.
         unsafe { layout::string(name) }
     } else {
         std::borrow::Cow::Borrowed("")
     };
-    end(sink, t, st, &Out { name: &n, ..Out::default() });
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            name: &n,
+            ..Out::default()
+        },
+    );
     st
 }
 
@@ -480,7 +507,15 @@ pub unsafe fn get_notifs<S: Sink>(sink: &S, this: Ptr, map: Ptr, opt: CPtr) -> c
     let st = unsafe { f(this, map, opt) };
     // Safety: as above.
     let count = unsafe { messages(map) };
-    end(sink, t, st, &Out { count, ..Out::default() });
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            count,
+            ..Out::default()
+        },
+    );
     st
 }
 

@@ -118,7 +118,10 @@ fn judge(library: Option<&Path>, handle: Option<*mut c_void>, real: &[usize]) ->
         })
     });
     let Some(builders) = builders else {
-        return refuse("NIXL's descriptor-list constructors (libnixl_build.so) are not exported: the layout self-test cannot run".into());
+        return refuse(
+            "NIXL's descriptor-list constructors (libnixl_build.so) are not exported: the layout self-test cannot run"
+                .into(),
+        );
     };
     // Safety: `builders` are those functions of the libnixl_build.so this
     // libnixl.so loaded, found by their mangled names.
@@ -154,7 +157,10 @@ fn find(name: &str, handle: Option<*mut c_void>) -> usize {
     if next != 0 && !is_ours(next) {
         return next;
     }
-    handle.map(|h| lookup(h, name)).filter(|a| *a != 0 && !is_ours(*a)).unwrap_or(0)
+    handle
+        .map(|h| lookup(h, name))
+        .filter(|a| *a != 0 && !is_ours(*a))
+        .unwrap_or(0)
 }
 
 /// Whether `addr` is in the object this code is in (the interposer).

@@ -1,0 +1,340 @@
+//! The interposer under `libnixl.so` on real NIXL (DRAM, UCX, CPU only),
+//! with programs that hold no line of nixl-agent code (tests/programs/: a
+//! C++ program on `libnixl.so`, a Rust program on nixl-sys, a Python
+//! program on NIXL's Python API), each run bare and under the one launcher
+//! `nixl-agent instrument --`:
+//! - every language is counted on /metrics (registrations, descriptors,
+//!   bytes, the WRITE and its notification, peers) and prints byte for byte
+//!   what it prints bare, with the same exit code;
+//! - the seed failure (an aux region at address 0) is counted with its
+//!   reason from all three, and outlives the process (termination log);
+//! - a C++ `postXferReq` and `deregisterMem` held past the call deadline
+//!   make /livez 503 naming the call, and 200 again once it returned;
+//! - an unproven NIXL build (a copy of the wheel's libraries whose metadata
+//!   says 1.6.0) runs untouched, and the refusal is said on stderr in one
+//!   line, in /readyz?verbose and in /v1/status.
+
+mod support;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Output, Stdio};
+use std::time::Duration;
+use support::programs::{launched, plain_command, unstamped};
+use support::{Lines, Scrape};
+
+const WITHIN: Duration = Duration::from_secs(90);
+
+fn bare(lang: &str, scenario: &str) -> Output {
+    support::output_within(&mut plain_command(lang, scenario), WITHIN, "the bare program")
+}
+
+/// A program under the launcher, serving on its own port, holding before
+/// it exits (`HOLD_BEFORE_EXIT=1`) until [`Held::finish`].
+struct Held {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    addr: SocketAddr,
+}
+
+impl Held {
+    fn start(lang: &str, scenario: &str, env: &[(&str, &str)]) -> Held {
+        let addr = support::free_port();
+        let listen = addr.to_string();
+        let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str()), ("HOLD_BEFORE_EXIT", "1")];
+        all.extend_from_slice(env);
+        let mut child = launched(lang, scenario, &all)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nixl-agent instrument");
+        let stdin = child.stdin.take();
+        Held { child, stdin, addr }
+    }
+
+    fn scrape(&self) -> Option<Scrape> {
+        support::get(self.addr, "/metrics")
+            .ok()
+            .filter(|r| r.status == 200)
+            .map(|r| Scrape::parse(&r.body))
+    }
+
+    fn scrape_when(&self, what: &str, f: impl Fn(&Scrape) -> bool) -> Scrape {
+        support::wait_for(WITHIN, what, || self.scrape().filter(|s| f(s)))
+    }
+
+    /// Lets it exit; what it printed and how it ended.
+    fn finish(mut self) -> Output {
+        if let Some(mut i) = self.stdin.take() {
+            let _ = i.write_all(b"\n");
+        }
+        support::wait_with_output_within(self.child, WITHIN, "the instrumented program")
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `ok` under the launcher: counted, and unchanged. `calls`: the program's
+/// registration calls (nixl-sys registers one descriptor a call).
+fn ok_is_counted_and_unchanged(lang: &str, calls: f64) {
+    let bare = bare(lang, "ok");
+    assert_eq!(bare.status.code(), Some(0), "bare {lang}: {}", text(&bare.stderr));
+    let h = Held::start(lang, "ok", &[]);
+    let s = h.scrape_when("the WRITE, its notification and every deregistration counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+            && s.metric("nixl_agent_deregistrations_total").sum() == calls
+            && s.metric("nixl_agent_notifications_total")
+                .label("direction", "receive")
+                .label("outcome", "ok")
+                .sum()
+                >= 1.0
+    });
+    let dram = |name: &str| s.metric(name).label("group", "dram").label("mem_type", "DRAM").sum();
+    assert_eq!(dram("nixl_agent_registration_attempts_total"), calls, "{lang}");
+    assert_eq!(
+        dram("nixl_agent_registration_descriptors_sum"),
+        8.0,
+        "{lang}: 4 regions on each agent"
+    );
+    assert_eq!(s.metric("nixl_agent_registration_failures_total").sum(), 0.0, "{lang}");
+    assert_eq!(
+        dram("nixl_agent_registered_descriptors"),
+        0.0,
+        "{lang}: all deregistered"
+    );
+    assert_eq!(
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "write")]),
+        262144.0,
+        "{lang}"
+    );
+    assert_eq!(
+        s.value_at("nixl_agent_peer_events_total", &[("event", "add"), ("outcome", "ok")]),
+        1.0,
+        "{lang}"
+    );
+    assert_eq!(
+        s.value_at("nixl_agent_backend_up", &[("backend", "UCX")]),
+        1.0,
+        "{lang}"
+    );
+    let st = support::status_document(h.addr);
+    let own = support::own_status(&st);
+    assert_eq!(own["nixl"]["interposer"]["recording"], true, "{lang}: {own}");
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), bare.status.code(), "{lang}: exit code");
+    assert_eq!(text(&inst.stdout), text(&bare.stdout), "{lang}: stdout");
+    assert_eq!(text(&inst.stderr), text(&bare.stderr), "{lang}: stderr");
+}
+
+#[test]
+fn a_cpp_program_on_libnixl_is_counted_and_prints_what_it_prints_bare() {
+    ok_is_counted_and_unchanged("cpp", 2.0);
+}
+
+#[test]
+fn a_rust_program_on_nixl_sys_is_counted_and_prints_what_it_prints_bare() {
+    ok_is_counted_and_unchanged("rust", 8.0);
+}
+
+#[test]
+fn a_python_program_on_nixls_api_is_counted_and_prints_what_it_prints_bare() {
+    ok_is_counted_and_unchanged("python", 2.0);
+}
+
+/// `seed`: kv registers, aux at address 0 fails, the process exits 1. The
+/// failure is counted under the group the operator's rule names (`aux`:
+/// the `n`-th DRAM registration call) with its reason, and written to the
+/// termination-message file; the output is the bare run's but for the
+/// clock and pid NIXL's and UCX's log lines carry.
+fn the_seed_failure_is_counted(lang: &str, aux_call: u32) {
+    let bare = bare(lang, "seed");
+    assert_eq!(bare.status.code(), Some(1), "bare {lang}: {}", text(&bare.stdout));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("termination-log");
+    let rule = format!("dram#{aux_call}=aux:aux");
+    let h = Held::start(
+        lang,
+        "seed",
+        &[
+            ("NIXL_AGENT_GROUPS", &rule),
+            ("NIXL_AGENT_TERMINATION_LOG", log.to_str().unwrap()),
+        ],
+    );
+    let s = h.scrape_when("the aux failure counted", |s| {
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "aux")
+            .sum()
+            >= 1.0
+    });
+    assert_eq!(
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "aux")
+            .label("kind", "aux")
+            .label("reason", "invalid_address")
+            .value(),
+        1.0,
+        "{lang}"
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "dram")
+            .sum(),
+        f64::from(aux_call),
+        "{lang}: kv's calls before it"
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", "dram")
+            .sum(),
+        0.0,
+        "{lang}"
+    );
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(1), "{lang}");
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "{lang}: stdout");
+    assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr), "{lang}: stderr");
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        said.contains("aux") && said.contains("invalid_address"),
+        "{lang}: termination log: {said:?}"
+    );
+}
+
+#[test]
+fn the_seed_failure_from_cpp_is_counted_with_its_reason() {
+    the_seed_failure_is_counted("cpp", 1);
+}
+
+#[test]
+fn the_seed_failure_from_rust_is_counted_with_its_reason() {
+    // nixl-sys registers kv's two regions in two calls.
+    the_seed_failure_is_counted("rust", 2);
+}
+
+#[test]
+fn the_seed_failure_from_python_is_counted_with_its_reason() {
+    the_seed_failure_is_counted("python", 1);
+}
+
+/// /livez, polled until it is 503 (its body) or `within` passes.
+fn livez_fails_within(addr: SocketAddr, within: Duration) -> Option<String> {
+    let end = std::time::Instant::now() + within;
+    while std::time::Instant::now() < end {
+        if let Ok(r) = support::get(addr, "/livez") {
+            if r.status == 503 {
+                return Some(r.body);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// A C++ `postXferReq` of 262,144 descriptors, then a `deregisterMem` of as
+/// many, each run a few hundred ms on real NIXL, under a 10 ms deadline:
+/// while each runs /livez is 503 naming it; between them it is 200.
+#[test]
+fn a_cpp_post_and_deregistration_held_past_the_deadline_fail_livez_naming_the_call() {
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let mut child = launched(
+        "cpp",
+        "hung",
+        &[("NIXL_AGENT_LISTEN", &listen), ("NIXL_AGENT_CALL_TIMEOUT", "10ms")],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    out.skip_to("HOLD", WITHIN, "the first HOLD");
+    assert_eq!(support::get(addr, "/livez").unwrap().status, 200);
+    stdin.write_all(b"\n").unwrap();
+    let post = livez_fails_within(addr, Duration::from_secs(20)).expect("/livez 503 while the post runs");
+    assert!(post.contains("NIXL post_xfer past its deadline"), "{post}");
+    out.skip_to("HOLD", WITHIN, "the second HOLD");
+    support::wait_for(Duration::from_secs(10), "/livez 200 once the post returned", || {
+        (support::get(addr, "/livez").ok()?.status == 200).then_some(())
+    });
+    stdin.write_all(b"\n").unwrap();
+    let dereg = livez_fails_within(addr, Duration::from_secs(20)).expect("/livez 503 while deregistering");
+    assert!(dereg.contains("NIXL deregister past its deadline"), "{dereg}");
+    drop(stdin);
+    let rest = out.rest_within(WITHIN, "the program's end");
+    assert_eq!(rest, vec!["deregistered".to_string()]);
+    assert_eq!(
+        support::wait_within(&mut child, WITHIN, "the hung program").code(),
+        Some(0)
+    );
+}
+
+/// A NIXL build the interposer was not proven against: the wheel's
+/// libraries copied beside metadata that says 1.6.0 (the Rust program
+/// loads them from there). It runs as bare; stderr has the one line more;
+/// /readyz?verbose and /v1/status say why nothing is recorded.
+#[test]
+fn an_unproven_nixl_build_runs_untouched_and_the_refusal_is_reported() {
+    let real = support::nixl_lib_dir();
+    let root = tempfile::tempdir().unwrap();
+    let libs = root.path().join(".nixl_cu12.mesonpy.libs");
+    copy_dir(&real, &libs);
+    // The libraries' own dependencies ($ORIGIN/../nixl_cu12.libs).
+    std::os::unix::fs::symlink(
+        real.parent().unwrap().join("nixl_cu12.libs"),
+        root.path().join("nixl_cu12.libs"),
+    )
+    .unwrap();
+    std::fs::create_dir(root.path().join("nixl_cu12-1.6.0.dist-info")).unwrap();
+    let ld = libs.to_str().unwrap().to_string();
+    let plugins = libs.join("plugins");
+    let plugins = plugins.to_str().unwrap();
+    let env = [("LD_LIBRARY_PATH", ld.as_str()), ("NIXL_PLUGIN_DIR", plugins)];
+
+    let mut b = plain_command("rust", "ok");
+    b.envs(env);
+    let bare = support::output_within(&mut b, WITHIN, "the bare program on the copy");
+    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+
+    let h = Held::start("rust", "ok", &env);
+    let ready = support::wait_for(WITHIN, "/readyz?verbose names the interposer", || {
+        let r = support::get(h.addr, "/readyz?verbose").ok()?;
+        r.body.contains("interposer").then_some(r)
+    });
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(
+        ready
+            .body
+            .contains("[-]interposer failed: refused (NIXL 1.6.0 is not a version the interposer was proven against"),
+        "{}",
+        ready.body
+    );
+    let st = support::status_document(h.addr);
+    let i = &support::own_status(&st)["nixl"]["interposer"];
+    assert_eq!(i["recording"], false, "{i}");
+    assert!(i["refused"].as_str().unwrap().contains("1.6.0"), "{i}");
+    let s = h.scrape().unwrap();
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 0.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(text(&inst.stdout), text(&bare.stdout));
+    let extra = "nixl-agent interposer: not recording NIXL calls: NIXL 1.6.0 is not a version the interposer was proven against (1.5.1)\n";
+    assert_eq!(text(&inst.stderr), format!("{extra}{}", text(&bare.stderr)));
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
