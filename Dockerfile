@@ -16,7 +16,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin nixl-agent
+RUN cargo build --release --locked --bin nixl-agent \
+ && cargo build --release --locked -p nixl-agent-interpose
 
 # 2. The nixl_agent_instrument wheel for the stage's python3 (Debian
 #    bookworm: CPython 3.11; one wheel per CPython version, `make wheels`
@@ -40,7 +41,8 @@ RUN pip download --no-cache-dir --no-deps --only-binary=:all: --python-version 3
         --platform manylinux_2_28_x86_64 -d /wheels "nixl-cu12==${NIXL_VERSION}" \
  && sh /usr/local/bin/nixl-runtime.sh /wheels/nixl_cu12-${NIXL_VERSION}-*.whl /opt/nixl
 
-# 4. What runs: debian-slim, the NIXL runtime, the binary, a user of its own.
+# 4. What runs: debian-slim, the NIXL runtime, the binary and the
+#    interposer, a user of its own.
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libssl3 ca-certificates \
@@ -48,6 +50,9 @@ RUN apt-get update \
  && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin nixl-agent
 COPY --from=nixl /opt/nixl /opt/nixl
 COPY --from=build /src/target/release/nixl-agent /usr/local/bin/nixl-agent
+# The interposer `nixl-agent instrument` preloads (found at ../lib/nixl-agent/
+# from the binary); a serving image copies both (docs/image.md).
+COPY --from=build /src/target/release/libnixl_agent_interpose.so /usr/local/lib/nixl-agent/libnixl_agent_interpose.so
 ENV NIXL_LIB_DIR=/opt/nixl/.nixl_cu12.mesonpy.libs
 USER 10001:10001
 EXPOSE 10915

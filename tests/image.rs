@@ -127,10 +127,39 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
     assert!(runtime
         .iter()
         .any(|l| l.starts_with("COPY --from=build /src/target/release/nixl-agent ")));
+    // The interposer where `nixl-agent instrument` in /usr/local/bin looks,
+    // and where deploy/serving.yaml's LD_PRELOAD names it.
+    let so = runtime
+        .iter()
+        .find_map(|l| l.strip_prefix("COPY --from=build /src/target/release/libnixl_agent_interpose.so "))
+        .expect("the runtime stage copies the interposer");
+    let looked = nixl_agent::launch::candidates(None, Some(std::path::Path::new("/usr/local/bin/nixl-agent")));
+    assert!(
+        looked.iter().any(|p| normalize(p) == std::path::Path::new(so)),
+        "{so} is not where the launcher looks: {looked:?}"
+    );
+    assert!(
+        read("deploy/serving.yaml").contains(&format!("value: {so}")),
+        "deploy/serving.yaml preloads {so}"
+    );
     let ignore = read(".dockerignore");
     for p in ["target", ".deps", ".git"] {
         assert!(ignore.lines().any(|l| l == p), ".dockerignore keeps {p} out");
     }
+}
+
+/// `a/b/../c` as `a/c`.
+fn normalize(p: &std::path::Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// What the build stage's `--locked` needs: Cargo.lock up to date.

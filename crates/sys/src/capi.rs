@@ -32,6 +32,10 @@
 //!   `deregisterMem` of it unloads the twin's metadata twice and crashes the
 //!   process (SIGSEGV in `nixlUcxEngine::unloadMD`): such a list is released
 //!   one descriptor a call ([`Registered::split`]).
+//!
+//! [`PROVEN`] lists the versions these hold for, and is the one list: the
+//! interposer's gate (`interpose::real`) reads it too. On any other version
+//! the lifecycle registers one region a call through nixl-sys ([`proven`]).
 
 use crate::model::{MemType, Reason, Region};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -44,6 +48,30 @@ const SUCCESS: Status = 0;
 const ERROR_INVALID_PARAM: Status = -1;
 const ERROR_BACKEND: Status = -2;
 const ERROR_NOT_FOUND: Status = -6;
+
+/// NIXL versions whose behaviour with lists (above) and whose exported
+/// `nixlAgent` methods and descriptor-list layout (the interposer's) were
+/// proven on real NIXL.
+pub const PROVEN: &[&str] = &["1.5.1"];
+
+/// The variable an operator sets to the NIXL version of a build that has
+/// no wheel metadata beside it (a build from source).
+pub const ENV_NIXL_VERSION: &str = "NIXL_AGENT_NIXL_VERSION";
+
+/// The NIXL version to judge by: the operator's word
+/// ([`ENV_NIXL_VERSION`]), else what was `discovered` (a wheel's metadata).
+pub fn version_of(discovered: Option<&str>) -> Option<String> {
+    std::env::var(ENV_NIXL_VERSION)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.trim().to_string())
+        .or_else(|| discovered.map(str::to_string))
+}
+
+/// Whether `version` is one of [`PROVEN`] (`None`: unknown, not proven).
+pub fn proven(version: Option<&str>) -> bool {
+    version.is_some_and(|v| PROVEN.contains(&v))
+}
 
 /// `nixl_capi_agent_config_t` (nixl-sys 1.5.1 `wrapper.h`).
 #[repr(C)]

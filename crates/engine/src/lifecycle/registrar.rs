@@ -188,6 +188,30 @@ impl Registrar for NixlRegistrar {
                     .collect();
                 (On::Given(agent), plugins)
             }
+            // A NIXL whose behaviour with lists was not proven: an agent
+            // of our own through nixl-sys, one region a call.
+            None if !capi::proven(
+                capi::version_of(self.loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref())).as_deref(),
+            ) =>
+            {
+                let cfg = nixl_sys::AgentConfig {
+                    enable_prog_thread: false,
+                    ..nixl_sys::AgentConfig::default()
+                };
+                let agent = nixl_sys::Agent::new_configured(&self.name, &cfg).map_err(|e| {
+                    Failure::new(
+                        Reason::NixlUnavailable,
+                        format!("creating NIXL agent {:?}: {e}", self.name),
+                    )
+                })?;
+                let list = agent
+                    .get_available_plugins()
+                    .map_err(|e| failure(e, "listing NIXL plugins"))?;
+                let plugins: Vec<String> = (0..list.len().unwrap_or(0))
+                    .filter_map(|i| list.get(i).ok().map(str::to_string))
+                    .collect();
+                (On::Given(agent), plugins)
+            }
             None => {
                 // No progress or listen thread: this agent only registers
                 // memory, and NIXL's default progress thread busy-polls a

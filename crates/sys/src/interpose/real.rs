@@ -12,15 +12,13 @@ use super::Sym;
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
 
-/// NIXL versions whose exported methods and descriptor lists the
-/// interposer was proven against. Every batched-list assumption of
-/// nixl-agent about NIXL (`crate::capi`'s) is of these versions too.
-pub const PROVEN: &[&str] = &["1.5.1"];
+/// NIXL versions the interposer was proven against: the one list,
+/// `crate::capi`'s, which its batched-list assumptions are gated on too.
+pub use crate::capi::PROVEN;
 
-/// The variable an operator sets to the NIXL version of a build that has
-/// no wheel metadata beside it (a build from source): the layout self-test
-/// still decides.
-pub const ENV_NIXL_VERSION: &str = "NIXL_AGENT_NIXL_VERSION";
+/// The operator's word on a build's version; the layout self-test still
+/// decides.
+pub use crate::capi::ENV_NIXL_VERSION;
 
 /// What the gate decided.
 #[derive(Debug, Clone)]
@@ -85,17 +83,14 @@ fn judge(library: Option<&Path>, handle: Option<*mut c_void>, real: &[usize]) ->
         library: shown.clone(),
         why,
     };
-    let version = std::env::var(ENV_NIXL_VERSION)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| library.parent().and_then(crate::discover::wheel_version));
+    let version = crate::capi::version_of(library.parent().and_then(crate::discover::wheel_version).as_deref());
     let Some(version) = version else {
         return refuse(format!(
             "the NIXL version of {} is unknown (no nixl*.dist-info beside it; set {ENV_NIXL_VERSION} for a build from source)",
             library.display()
         ));
     };
-    if !PROVEN.contains(&version.as_str()) {
+    if !crate::capi::proven(Some(&version)) {
         return refuse(format!(
             "NIXL {version} is not a version the interposer was proven against ({})",
             PROVEN.join(", ")
