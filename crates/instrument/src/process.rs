@@ -218,6 +218,14 @@ impl Instrumentation {
     /// through the parent's exporter, and never drops what it inherited
     /// (dropping would wait on threads that do not exist here).
     pub fn abandon_in_child(self) {
+        self.let_go_in_child();
+        std::mem::forget(self);
+    }
+
+    /// [`Instrumentation::abandon_in_child`] for an instrumentation the
+    /// child cannot own (a static's): the same, without the forget; the
+    /// caller never drops it.
+    pub fn let_go_in_child(&self) {
         telemetry::traces::forked();
         // try_lock: a thread of the parent may have held it at the fork.
         if let Ok(guard) = self.http.try_lock() {
@@ -234,7 +242,6 @@ impl Instrumentation {
         if let Some(t) = &self.tap {
             t.restore_in_child();
         }
-        std::mem::forget(self);
     }
 
     /// Whether fds 1 and 2 go through the tap (`NIXL_AGENT_CAPTURE=on` or

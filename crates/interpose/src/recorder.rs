@@ -20,7 +20,7 @@ use nixl_agent_sys::interpose::{status, Facts, List, Out, Sink, Verdict};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 /// The prefix of the interposer's lines on the program's stderr.
@@ -28,9 +28,34 @@ pub const SAID_BY: &str = "nixl-agent interposer";
 
 /// The process's recorder: empty until the gate decided, then started (or
 /// not, when the gate refused or the settings are unusable).
+///
+/// A child forked after that inherits an instrumentation whose threads did
+/// not survive the fork (its server, publisher, watchdogs): it lets that
+/// one go (the parent's listening socket and rank slot closed) and starts
+/// its own on its next call, as an instrumented Python child does. The
+/// process that started first reads a `OnceLock` and nothing else.
 #[derive(Default)]
 pub struct Recorder {
     running: OnceLock<Option<Running>>,
+    /// In a forked child: its own, by the fork count it was started at.
+    child: Mutex<Option<(u64, Option<Arc<Running>>)>>,
+}
+
+/// The instrumentation a call is recorded on.
+enum Current<'a> {
+    Started(&'a Running),
+    Child(Arc<Running>),
+}
+
+impl std::ops::Deref for Current<'_> {
+    type Target = Running;
+
+    fn deref(&self) -> &Running {
+        match self {
+            Current::Started(r) => r,
+            Current::Child(r) => r,
+        }
+    }
 }
 
 struct Running {
@@ -158,8 +183,34 @@ fn failure(code: i32, data_path: bool) -> Failure {
 }
 
 impl Recorder {
-    fn running(&self) -> Option<&Running> {
-        self.running.get().and_then(Option::as_ref)
+    fn running(&self) -> Option<Current<'_>> {
+        let forks = nixl_agent_sys::interpose::forks();
+        if forks == 0 {
+            return self.running.get().and_then(Option::as_ref).map(Current::Started);
+        }
+        self.in_child(forks).map(Current::Child)
+    }
+
+    /// A forked child's instrumentation: what it inherited let go, its own
+    /// started, once per fork count.
+    fn in_child(&self, forks: u64) -> Option<Arc<Running>> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, r)) = child.as_ref() {
+            if *at == forks {
+                return r.clone();
+            }
+            if let Some(r) = r {
+                r.inst.let_go_in_child();
+            }
+        } else if let Some(Some(r)) = self.running.get() {
+            r.inst.let_go_in_child();
+        }
+        let gate = nixl_agent_sys::interpose::real::gate();
+        let started = catch_unwind(AssertUnwindSafe(|| Recorder::start(&gate.verdict).map(Arc::new)))
+            .ok()
+            .flatten();
+        *child = Some((forks, started.clone()));
+        started
     }
 
     /// The instrumentation, started with the verdict: recording, or serving

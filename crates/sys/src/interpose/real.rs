@@ -58,7 +58,24 @@ pub fn decided() -> Option<&'static Gate> {
     GATE.get()
 }
 
+/// Forks since the gate was decided: 0 in the process that decided it, one
+/// more in each forked child (a `pthread_atfork` child handler).
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many forks separate this process from the one that decided the
+/// gate (what it started there belongs to an ancestor when not 0).
+pub fn forks() -> u64 {
+    FORKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn decide() -> Gate {
+    // Safety: registers a handler that only increments an atomic, which is
+    // async-signal-safe as a child handler must be.
+    unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
     let library = crate::loader::loaded("libnixl.so")
         .into_iter()
         .find(|p| p.file_name().is_some_and(|n| n == "libnixl.so"));
