@@ -19,7 +19,7 @@
 //! - configuration: [`config`], [`Config`], [`Plan`], [`GroupSpec`], [`RegionSource`]
 //! - recorded state: [`status`], [`Metrics`], [`Format`], [`names`], [`endpoints`], [`Publisher`]
 //! - NIXL and output: [`load_nixl`], [`cuda_driver_present`], [`Loaded`], [`LoadError`], [`StderrTap`], [`Capture`], [`TracingGuard`], [`Router`]
-//! - front-ends: [`cli`] (feature `cli`: the binary's); the Python extension is a crate of its own (python/native)
+//! - front-ends: [`cli`] and [`launch`] (feature `cli`: the binary's; `launch` is `nixl-agent instrument`); the Python extension and the interposer are crates of their own (python/native, crates/interpose)
 //! - environment: [`env`] (the variables a process of a pod reads, for deployments and their tests)
 #![deny(unsafe_code)]
 
@@ -76,7 +76,6 @@ mod agent;
 mod check;
 /// `nixl-agent instrument -- COMMAND`: the interposer preloaded into a command.
 #[cfg(feature = "cli")]
-#[doc(hidden)]
 pub mod launch;
 #[cfg(feature = "cli")]
 mod rules;

@@ -36,6 +36,10 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "no SGLang here: tests/python.rs runs its call shapes",
     ),
     (
+        "nixl-agent instrument -- ",
+        "placeholder programs: tests/interposer.rs runs C++, Rust and Python programs under it",
+    ),
+    (
         "nixl-agent-instrument vllm serve",
         "no vLLM here: tests/python.rs runs its call shapes",
     ),

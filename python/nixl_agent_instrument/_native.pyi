@@ -28,6 +28,8 @@ __all__ = [
     "hook_failed",
     "register",
     "deregister",
+    "hand_down",
+    "interposer",
     "clock_base",
     "xfer_posted",
     "xfer_state",
