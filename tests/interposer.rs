@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Output, Stdio};
 use std::time::Duration;
 use support::programs::{launched, plain_command, unstamped};
+use support::held::program;
 use support::{Lines, Scrape};
 
 const WITHIN: Duration = Duration::from_secs(90);
@@ -39,11 +40,15 @@ struct Held {
 
 impl Held {
     fn start(lang: &str, scenario: &str, env: &[(&str, &str)]) -> Held {
+        Held::start_argv(&support::programs::argv(lang, scenario), env)
+    }
+
+    fn start_argv(argv: &[std::ffi::OsString], env: &[(&str, &str)]) -> Held {
         let addr = support::free_port();
         let listen = addr.to_string();
         let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str()), ("HOLD_BEFORE_EXIT", "1")];
         all.extend_from_slice(env);
-        let mut child = launched(lang, scenario, &all)
+        let mut child = support::programs::launched_argv(argv, &all)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -337,4 +342,77 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
             std::fs::copy(e.path(), &target).unwrap();
         }
     }
+}
+
+/// SGLang's call shapes (tests/python/serving.py) under the launcher with
+/// the Python front-end on: the front-end hands SGLang's names down and
+/// records nothing itself, so each registration is counted once, by the
+/// interposer, under kv, aux and state.
+#[test]
+fn the_python_front_end_hands_sglangs_names_down_and_each_call_counts_once() {
+    let argv: Vec<std::ffi::OsString> = vec![
+        support::python().into(),
+        program("serving.py").into(),
+        "sglang".into(),
+        "--hold".into(),
+    ];
+    let h = Held::start_argv(&argv, &[("NIXL_AGENT_INSTRUMENT", "1")]);
+    let s = h.scrape_when("kv, aux and state counted", |s| {
+        s.metric("nixl_agent_registration_attempts_total").sum() >= 3.0
+    });
+    for (group, kind) in [("kv", "kv"), ("aux", "aux"), ("state", "state")] {
+        assert_eq!(
+            s.metric("nixl_agent_registration_attempts_total")
+                .label("group", group)
+                .label("kind", kind)
+                .value(),
+            1.0,
+            "{group}"
+        );
+    }
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 3.0, "counted once each");
+    let st = support::status_document(h.addr);
+    assert_eq!(support::own_status(&st)["nixl"]["interposer"]["recording"], true);
+    let out = h.finish();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// A NIXL build the interposer refuses (`NIXL_AGENT_NIXL_VERSION` states
+/// one it was not proven against) in a Python process whose front-end is
+/// on: the front-end records as without an interposer, and the refusal is
+/// reported with its fallback; readiness is the front-end's.
+#[test]
+fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
+    let argv: Vec<std::ffi::OsString> = vec![
+        support::python().into(),
+        program("serving.py").into(),
+        "sglang".into(),
+        "--hold".into(),
+    ];
+    let h = Held::start_argv(
+        &argv,
+        &[("NIXL_AGENT_INSTRUMENT", "1"), ("NIXL_AGENT_NIXL_VERSION", "1.6.0")],
+    );
+    let s = h.scrape_when("kv, aux and state counted by the front-end", |s| {
+        s.metric("nixl_agent_registration_attempts_total").sum() >= 3.0
+    });
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total").label("group", "aux").value(),
+        1.0
+    );
+    let st = support::status_document(h.addr);
+    let i = &support::own_status(&st)["nixl"]["interposer"];
+    assert_eq!(i["recording"], false, "{i}");
+    assert_eq!(i["fallback"], "python", "{i}");
+    assert!(i["refused"].as_str().unwrap().contains("1.6.0"), "{i}");
+    let ready = support::get(h.addr, "/readyz?verbose").unwrap();
+    assert!(ready.body.contains("[+]interposer ok"), "{}", ready.body);
+    let out = h.finish();
+    assert_eq!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert_eq!(
+        err.matches("nixl-agent interposer: not recording NIXL calls: NIXL 1.6.0 is not a version the interposer was proven against (1.5.1); the Python front-end records instead\n").count(),
+        1,
+        "{err}"
+    );
 }

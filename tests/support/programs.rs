@@ -126,9 +126,14 @@ pub fn plain_command(lang: &str, scenario: &str) -> Command {
 /// with no NIXL_AGENT_* variable but those in `env` (and the interposer
 /// built, beside the binary, if it was not).
 pub fn launched(lang: &str, scenario: &str, env: &[(&str, &str)]) -> Command {
+    launched_argv(&argv(lang, scenario), env)
+}
+
+/// Any command line under the launcher, as [`launched`].
+pub fn launched_argv(argv: &[std::ffi::OsString], env: &[(&str, &str)]) -> Command {
     interposer();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nixl-agent"));
-    cmd.arg("instrument").arg("--").args(argv(lang, scenario));
+    cmd.arg("instrument").arg("--").args(argv);
     plain_env(&mut cmd);
     for (k, _) in std::env::vars() {
         if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" {
