@@ -20,8 +20,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Output, Stdio};
 use std::time::Duration;
-use support::programs::{launched, plain_command, unstamped};
 use support::held::program;
+use support::programs::{launched, plain_command, unstamped};
 use support::{Lines, Scrape};
 
 const WITHIN: Duration = Duration::from_secs(90);
@@ -44,11 +44,15 @@ impl Held {
     }
 
     fn start_argv(argv: &[std::ffi::OsString], env: &[(&str, &str)]) -> Held {
+        Held::spawn(support::programs::launched_argv(argv, env))
+    }
+
+    /// `cmd`, serving on a port of its own and holding before it exits.
+    fn spawn(mut cmd: std::process::Command) -> Held {
         let addr = support::free_port();
-        let listen = addr.to_string();
-        let mut all = vec![("NIXL_AGENT_LISTEN", listen.as_str()), ("HOLD_BEFORE_EXIT", "1")];
-        all.extend_from_slice(env);
-        let mut child = support::programs::launched_argv(argv, &all)
+        let mut child = cmd
+            .env("NIXL_AGENT_LISTEN", addr.to_string())
+            .env("HOLD_BEFORE_EXIT", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -370,7 +374,11 @@ fn the_python_front_end_hands_sglangs_names_down_and_each_call_counts_once() {
             "{group}"
         );
     }
-    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 3.0, "counted once each");
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total").sum(),
+        3.0,
+        "counted once each"
+    );
     let st = support::status_document(h.addr);
     assert_eq!(support::own_status(&st)["nixl"]["interposer"]["recording"], true);
     let out = h.finish();
@@ -397,7 +405,9 @@ fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
         s.metric("nixl_agent_registration_attempts_total").sum() >= 3.0
     });
     assert_eq!(
-        s.metric("nixl_agent_registration_attempts_total").label("group", "aux").value(),
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "aux")
+            .value(),
         1.0
     );
     let st = support::status_document(h.addr);
@@ -415,4 +425,29 @@ fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
         1,
         "{err}"
     );
+}
+
+/// The Python package's launcher, `nixl-agent-instrument`, is the one
+/// launcher too where the interposer is present (`NIXL_AGENT_INTERPOSER`):
+/// a C++ program under it is counted, and prints what it prints bare.
+#[test]
+fn the_python_launcher_preloads_the_interposer_for_any_command() {
+    let bare = bare("cpp", "ok");
+    let argv = support::programs::argv("cpp", "ok");
+    let mut cmd = std::process::Command::new(support::venv_bin("nixl-agent-instrument"));
+    cmd.args(&argv);
+    support::programs::plain_env(&mut cmd);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("NIXL_AGENT_")) {
+        cmd.env_remove(k);
+    }
+    cmd.env("NIXL_AGENT_INTERPOSER", support::programs::interposer());
+    let h = Held::spawn(cmd);
+    let s = h.scrape_when("the WRITE counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(text(&inst.stdout), text(&bare.stdout));
+    assert_eq!(text(&inst.stderr), text(&bare.stderr));
 }

@@ -11,7 +11,9 @@ import sys
 USAGE = """usage: nixl-agent-instrument COMMAND [ARGS...]
        nixl-agent-instrument --version | --help
 
-Runs COMMAND with NIXL's Python API (nixl_agent) instrumented by nixl-agent.
+Runs COMMAND with NIXL's Python API (nixl_agent) instrumented by nixl-agent;
+with the interposer present (NIXL_AGENT_INTERPOSER, or beside nixl-agent on
+PATH) every NIXL call of the command is recorded, from any language.
   nixl-agent-instrument python -m sglang.launch_server --disaggregation-mode prefill ...
 Settings are NIXL_AGENT_* environment variables (see docs/python.md); the
 instrumentation is off when NIXL_AGENT_INSTRUMENT=off.
@@ -23,6 +25,28 @@ def version():
     from importlib import metadata
 
     return metadata.version("nixl-agent-instrument")
+
+
+INTERPOSER = "libnixl_agent_interpose.so"
+
+
+def interposer():
+    """The interposer under libnixl.so, when this host has one: the path
+    NIXL_AGENT_INTERPOSER names, else beside a ``nixl-agent`` on PATH or in
+    its ``../lib/`` or ``../lib/nixl-agent/`` (as ``nixl-agent instrument``
+    looks). ``None`` without one: the Python front-end alone records."""
+    named = os.environ.get("NIXL_AGENT_INTERPOSER")
+    if named:
+        return named
+    exe = shutil.which("nixl-agent")
+    if exe is None:
+        return None
+    here = os.path.dirname(os.path.realpath(exe))
+    for d in (here, os.path.join(here, "..", "lib"), os.path.join(here, "..", "lib", "nixl-agent")):
+        p = os.path.join(d, INTERPOSER)
+        if os.path.isfile(p):
+            return os.path.realpath(p)
+    return None
 
 
 def bootstrap_dir():
@@ -44,6 +68,15 @@ def main(argv=None):
     if exe is None:
         sys.stderr.write(f"nixl-agent-instrument: command not found: {argv[0]}\n")
         return 127
+    lib = interposer()
+    if lib is not None:
+        if not os.path.isfile(lib):
+            sys.stderr.write(f"nixl-agent-instrument: NIXL_AGENT_INTERPOSER: {lib} is not a file\n")
+            return 2
+        # Every NIXL call of the command, any language, at libnixl.so; the
+        # Python front-end hands its group names down to it.
+        pre = os.environ.get("LD_PRELOAD")
+        os.environ["LD_PRELOAD"] = lib + (":" + pre if pre else "")
     paths = [bootstrap_dir()]
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])

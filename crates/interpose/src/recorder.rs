@@ -322,8 +322,11 @@ impl Running {
     }
 
     fn begin(&self, this: usize, facts: &Facts<'_>) -> Token {
-        if let Facts::AgentNew { name } = facts {
-            return Token::Agent { name: name.to_string() };
+        match facts {
+            Facts::AgentNew { name } => return Token::Agent { name: name.to_string() },
+            // The poll loop's call: nothing to look up before NIXL answers.
+            Facts::Status { req } => return Token::Status { req: *req },
+            _ => {}
         }
         let Some(agent) = self.agent(this) else {
             // An agent made before the interposer could see it.
@@ -456,7 +459,7 @@ impl Running {
                     None => Token::None,
                 }
             }
-            Facts::Status { req } => Token::Status { req },
+            Facts::Status { .. } => Token::None,
             Facts::Release { req } => Token::Release { req },
             Facts::LoadMd => Token::Peer {
                 agent,
