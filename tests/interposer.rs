@@ -348,16 +348,18 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
-/// SGLang's call shapes (tests/python/serving.py) under the launcher with
-/// the Python front-end on: the front-end hands SGLang's names down and
-/// records nothing itself, so each registration is counted once, by the
-/// interposer, under kv, aux and state.
+/// SGLang's call shapes with the framework loaded (tests/python/serving.py
+/// `wrapped`: another wrapper sits on `register_memory` too) under the
+/// launcher with the Python front-end on: the front-end hands SGLang's
+/// names and the framework down and records nothing itself, so each
+/// registration is counted once, by the interposer, under kv, aux and
+/// state, and readiness waits for SGLang's kv and aux.
 #[test]
 fn the_python_front_end_hands_sglangs_names_down_and_each_call_counts_once() {
     let argv: Vec<std::ffi::OsString> = vec![
         support::python().into(),
         program("serving.py").into(),
-        "sglang".into(),
+        "wrapped".into(),
         "--hold".into(),
     ];
     let h = Held::start_argv(&argv, &[("NIXL_AGENT_INSTRUMENT", "1")]);

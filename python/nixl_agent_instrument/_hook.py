@@ -299,14 +299,24 @@ def _at_exit():
 
 def hand_down_class(cls):
     """Under an interposer that records every NIXL call of the process
-    (``nixl-agent instrument``): only ``register_memory`` is wrapped, to
-    hand the framework's group name for the call down to it; nothing is
-    recorded here, so each call is counted once."""
+    (``nixl-agent instrument``): ``__init__`` hands the frameworks and the
+    framework's rank down before the constructor starts its recording, and
+    ``register_memory`` the group name of the call; nothing is recorded
+    here, so each call is counted once."""
     if getattr(cls, _MARK, False):
         return cls
     import functools
 
+    init = cls.__init__
     register_memory = cls.register_memory
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            _native.hand_down_process(_frameworks(), _site.rank_hint(sys._getframe(1)))
+        except Exception as e:
+            _hook_failed("init", e)
+        return init(self, *args, **kwargs)
 
     @functools.wraps(register_memory)
     def register_memory_(self, *args, **kwargs):
@@ -316,6 +326,7 @@ def hand_down_class(cls):
             _hook_failed("register_memory", e)
         return register_memory(self, *args, **kwargs)
 
+    cls.__init__ = __init__
     cls.register_memory = register_memory_
     setattr(cls, _MARK, True)
     return cls

@@ -181,6 +181,19 @@ extern "C" fn nixl_agent_interposer_hand_down(
     c_int::from(recorder::hand_down(g, k))
 }
 
+/// What a front-end knows of the process, for the instrumentation the
+/// next call starts: its serving frameworks (UTF-8, comma-separated) and
+/// the framework's rank (negative: none). 1 when taken.
+#[unsafe(no_mangle)]
+extern "C" fn nixl_agent_interposer_hand_down_process(frameworks: *const u8, len: usize, rank: i64) -> c_int {
+    if frameworks.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's byte string, live for the call; copied.
+    let f = unsafe { std::slice::from_raw_parts(frameworks, len) };
+    c_int::from(recorder::hand_down_process(f, u32::try_from(rank).ok()))
+}
+
 /// The interposer's word on this process, for a front-end in the same
 /// process (the Python extension): 1 when it records NIXL's calls, 0 when
 /// the gate refused (then `*why`, if given, is a static NUL-terminated

@@ -254,7 +254,9 @@ impl Recorder {
                 return None;
             }
         };
-        let inst = Instrumentation::start(&settings, &[], None);
+        let (frameworks, rank) = PROCESS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
+        let inst = Instrumentation::start(&settings, &names, rank);
         inst.observer().interposed(&status, library, version);
         Some(Running {
             recording: status.recording,
@@ -287,6 +289,25 @@ thread_local! {
     /// The group and kind a front-end handed down for this thread's next
     /// registration call.
     static HANDED_DOWN: std::cell::RefCell<Option<(String, Kind)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What a front-end handed down of the process: its serving frameworks and
+/// the framework's rank, read when the instrumentation starts.
+static PROCESS: Mutex<(Vec<String>, Option<u32>)> = Mutex::new((Vec::new(), None));
+
+/// Takes a front-end's word on the process; `false` for one that is not UTF-8.
+pub fn hand_down_process(frameworks: &[u8], rank: Option<u32>) -> bool {
+    let Ok(f) = std::str::from_utf8(frameworks) else {
+        return false;
+    };
+    let names = f
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    *PROCESS.lock().unwrap_or_else(|e| e.into_inner()) = (names, rank);
+    true
 }
 
 /// Takes a front-end's names for this thread's next registration call;

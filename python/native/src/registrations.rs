@@ -86,6 +86,15 @@ pub(crate) fn hand_down(site: &Bound<'_, PyTuple>) -> bool {
     }
 }
 
+/// Under the interposer: the serving frameworks loaded and the framework's
+/// rank handed down before the agent's constructor starts its
+/// instrumentation (they choose readiness's groups and the pod slot).
+#[pyfunction]
+#[pyo3(signature = (frameworks, rank_hint=None))]
+pub(crate) fn hand_down_process(frameworks: Vec<String>, rank_hint: Option<u32>) -> bool {
+    nixl_agent_sys::interpose::hand_down_process(&frameworks.join(","), rank_hint)
+}
+
 /// `nixl_agent.register_memory(self_, *args, **kwargs)` through `func`
 /// (the original), recorded under the group `site` names ([`group_of`]).
 #[pyfunction]

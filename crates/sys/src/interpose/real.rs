@@ -247,6 +247,25 @@ pub fn hand_down(group: &str, kind: &str) -> bool {
     unsafe { f(group.as_ptr(), group.len(), kind.as_ptr(), kind.len()) != 0 }
 }
 
+const PROCESS_SYMBOL: &str = "nixl_agent_interposer_hand_down_process";
+
+/// Hands the interposer what a front-end knows of the process before its
+/// instrumentation starts: the serving frameworks loaded (comma-separated;
+/// they choose the groups readiness waits for) and the framework's rank
+/// (its pod slot preference; negative: none). `false` without one.
+pub fn hand_down_process(frameworks: &str, rank: Option<u32>) -> bool {
+    type HandDown = unsafe extern "C" fn(*const u8, usize, i64) -> std::ffi::c_int;
+    let addr = lookup(libc::RTLD_DEFAULT, PROCESS_SYMBOL);
+    if addr == 0 {
+        return false;
+    }
+    // Safety: the interposer's exported function of that name and type.
+    let f = unsafe { std::mem::transmute::<usize, HandDown>(addr) };
+    let rank = rank.map_or(-1, i64::from);
+    // Safety: the slice is live for the call; it copies it.
+    unsafe { f(frameworks.as_ptr(), frameworks.len(), rank) != 0 }
+}
+
 /// Whether this process runs a Python interpreter.
 pub fn python_in_process() -> bool {
     lookup(libc::RTLD_DEFAULT, "Py_IsInitialized") != 0
