@@ -262,7 +262,11 @@ fn a_cpp_post_and_deregistration_held_past_the_deadline_fail_livez_naming_the_ca
     let mut stdin = child.stdin.take().unwrap();
     let mut out = Lines::new(child.stdout.take().unwrap());
     out.skip_to("HOLD", WITHIN, "the first HOLD");
-    assert_eq!(support::get(addr, "/livez").unwrap().status, 200);
+    // The registrations and the request before it ran past 10 ms too: their
+    // episodes end as the watchdog sees them return.
+    support::wait_for(Duration::from_secs(10), "/livez 200 before the post", || {
+        (support::get(addr, "/livez").ok()?.status == 200).then_some(())
+    });
     stdin.write_all(b"\n").unwrap();
     let post = livez_fails_within(addr, Duration::from_secs(20)).expect("/livez 503 while the post runs");
     assert!(post.contains("NIXL post_xfer past its deadline"), "{post}");
@@ -381,6 +385,10 @@ fn the_python_front_end_hands_sglangs_names_down_and_each_call_counts_once() {
         3.0,
         "counted once each"
     );
+    let ready = support::get(h.addr, "/readyz?verbose").unwrap();
+    for line in ["[+]group:kv ok", "[+]group:aux ok", "[+]interposer ok"] {
+        assert!(ready.body.contains(line), "{}", ready.body);
+    }
     let st = support::status_document(h.addr);
     assert_eq!(support::own_status(&st)["nixl"]["interposer"]["recording"], true);
     let out = h.finish();
