@@ -147,8 +147,23 @@ pub struct Registration {
     mem: MemType,
     device: u32,
     regions: Vec<Region>,
-    pending: Pending,
+    /// Taken by `Observer::end`.
+    pending: Option<Pending>,
     finding: Option<nixl_agent_core::validate::Rejection>,
+}
+
+impl Registration {
+    fn call(&self) -> Call<'_> {
+        Call {
+            agent: self.agent,
+            group: &self.group,
+            kind: &self.kind,
+            mem_type: self.mem,
+            device: self.device,
+            backends: None,
+            regions: &self.regions,
+        }
+    }
 }
 
 /// A transfer request about to be made: what `Transfer` says of it.
@@ -375,27 +390,20 @@ impl Running {
                 let (group, kind) = HANDED_DOWN
                     .with(|h| h.borrow_mut().take())
                     .unwrap_or_else(|| self.naming.next(mem, device));
-                let call = Call {
-                    agent,
-                    group: &group,
-                    kind: &kind,
-                    mem_type: mem,
-                    device,
-                    backends: None,
-                    regions: &regions,
-                };
-                let pending = obs.begin(&call);
-                let finding = obs.check(&call);
-                Token::Register(Box::new(Registration {
+                let mut r = Box::new(Registration {
                     agent,
                     group,
                     kind,
                     mem,
                     device,
                     regions,
-                    pending,
-                    finding,
-                }))
+                    pending: None,
+                    finding: None,
+                });
+                let call = r.call();
+                let (pending, finding) = (obs.begin(&call), obs.check(&call));
+                (r.pending, r.finding) = (Some(pending), finding);
+                Token::Register(r)
             }
             Facts::Deregister { list } => {
                 let Some(list) = list.filter(|l| mem_of(l.mem_type).is_some()) else {
@@ -532,33 +540,17 @@ impl Running {
                 };
                 obs.backend(agent, &plugin, result);
             }
-            Token::Register(r) => {
-                let Registration {
-                    agent,
-                    group,
-                    kind,
-                    mem,
-                    device,
-                    regions,
-                    pending,
-                    finding,
-                } = *r;
-                let call = Call {
-                    agent,
-                    group: &group,
-                    kind: &kind,
-                    mem_type: mem,
-                    device,
-                    backends: None,
-                    regions: &regions,
-                };
+            Token::Register(mut r) => {
                 let outcome = if ok {
                     Outcome::Registered
                 } else {
                     obs.settle_capture();
                     Outcome::Failed(failure(st, false))
                 };
-                obs.end(pending, &call, finding, outcome);
+                if let Some(pending) = r.pending.take() {
+                    let finding = r.finding.take();
+                    obs.end(pending, &r.call(), finding, outcome);
+                }
             }
             Token::Deregister {
                 agent,

@@ -163,6 +163,21 @@ impl Live {
     }
 }
 
+/// The plugins NIXL can load, as an agent of nixl-sys lists them.
+fn plugins_of(agent: &nixl_sys::Agent) -> Result<Vec<String>, Failure> {
+    let list = agent
+        .get_available_plugins()
+        .map_err(|e| failure(e, "listing NIXL plugins"))?;
+    Ok((0..list.len().unwrap_or(0))
+        .filter_map(|i| list.get(i).ok().map(str::to_string))
+        .collect())
+}
+
+/// Creating nixl-agent's own NIXL agent failed.
+fn agent_failed(name: &str, e: &dyn std::fmt::Display) -> Failure {
+    Failure::new(Reason::NixlUnavailable, format!("creating NIXL agent {name:?}: {e}"))
+}
+
 impl Registrar for NixlRegistrar {
     type Handle = Held;
     type Backing = Backing;
@@ -180,12 +195,7 @@ impl Registrar for NixlRegistrar {
         let owned = self.given.is_none();
         let (on, plugins) = match self.given.clone() {
             Some(agent) => {
-                let list = agent
-                    .get_available_plugins()
-                    .map_err(|e| failure(e, "listing NIXL plugins"))?;
-                let plugins: Vec<String> = (0..list.len().unwrap_or(0))
-                    .filter_map(|i| list.get(i).ok().map(str::to_string))
-                    .collect();
+                let plugins = plugins_of(&agent)?;
                 (On::Given(agent), plugins)
             }
             // A NIXL whose behaviour with lists was not proven: an agent
@@ -198,30 +208,16 @@ impl Registrar for NixlRegistrar {
                     enable_prog_thread: false,
                     ..nixl_sys::AgentConfig::default()
                 };
-                let agent = nixl_sys::Agent::new_configured(&self.name, &cfg).map_err(|e| {
-                    Failure::new(
-                        Reason::NixlUnavailable,
-                        format!("creating NIXL agent {:?}: {e}", self.name),
-                    )
-                })?;
-                let list = agent
-                    .get_available_plugins()
-                    .map_err(|e| failure(e, "listing NIXL plugins"))?;
-                let plugins: Vec<String> = (0..list.len().unwrap_or(0))
-                    .filter_map(|i| list.get(i).ok().map(str::to_string))
-                    .collect();
+                let agent =
+                    nixl_sys::Agent::new_configured(&self.name, &cfg).map_err(|e| agent_failed(&self.name, &e))?;
+                let plugins = plugins_of(&agent)?;
                 (On::Given(agent), plugins)
             }
             None => {
                 // No progress or listen thread: this agent only registers
                 // memory, and NIXL's default progress thread busy-polls a
                 // whole core when idle.
-                let agent = CAgent::new(&self.name).map_err(|e| {
-                    Failure::new(
-                        Reason::NixlUnavailable,
-                        format!("creating NIXL agent {:?}: {e}", self.name),
-                    )
-                })?;
+                let agent = CAgent::new(&self.name).map_err(|e| agent_failed(&self.name, &e))?;
                 let plugins = agent
                     .plugins()
                     .map_err(|e| Failure::new(e.reason(), format!("listing NIXL plugins: {e}")))?;
