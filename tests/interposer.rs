@@ -461,3 +461,67 @@ fn the_python_launcher_preloads_the_interposer_for_any_command() {
     assert_eq!(text(&inst.stdout), text(&bare.stdout));
     assert_eq!(text(&inst.stderr), text(&bare.stderr));
 }
+
+/// A Rust embedder in an instrumented process: the kv and aux it hands to
+/// nixl-agent's lifecycle, or registers through `ObservedAgent`, are
+/// counted once, by its own recording (its threads and observed calls pass
+/// through the interposer quietly); what it does with NIXL directly (its
+/// peer, its transfers) is the interposer's to count.
+#[test]
+fn an_embedders_own_recording_and_the_interposer_count_each_call_once() {
+    for mode in ["lifecycle", "observe"] {
+        let port = support::free_port();
+        let argv: Vec<std::ffi::OsString> = vec![support::example_binary("serving").into(), mode.into()];
+        let mut child = support::programs::launched_argv(
+            &argv,
+            &[
+                ("NIXL_AGENT_LISTEN", &port.to_string()),
+                ("NIXL_LIB_DIR", support::nixl_lib_dir().to_str().unwrap()),
+            ],
+        )
+        .env_remove("NIXL_PLUGIN_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        let mut out = Lines::new(child.stdout.take().unwrap());
+        let mut own = None;
+        while let Some(line) = out.next_within(WITHIN, "the example's lines") {
+            if let Some(a) = line.strip_prefix("listening http://") {
+                own = Some(a.trim().parse::<SocketAddr>().unwrap());
+            }
+            if line.starts_with("transferred") {
+                break;
+            }
+        }
+        let own = support::scrape(own.expect("the example's address"));
+        let interposed = support::scrape(port);
+        for group in ["kv", "aux"] {
+            assert!(
+                own.metric("nixl_agent_registration_attempts_total")
+                    .label("group", group)
+                    .sum()
+                    >= 1.0,
+                "{mode}: the embedder records {group}"
+            );
+            assert_eq!(
+                interposed
+                    .metric("nixl_agent_registration_attempts_total")
+                    .label("group", group)
+                    .sum(),
+                0.0,
+                "{mode}: the interposer counted the embedder's {group} again"
+            );
+        }
+        assert!(
+            interposed
+                .metric("nixl_agent_transfers_total")
+                .label("outcome", "done")
+                .sum()
+                >= 1.0,
+            "{mode}: the example's own transfers are the interposer's"
+        );
+        support::signal(child.id(), "TERM");
+        support::wait_within(&mut child, WITHIN, "the example's drain");
+    }
+}

@@ -44,7 +44,11 @@ impl Canary {
         let stopped = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nixl-canary-xfer".into())
-            .spawn(move || rounds(rec, &backend, rx, &stopped))?;
+            .spawn(move || {
+                // Its transfers are recorded here, not by an interposer.
+                nixl_agent_sys::interpose::quiet_thread();
+                rounds(rec, &backend, rx, &stopped)
+            })?;
         Ok(Canary {
             tick: Some(tx),
             stop,

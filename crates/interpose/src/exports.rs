@@ -194,6 +194,15 @@ extern "C" fn nixl_agent_interposer_hand_down_process(frameworks: *const u8, len
     c_int::from(recorder::hand_down_process(f, u32::try_from(rank).ok()))
 }
 
+/// Sets whether this thread's NIXL calls pass through unrecorded (`on` not
+/// 0): nixl-agent's own calls in this process, which its own recording
+/// makes (an embedder's `ObservedAgent`, the lifecycle's thread). Returns
+/// what it was.
+#[unsafe(no_mangle)]
+extern "C" fn nixl_agent_interposer_quiet(on: c_int) -> c_int {
+    c_int::from(nixl_agent_sys::interpose::hooks::set_quiet(on != 0))
+}
+
 /// The interposer's word on this process, for a front-end in the same
 /// process (the Python extension): 1 when it records NIXL's calls, 0 when
 /// the gate refused (then `*why`, if given, is a static NUL-terminated

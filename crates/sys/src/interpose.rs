@@ -19,7 +19,10 @@ pub mod layout;
 pub mod real;
 
 pub use layout::{BasicDesc, List};
-pub use real::{forks, hand_down, hand_down_process, in_process, python_in_process, Verdict, ENV_NIXL_VERSION, PROVEN};
+pub use real::{
+    forks, hand_down, hand_down_process, in_process, python_in_process, quiet, quiet_thread, Verdict, ENV_NIXL_VERSION,
+    PROVEN,
+};
 
 /// The `nixlAgent` methods the interposer exports, with their mangled
 /// names in NIXL 1.5.1 (the Itanium ABI, libstdc++'s C++11 strings).

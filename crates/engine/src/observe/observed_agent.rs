@@ -6,6 +6,7 @@
 use crate::model::{AgentId, Failure, Kind, MemType, Reason, Region};
 use crate::nixl::{addr_of, reason_of, SystemProbe};
 use crate::observe::{Call, ObserveSettings, Observer};
+use nixl_agent_sys::interpose::quiet;
 use nixl_sys::{Agent, Backend, NixlDescriptor, NixlError, OptArgs, Params, RegistrationHandle};
 
 fn region_of(desc: &impl NixlDescriptor) -> (Option<MemType>, Region) {
@@ -76,7 +77,7 @@ impl ObservedAgent {
     /// exactly what nixl-sys returned.
     pub fn create_backend(&self, name: &str, params: &Params) -> Result<Backend, NixlError> {
         let t0 = std::time::Instant::now();
-        let result = self.agent.create_backend(name, params);
+        let result = quiet(|| self.agent.create_backend(name, params));
         let recorded = match &result {
             Ok(_) => Ok(t0.elapsed()),
             Err(e) => Err(Failure::new(
@@ -155,9 +156,9 @@ impl ObservedAgent {
             backends,
             regions: &regions,
         };
-        let handle = self
-            .observer
-            .record_register(&call, || self.agent.register_memory(desc, opts), failure)?;
+        let handle =
+            self.observer
+                .record_register(&call, || quiet(|| self.agent.register_memory(desc, opts)), failure)?;
         Ok(ObservedRegistration {
             handle,
             recording: Some((self.observer.clone(), self.id, region)),
@@ -190,10 +191,10 @@ impl ObservedRegistration {
     /// a second call a no-op too).
     pub fn deregister(&mut self) -> Result<(), NixlError> {
         let Some((observer, agent, region)) = self.recording.take() else {
-            return self.handle.deregister();
+            return quiet(|| self.handle.deregister());
         };
         let mark = observer.deregistration_started();
-        let result = self.handle.deregister();
+        let result = quiet(|| self.handle.deregister());
         let elapsed = mark.started().elapsed();
         drop(mark);
         observer.deregistered(agent, region, 1, elapsed, result.as_ref().err().map(failure));

@@ -10,6 +10,7 @@
 use super::observed_agent::{failure, ObservedAgent};
 use crate::model::{MemType, NotifDirection, PeerOp, Transfer, XferOp};
 use crate::observe::{Observer, XferPoll};
+use nixl_agent_sys::interpose::quiet;
 use nixl_sys::{Backend, NixlError, NotificationMap, OptArgs, XferDescList, XferRequest, XferStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -78,7 +79,7 @@ impl ObservedAgent {
         opts: Option<&OptArgs>,
     ) -> Result<ObservedXfer, NixlError> {
         let op = op_of(operation);
-        match self.agent.create_xfer_req(operation, local, remote, remote_agent, opts) {
+        match quiet(|| self.agent.create_xfer_req(operation, local, remote, remote_agent, opts)) {
             Ok(req) => {
                 let handle = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
                 let (descriptors, bytes) = size_of(local);
@@ -111,7 +112,7 @@ impl ObservedAgent {
     /// `Ok(false)` done within the call.
     pub fn post_xfer_req(&self, req: &ObservedXfer, opts: Option<&OptArgs>) -> Result<bool, NixlError> {
         let t0 = Instant::now();
-        let result = self.agent.post_xfer_req(&req.req, opts);
+        let result = quiet(|| self.agent.post_xfer_req(&req.req, opts));
         let poll = match &result {
             Ok(true) => XferPoll::InProgress,
             Ok(false) => XferPoll::Done,
@@ -123,7 +124,7 @@ impl ObservedAgent {
 
     /// `agent.get_xfer_status(req)`, recorded when it is not "in progress".
     pub fn get_xfer_status(&self, req: &ObservedXfer) -> Result<XferStatus, NixlError> {
-        let result = self.agent.get_xfer_status(&req.req);
+        let result = quiet(|| self.agent.get_xfer_status(&req.req));
         match &result {
             Ok(XferStatus::InProgress) => {}
             Ok(XferStatus::Success) => self.observer.transfer_status(req.handle, &XferPoll::Done, None),
@@ -136,7 +137,7 @@ impl ObservedAgent {
 
     /// `agent.load_remote_md(metadata)`: a peer added (or refused).
     pub fn load_remote_md(&self, metadata: &[u8]) -> Result<String, NixlError> {
-        let result = self.agent.load_remote_md(metadata);
+        let result = quiet(|| self.agent.load_remote_md(metadata));
         match &result {
             Ok(name) => self.observer.peer(self.id, PeerOp::Add, name, None),
             Err(e) => self.observer.peer(self.id, PeerOp::Add, "", Some(&failure(e))),
@@ -146,7 +147,7 @@ impl ObservedAgent {
 
     /// `agent.invalidate_remote_md(name)`: a peer removed.
     pub fn invalidate_remote_md(&self, remote_agent: &str) -> Result<(), NixlError> {
-        let result = self.agent.invalidate_remote_md(remote_agent);
+        let result = quiet(|| self.agent.invalidate_remote_md(remote_agent));
         let f = result.as_ref().err().map(failure);
         self.observer.peer(self.id, PeerOp::Remove, remote_agent, f.as_ref());
         result
@@ -154,7 +155,7 @@ impl ObservedAgent {
 
     /// `agent.make_connection(name, opts)`.
     pub fn make_connection(&self, remote_agent: &str, opts: Option<&OptArgs>) -> Result<(), NixlError> {
-        let result = self.agent.make_connection(remote_agent, opts);
+        let result = quiet(|| self.agent.make_connection(remote_agent, opts));
         let f = result.as_ref().err().map(failure);
         self.observer.peer(self.id, PeerOp::Connect, remote_agent, f.as_ref());
         result
@@ -162,7 +163,7 @@ impl ObservedAgent {
 
     /// `agent.check_remote_metadata(name, descs)`: recorded when it is there.
     pub fn check_remote_metadata(&self, remote_agent: &str, descs: Option<&XferDescList>) -> bool {
-        let there = self.agent.check_remote_metadata(remote_agent, descs);
+        let there = quiet(|| self.agent.check_remote_metadata(remote_agent, descs));
         if there {
             self.observer.peer(self.id, PeerOp::Check, remote_agent, None);
         }
@@ -176,7 +177,7 @@ impl ObservedAgent {
         message: &[u8],
         backend: Option<&Backend>,
     ) -> Result<(), NixlError> {
-        let result = self.agent.send_notification(remote_agent, message, backend);
+        let result = quiet(|| self.agent.send_notification(remote_agent, message, backend));
         let f = result.as_ref().err().map(failure);
         self.observer.notified(self.id, NotifDirection::Send, 1, f.as_ref());
         result
@@ -186,7 +187,7 @@ impl ObservedAgent {
     /// `notifs` are counted (nothing is recorded when it added none).
     pub fn get_notifications(&self, notifs: &mut NotificationMap, opts: Option<&OptArgs>) -> Result<(), NixlError> {
         let before = messages(notifs);
-        let result = self.agent.get_notifications(notifs, opts);
+        let result = quiet(|| self.agent.get_notifications(notifs, opts));
         match &result {
             Ok(()) => {
                 let n = messages(notifs).saturating_sub(before);

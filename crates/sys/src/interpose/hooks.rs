@@ -22,6 +22,12 @@ thread_local! {
 
 static ANNOUNCED: std::sync::Once = std::sync::Once::new();
 
+/// Sets whether this thread's calls pass through unrecorded (nixl-agent's
+/// own calls, which its own recording makes); returns what it was.
+pub fn set_quiet(on: bool) -> bool {
+    INSIDE.with(|i| i.replace(on))
+}
+
 /// The thread is recording; dropped when the hook is done.
 struct Inside;
 

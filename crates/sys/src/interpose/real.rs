@@ -247,6 +247,47 @@ pub fn hand_down(group: &str, kind: &str) -> bool {
     unsafe { f(group.as_ptr(), group.len(), kind.as_ptr(), kind.len()) != 0 }
 }
 
+const QUIET_SYMBOL: &str = "nixl_agent_interposer_quiet";
+
+/// The interposer's `quiet` switch, if one is preloaded (looked up once).
+fn quiet_switch() -> Option<unsafe extern "C" fn(std::ffi::c_int) -> std::ffi::c_int> {
+    static ADDR: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let addr = *ADDR.get_or_init(|| lookup(libc::RTLD_DEFAULT, QUIET_SYMBOL));
+    // Safety: the interposer's exported function of that name and type.
+    (addr != 0).then(|| unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(std::ffi::c_int) -> std::ffi::c_int>(addr)
+    })
+}
+
+/// Runs `f`, a NIXL call nixl-agent records itself (an `ObservedAgent`'s),
+/// with an interposer in the process passing it through: counted once.
+pub fn quiet<T>(f: impl FnOnce() -> T) -> T {
+    let Some(set) = quiet_switch() else { return f() };
+    struct Restore(
+        unsafe extern "C" fn(std::ffi::c_int) -> std::ffi::c_int,
+        std::ffi::c_int,
+    );
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // Safety: the interposer's switch, with the value it returned.
+            unsafe { (self.0)(self.1) };
+        }
+    }
+    // Safety: the interposer's switch; it only sets a thread-local flag.
+    let _restore = Restore(set, unsafe { set(1) });
+    f()
+}
+
+/// Marks this thread, one of nixl-agent's own that records its NIXL calls
+/// itself (the lifecycle's, the canary's), as passing through an
+/// interposer in the process for good.
+pub fn quiet_thread() {
+    if let Some(set) = quiet_switch() {
+        // Safety: the interposer's switch; it only sets a thread-local flag.
+        unsafe { set(1) };
+    }
+}
+
 const PROCESS_SYMBOL: &str = "nixl_agent_interposer_hand_down_process";
 
 /// Hands the interposer what a front-end knows of the process before its
