@@ -525,3 +525,44 @@ fn an_embedders_own_recording_and_the_interposer_count_each_call_once() {
         support::wait_within(&mut child, WITHIN, "the example's drain");
     }
 }
+
+/// Death: a C++ process that dies of the seed failure under the launcher
+/// (`exit(1)`), publishing to a pod directory, leaves the failure for the
+/// sidecar to serve after it is gone, with how it ended.
+#[test]
+fn a_cpp_process_that_dies_of_the_seed_failure_leaves_it_on_the_sidecar() {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = dir.path().to_str().unwrap();
+    let out = support::output_within(
+        &mut launched(
+            "cpp",
+            "seed",
+            &[
+                ("NIXL_AGENT_MULTIPROC_DIR", pod),
+                ("NIXL_AGENT_GROUPS", "dram#1=aux:aux"),
+            ],
+        ),
+        WITHIN,
+        "the C++ seed under the launcher",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let (_sidecar, addr) = support::pod_server(dir.path(), 1);
+    let s = support::wait_for(WITHIN, "the dead rank's failure on the sidecar", || {
+        let s = support::scrape(addr);
+        (s.metric("nixl_agent_registration_failures_total")
+            .label("group", "aux")
+            .label("reason", "invalid_address")
+            .sum()
+            == 1.0)
+            .then_some(s)
+    });
+    assert_eq!(s.metric("nixl_agent_rank_up").label("rank", "0").value(), 0.0);
+    // `exit(1)`: the interposer's atexit handler wrote the end record.
+    assert_eq!(
+        s.metric("nixl_agent_pod_rank_exits_total")
+            .label("how", "exited")
+            .label("rank", "0")
+            .value(),
+        1.0
+    );
+}

@@ -273,6 +273,9 @@ impl Recorder {
         let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
         let inst = Instrumentation::start(&settings, &names, rank);
         inst.observer().interposed(&status, library, version);
+        // A process that exits through `exit` ends its rank as exited
+        // (`_exit`, a signal or an abort leave it to the pod: died).
+        nixl_agent_sys::interpose::at_exit(exiting);
         Some(Running {
             recording: status.recording,
             naming: Naming::new(settings.groups.clone()),
@@ -282,6 +285,16 @@ impl Recorder {
             prepped: Mutex::new(HashMap::new()),
         })
     }
+}
+
+/// At `exit`: the rank's file gets its end record, as an instrumented Python
+/// process's does at interpreter exit.
+extern "C" fn exiting() {
+    let _ = catch_unwind(|| {
+        if let Some(r) = crate::recorder().running() {
+            r.inst.end(None);
+        }
+    });
 }
 
 /// Whether this is a Python process whose front-end (the import hook of

@@ -20,8 +20,8 @@ pub mod real;
 
 pub use layout::{BasicDesc, List};
 pub use real::{
-    forks, hand_down, hand_down_process, in_process, python_in_process, quiet, quiet_thread, Verdict, ENV_NIXL_VERSION,
-    PROVEN,
+    at_exit, forks, hand_down, hand_down_process, in_process, python_in_process, quiet, quiet_thread, Verdict,
+    ENV_NIXL_VERSION, PROVEN,
 };
 
 /// The `nixlAgent` methods the interposer exports, with their mangled

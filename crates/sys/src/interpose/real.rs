@@ -307,6 +307,14 @@ pub fn hand_down_process(frameworks: &str, rank: Option<u32>) -> bool {
     unsafe { f(frameworks.as_ptr(), frameworks.len(), rank) != 0 }
 }
 
+/// Runs `f` when the process exits through `exit` (its `atexit` handlers);
+/// not on `_exit`, a signal or an abort.
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // Safety: registers a function of the process's life (the interposer is
+    // never unloaded).
+    unsafe { libc::atexit(f) == 0 }
+}
+
 /// Whether this process runs a Python interpreter.
 pub fn python_in_process() -> bool {
     lookup(libc::RTLD_DEFAULT, "Py_IsInitialized") != 0
