@@ -188,8 +188,11 @@ const ORDERS: [[Who; 3]; 6] = {
     ]
 };
 
-fn verdict(ratio: bool, target: Option<f64>, measured: f64, spread: f64) -> String {
+fn verdict(ratio: bool, target: Option<f64>, measured: f64, spread: f64, samples: usize) -> String {
     let Some(t) = target else { return "–".into() };
+    if samples < 3 {
+        return "too few samples for a spread — not judged".into();
+    }
     let allowed = if ratio { t - 1.0 } else { t };
     let over = if ratio { measured - 1.0 } else { measured };
     if !measured.is_finite() {
@@ -228,7 +231,7 @@ fn make_row(spec: &RowSpec, runs: &[[serde_json::Value; 3]]) -> Row {
         noise_p25: p25,
         noise_p75: p75,
         spread,
-        verdict: verdict(spec.ratio, spec.target, measured, spread),
+        verdict: verdict(spec.ratio, spec.target, measured, spread, runs.len()),
         pairs,
         noise,
     }
@@ -241,7 +244,10 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let (n, reps) = (cfg.regions.to_string(), cfg.reg_reps.to_string());
     let programs: Vec<(&str, Vec<String>)> = vec![
         ("cpp_reg", vec![cpp.clone(), "reg".into(), n.clone(), reps.clone()]),
-        ("cpp_xfer", vec![cpp.clone(), "xfer".into(), cfg.status_reps.to_string()]),
+        (
+            "cpp_xfer",
+            vec![cpp.clone(), "xfer".into(), cfg.status_reps.to_string()],
+        ),
         ("py_reg", vec![python, py, "reg".into(), n, reps]),
     ];
     let mut runs: Vec<Vec<[serde_json::Value; 3]>> = vec![Vec::new(); programs.len()];
@@ -266,14 +272,50 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let warm: Extract = |v| list_median(v, "reg_ns");
     let dereg: Extract = |v| list_median(v, "dereg_ns");
     let cpp_rows = [
-        reg("C++", "cold registerMem (first of the process)", Some(1.02), "cpp.reg_cold", cold),
-        reg("C++", "warm registerMem (median of the process)", Some(1.02), "cpp.reg_warm", warm),
-        reg("C++", "warm deregisterMem (median of the process)", None, "cpp.dereg_warm", dereg),
+        reg(
+            "C++",
+            "cold registerMem (first of the process)",
+            Some(1.02),
+            "cpp.reg_cold",
+            cold,
+        ),
+        reg(
+            "C++",
+            "warm registerMem (median of the process)",
+            Some(1.02),
+            "cpp.reg_warm",
+            warm,
+        ),
+        reg(
+            "C++",
+            "warm deregisterMem (median of the process)",
+            None,
+            "cpp.dereg_warm",
+            dereg,
+        ),
     ];
     let py_rows = [
-        reg("Python", "cold register_memory (first of the process)", Some(1.05), "py.reg_cold", cold),
-        reg("Python", "warm register_memory (median of the process)", Some(1.05), "py.reg_warm", warm),
-        reg("Python", "warm deregister_memory (median of the process)", None, "py.dereg_warm", dereg),
+        reg(
+            "Python",
+            "cold register_memory (first of the process)",
+            Some(1.05),
+            "py.reg_cold",
+            cold,
+        ),
+        reg(
+            "Python",
+            "warm register_memory (median of the process)",
+            Some(1.05),
+            "py.reg_warm",
+            warm,
+        ),
+        reg(
+            "Python",
+            "warm deregister_memory (median of the process)",
+            None,
+            "py.dereg_warm",
+            dereg,
+        ),
     ];
     let xfer_rows = [
         RowSpec {

@@ -8,7 +8,7 @@
 //!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
 //!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle,check,canary,interposer]
-//!            [--interposer-samples 9]
+//!            [--interposer-samples 12]
 //!            [--embed-procs 6]
 //!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only,batched_capi_in_agent]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
@@ -124,7 +124,8 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
             .map(|s| s.to_string())
             .collect(),
         contenders: registration::DEFAULT_CONTENDERS.iter().map(|s| s.to_string()).collect(),
-        interposer_samples: if smoke { 1 } else { 9 },
+        // Twelve: each of the six orders of bare A, instrumented, bare B twice.
+        interposer_samples: if smoke { 1 } else { 12 },
     };
     while let Some(flag) = argv.next() {
         let mut val = || argv.next().unwrap_or_else(|| usage());

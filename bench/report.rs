@@ -501,7 +501,10 @@ fn render_interposer(o: &mut String, x: &crate::interposer::Report) {
             r.verdict
         );
     }
-    let _ = writeln!(o, "\nCommands (bare: the same without `nixl-agent instrument --`; NIXL_AGENT_LISTEN=off):\n");
+    let _ = writeln!(
+        o,
+        "\nCommands (bare: the same without `nixl-agent instrument --`; NIXL_AGENT_LISTEN=off):\n"
+    );
     for c in &x.commands {
         let _ = writeln!(o, "    {c}");
     }
