@@ -340,9 +340,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     rows.extend(xfer_rows.iter().map(|s| make_row(s, &runs[1])));
     rows.extend(cpp_rows.iter().map(|s| make_row(s, &runs[0])));
     rows.extend(py_rows.iter().map(|s| make_row(s, &runs[2])));
+    // Paths relative to the repository, as the docs show them.
+    let root = format!("{}/", repo().display());
     let commands = programs
         .iter()
-        .map(|(_, argv)| format!("{} instrument -- {}", cfg.agent_bin.display(), argv.join(" ")))
+        .map(|(_, argv)| format!("{} instrument -- {}", cfg.agent_bin.display(), argv.join(" ")).replace(&root, ""))
         .collect();
     Ok(Report {
         samples: cfg.samples,
