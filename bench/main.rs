@@ -7,7 +7,8 @@
 //! nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH]
 //!            [--sizes 1,64,1024,4096,16384] [--reps 7] [--warmup 1]
 //!            [--load-secs 10] [--idle-secs 60] [--ttr-reps 5]
-//!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle,check,canary]
+//!            [--sections registration,embedding,transfers,scrape,pod,memory,ttr,idle,check,canary,interposer]
+//!            [--interposer-samples 12]
 //!            [--embed-procs 6]
 //!            [--contenders raw,raw_reverse,agent,agent_novalidate,batched_capi,python[,agent_group_only,batched_capi_in_agent]]
 //! nixl-bench hold-raw --groups COUNTxSIZE[,...]     (internal: a bare nixl-sys process)
@@ -30,6 +31,7 @@ mod capi;
 mod check;
 mod common;
 mod embedding;
+mod interposer;
 mod load;
 mod pod_dir;
 mod procs;
@@ -58,6 +60,7 @@ struct Args {
     embed_procs: usize,
     sections: Vec<String>,
     contenders: Vec<String>,
+    interposer_samples: usize,
 }
 
 const SECTIONS: &[&str] = &[
@@ -71,12 +74,18 @@ const SECTIONS: &[&str] = &[
     "idle",
     "check",
     "canary",
+    "interposer",
 ];
+
+/// Sections a `--smoke` run leaves out unless `--sections` names them: the
+/// interposer's needs the interposer library built beside the agent binary
+/// (scripts/bench.sh builds it in release).
+const NOT_IN_SMOKE: &[&str] = &["interposer"];
 
 fn usage() -> ! {
     eprintln!(
         "usage: nixl-bench [--smoke] [--out PATH] [--agent-bin PATH] [--python PATH] [--sizes N,...] \
-         [--reps K] [--warmup K] [--load-secs S] [--idle-secs S] [--ttr-reps K] [--settle-ms MS] [--sections {}] [--contenders {}]\n       \
+         [--reps K] [--warmup K] [--load-secs S] [--idle-secs S] [--ttr-reps K] [--settle-ms MS] [--interposer-samples K] [--sections {}] [--contenders {}]\n       \
          nixl-bench hold-raw --groups COUNTxSIZE[,...]",
         SECTIONS.join(","),
         registration::CONTENDERS.join(",")
@@ -109,8 +118,14 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
         ttr_reps: if smoke { 1 } else { 5 },
         settle_ms: if smoke { 0 } else { 50 },
         embed_procs: if smoke { 2 } else { 6 },
-        sections: SECTIONS.iter().map(|s| s.to_string()).collect(),
+        sections: SECTIONS
+            .iter()
+            .filter(|s| !(smoke && NOT_IN_SMOKE.contains(s)))
+            .map(|s| s.to_string())
+            .collect(),
         contenders: registration::DEFAULT_CONTENDERS.iter().map(|s| s.to_string()).collect(),
+        // Twelve: each of the six orders of bare A, instrumented, bare B twice.
+        interposer_samples: if smoke { 1 } else { 12 },
     };
     while let Some(flag) = argv.next() {
         let mut val = || argv.next().unwrap_or_else(|| usage());
@@ -127,6 +142,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Args {
             "--ttr-reps" => a.ttr_reps = val().parse().unwrap_or_else(|_| usage()),
             "--settle-ms" => a.settle_ms = val().parse().unwrap_or_else(|_| usage()),
             "--embed-procs" => a.embed_procs = val().parse().unwrap_or_else(|_| usage()),
+            "--interposer-samples" => a.interposer_samples = val().parse().unwrap_or_else(|_| usage()),
             "--sections" => {
                 a.sections = parse_list(&val());
                 if a.sections.iter().any(|s| !SECTIONS.contains(&s.as_str())) {
@@ -247,6 +263,7 @@ fn run(args: &Args) -> Result<bool, String> {
         transfers: None,
         check: None,
         canary: None,
+        interposer: None,
         targets: Vec::new(),
         errors: Vec::new(),
     };
@@ -351,6 +368,27 @@ fn run(args: &Args) -> Result<bool, String> {
         section("canary", &mut |r| {
             let (rounds, warmup, idle) = if args.smoke { (10, 1, 1.0) } else { (100, 3, 5.0) };
             r.canary = Some(check::canary(rounds, warmup, Duration::from_secs_f64(idle))?);
+            Ok(())
+        });
+    }
+    if on("interposer") {
+        section("interposer", &mut |r| {
+            let so = args.agent_bin.with_file_name("libnixl_agent_interpose.so");
+            if !so.is_file() {
+                return Err(format!(
+                    "no interposer at {} (cargo build --release -p nixl-agent-interpose)",
+                    so.display()
+                ));
+            }
+            let cfg = interposer::Config {
+                samples: args.interposer_samples,
+                regions: if args.smoke { 64 } else { 4096 },
+                reg_reps: if args.smoke { 3 } else { 21 },
+                status_reps: if args.smoke { 10_000 } else { 200_000 },
+                agent_bin: args.agent_bin.clone(),
+                python: worker::interpreter(args.python.as_deref()),
+            };
+            r.interposer = Some(interposer::run(&cfg)?);
             Ok(())
         });
     }

@@ -24,6 +24,7 @@ pub struct Results {
     pub transfers: Option<crate::transfers::Report>,
     pub check: Option<crate::check::CheckReport>,
     pub canary: Option<crate::check::CanaryReport>,
+    pub interposer: Option<crate::interposer::Report>,
     pub targets: Vec<Target>,
     /// Sections that could not run, and why.
     pub errors: Vec<String>,
@@ -36,6 +37,10 @@ pub struct Target {
     pub measured: String,
     /// None when the run did not measure it.
     pub met: Option<bool>,
+    /// The status to print when it is not plain met/missed (a row whose
+    /// spread is wider than its target: not judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
 }
 
 fn target(id: &str, what: &str, measured: String, met: Option<bool>) -> Target {
@@ -44,6 +49,7 @@ fn target(id: &str, what: &str, measured: String, met: Option<bool>) -> Target {
         target: what.into(),
         measured,
         met,
+        verdict: None,
     }
 }
 
@@ -379,6 +385,22 @@ pub fn judge(r: &Results) -> Vec<Target> {
             Some(c.pct_at_60s <= 1.0),
         ));
     }
+    if let Some(x) = &r.interposer {
+        for row in x.rows.iter().filter(|r| r.target.is_some()) {
+            let (what, measured) = interposer_target(row);
+            t.push(Target {
+                id: format!("interposer.{}", row.id),
+                target: what,
+                measured,
+                met: match row.verdict.as_str() {
+                    "met" => Some(true),
+                    v if v.starts_with("missed") => Some(false),
+                    _ => None,
+                },
+                verdict: Some(row.verdict.clone()),
+            });
+        }
+    }
     if let Some(idle) = &r.idle_cpu {
         t.push(target(
             "idle_cpu",
@@ -409,6 +431,84 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
         _ => "–".into(),
     }
+}
+
+/// A judged interposer row as a target: what it asks, what was measured.
+fn interposer_target(row: &crate::interposer::Row) -> (String, String) {
+    let t = row.target.unwrap_or(f64::NAN);
+    if row.unit == "ratio" {
+        (
+            format!("{} instrumented ≤ {t:.2}× bare", row.what),
+            format!(
+                "{:.3}× (bare/bare spread {:.3}..{:.3})",
+                row.measured, row.noise_p25, row.noise_p75
+            ),
+        )
+    } else {
+        (
+            format!("{} instrumented ≤ +{t:.0} ns over bare", row.what),
+            format!(
+                "{:+.1} ns (bare/bare spread {:+.1}..{:+.1} ns)",
+                row.measured, row.noise_p25, row.noise_p75
+            ),
+        )
+    }
+}
+
+/// The interposer's table (bench/interposer.rs).
+fn render_interposer(o: &mut String, x: &crate::interposer::Report) {
+    let _ = writeln!(
+        o,
+        "The interposer (plain programs, bare vs `nixl-agent instrument --`, release; {} samples, each three fresh processes \
+         — bare A, instrumented, bare B — in turning order; figure: median over samples of instrumented vs bare A; \
+         spread: 25th..75th percentile of bare B vs bare A, NIXL's own noise):\n",
+        x.samples
+    );
+    let _ = writeln!(
+        o,
+        "| call | bare | instrumented | measured | per-pair min..max | bare/bare spread | target | verdict |"
+    );
+    let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|---:|---|");
+    for r in &x.rows {
+        let (val, range, noise, target) = if r.unit == "ratio" {
+            (
+                format!("{:.3}×", r.measured),
+                format!("{:.3}..{:.3}", r.pair_min, r.pair_max),
+                format!("{:.3}..{:.3}", r.noise_p25, r.noise_p75),
+                r.target.map_or("–".into(), |t| format!("≤ {t:.2}×")),
+            )
+        } else {
+            (
+                format!("{:+.1} ns", r.measured),
+                format!("{:+.0}..{:+.0}", r.pair_min, r.pair_max),
+                format!("{:+.1}..{:+.1}", r.noise_p25, r.noise_p75),
+                r.target.map_or("–".into(), |t| format!("≤ +{t:.0} ns")),
+            )
+        };
+        let ns = |v: f64| {
+            if r.unit == "ratio" {
+                format!("{} ms", f(v / 1e6))
+            } else {
+                format!("{} ns", f(v))
+            }
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {val} | {range} | {noise} | {target} | {} |",
+            r.what,
+            ns(r.bare_ns),
+            ns(r.instrumented_ns),
+            r.verdict
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nCommands (bare: the same without `nixl-agent instrument --`; NIXL_AGENT_LISTEN=off):\n"
+    );
+    for c in &x.commands {
+        let _ = writeln!(o, "    {c}");
+    }
+    o.push('\n');
 }
 
 /// The tables, as Markdown.
@@ -803,14 +903,18 @@ pub fn render(r: &Results) -> String {
             f(c.idle_cpu_ms)
         );
     }
+    if let Some(x) = &r.interposer {
+        render_interposer(&mut o, x);
+    }
     if !r.targets.is_empty() {
         let _ = writeln!(o, "| target | measured | status |");
         let _ = writeln!(o, "|---|---|---|");
         for t in &r.targets {
-            let status = match t.met {
-                Some(true) => "met",
-                Some(false) => "missed",
-                None => "not measured",
+            let status = match (&t.verdict, t.met) {
+                (Some(v), _) => v.as_str(),
+                (None, Some(true)) => "met",
+                (None, Some(false)) => "missed",
+                (None, None) => "not measured",
             };
             let _ = writeln!(o, "| {} | {} | {status} |", t.target, t.measured);
         }

@@ -46,8 +46,11 @@ case "$mode" in
     smoke)
         shift
         setup
-        log "cargo build --release --bin nixl-agent --example nixl-bench"
+        log "cargo build --release --bin nixl-agent --example nixl-bench; -p nixl-agent-interpose"
         (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
+# The interposer's section runs `nixl-agent instrument --`, which preloads the
+# release cdylib beside the binary.
+(cd "$ROOT" && "$CARGO" build --release --quiet -p nixl-agent-interpose)
         exec "$ROOT/target/release/examples/nixl-bench" --smoke \
             --agent-bin "$ROOT/target/release/nixl-agent" \
             --out "${TMPDIR:-/tmp}/nixl-bench-smoke.json" "$@"
@@ -62,8 +65,11 @@ case "$mode" in
 esac
 
 setup
-log "cargo build --release --bin nixl-agent --example nixl-bench"
+log "cargo build --release --bin nixl-agent --example nixl-bench; -p nixl-agent-interpose"
 (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
+# The interposer's section runs `nixl-agent instrument --`, which preloads the
+# release cdylib beside the binary.
+(cd "$ROOT" && "$CARGO" build --release --quiet -p nixl-agent-interpose)
 mkdir -p "$ROOT/bench/results"
 name="${NIXL_BENCH_NAME:-latest}"
 case "$name" in

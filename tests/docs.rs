@@ -167,6 +167,17 @@ fn benchmark_block_is_the_committed_bench_output() {
     assert_block_is("docs/performance.md", "bench/results/latest.md", "make bench");
 }
 
+/// The interposer's figures in docs/performance.md are the committed output
+/// of its section of `make bench`.
+#[test]
+fn interposer_block_is_the_committed_bench_output() {
+    assert_block_is(
+        "docs/performance.md",
+        "bench/results/interposer.md",
+        "NIXL_BENCH_NAME=interposer make bench ARGS='--sections interposer'",
+    );
+}
+
 /// The Python benchmark figures in docs/python.md are the committed output of
 /// `make bench-python`.
 #[test]
