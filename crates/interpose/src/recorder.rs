@@ -65,10 +65,51 @@ struct Running {
     naming: Naming,
     /// NIXL agent object → its identity in the recording.
     agents: RwLock<HashMap<usize, AgentId>>,
-    /// NIXL request → the serial the recording knows it by.
-    requests: Mutex<HashMap<usize, u64>>,
+    /// NIXL request → the serial the recording knows it by, and whether
+    /// its last posting was seen to end.
+    requests: Mutex<HashMap<usize, Arc<Request>, Pointers>>,
     /// Prepared descriptor lists: NIXL's handle → what they describe.
     prepped: Mutex<HashMap<usize, Prepped>>,
+}
+
+/// A request NIXL made, as the recording knows it.
+pub struct Request {
+    serial: u64,
+    /// Set by the call that saw the posting end, cleared by a post: the
+    /// post's end marks it without taking the map's lock again.
+    ended: std::sync::atomic::AtomicBool,
+}
+
+/// Hashing NIXL's pointers: distinct by construction, so the post and poll
+/// path hashes with one multiply (no SipHash).
+#[derive(Default, Clone, Copy)]
+struct Pointers;
+
+impl std::hash::BuildHasher for Pointers {
+    type Hasher = PointerHasher;
+
+    fn build_hasher(&self) -> PointerHasher {
+        PointerHasher(0)
+    }
+}
+
+#[derive(Default)]
+struct PointerHasher(u64);
+
+impl std::hash::Hasher for PointerHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 ^ (n as u64 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 /// A list `prepXferDlist` prepared: its peer, memory type and each
@@ -106,9 +147,8 @@ pub enum Token {
         _mark: CallMark,
     },
     Post {
-        serial: u64,
-        t0: Instant,
-        _mark: CallMark,
+        request: Arc<Request>,
+        mark: CallMark,
     },
     Status {
         req: usize,
@@ -281,7 +321,7 @@ impl Recorder {
             naming: Naming::new(settings.groups.clone()),
             inst,
             agents: RwLock::new(HashMap::new()),
-            requests: Mutex::new(HashMap::new()),
+            requests: Mutex::new(HashMap::with_hasher(Pointers)),
             prepped: Mutex::new(HashMap::new()),
         })
     }
@@ -364,6 +404,14 @@ impl Running {
             .copied()
     }
 
+    /// Marks `req`'s posting ended: its serial the first time, `None` after
+    /// (or for a request the recording does not know).
+    fn ended(&self, req: usize) -> Option<u64> {
+        let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        let r = requests.get(&req)?;
+        (!r.ended.swap(true, Ordering::Relaxed)).then_some(r.serial)
+    }
+
     fn regions(list: &List<'_>) -> Vec<Region> {
         list.iter()
             .map(|d| Region::new(d.addr, d.len, u32::try_from(d.dev).unwrap_or(u32::MAX)))
@@ -371,10 +419,32 @@ impl Running {
     }
 
     fn begin(&self, this: usize, facts: &Facts<'_>) -> Token {
+        // The data path's calls name a request, never need the agent: they
+        // look up nothing more than the request.
         match facts {
             Facts::AgentNew { name } => return Token::Agent { name: name.to_string() },
             // The poll loop's call: nothing to look up before NIXL answers.
             Facts::Status { req } => return Token::Status { req: *req },
+            Facts::Release { req } => return Token::Release { req: *req },
+            Facts::Post { req } => {
+                let request = self
+                    .requests
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(req)
+                    .cloned();
+                return match request {
+                    // The mark's clock is the post's: one read.
+                    Some(request) => {
+                        request.ended.store(false, Ordering::Relaxed);
+                        Token::Post {
+                            request,
+                            mark: self.observer().call_started(CallKind::PostXfer),
+                        }
+                    }
+                    None => Token::None,
+                };
+            }
             _ => {}
         }
         let Some(agent) = self.agent(this) else {
@@ -485,24 +555,7 @@ impl Running {
                     _mark: obs.call_started(CallKind::CreateXfer),
                 }
             }
-            Facts::Post { req } => {
-                let serial = self
-                    .requests
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&req)
-                    .copied();
-                match serial {
-                    Some(serial) => Token::Post {
-                        serial,
-                        t0: Instant::now(),
-                        _mark: obs.call_started(CallKind::PostXfer),
-                    },
-                    None => Token::None,
-                }
-            }
-            Facts::Status { .. } => Token::None,
-            Facts::Release { req } => Token::Release { req },
+            Facts::Post { .. } | Facts::Status { .. } | Facts::Release { .. } => Token::None,
             Facts::LoadMd => Token::Peer {
                 agent,
                 op: PeerOp::Add,
@@ -586,10 +639,13 @@ impl Running {
                 } = *transfer;
                 if ok && out.handle != 0 {
                     let serial = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-                    self.requests
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(out.handle, serial);
+                    self.requests.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                        out.handle,
+                        Arc::new(Request {
+                            serial,
+                            ended: std::sync::atomic::AtomicBool::new(false),
+                        }),
+                    );
                     obs.transfer_created(&Transfer {
                         agent,
                         handle: serial,
@@ -605,26 +661,26 @@ impl Running {
                     obs.transfer_create_failed(agent, op, &peer, &failure(st, true));
                 }
             }
-            Token::Post { serial, t0, _mark } => {
-                drop(_mark);
+            Token::Post { request, mark } => {
+                let t0 = mark.started();
+                drop(mark);
                 let poll = match st {
                     status::IN_PROG => XferPoll::InProgress,
                     status::SUCCESS => XferPoll::Done,
                     _ => XferPoll::Failed(failure(st, true)),
                 };
-                obs.transfer_posted(serial, t0, &poll);
+                if !matches!(poll, XferPoll::InProgress) {
+                    request.ended.store(true, Ordering::Relaxed);
+                }
+                obs.transfer_posted(request.serial, t0, &poll);
             }
             Token::Status { req } => {
                 if st == status::IN_PROG {
                     return;
                 }
-                let serial = self
-                    .requests
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&req)
-                    .copied();
-                if let Some(serial) = serial {
+                // Only the first poll that sees the posting end counts: a
+                // loop that polls a done request again records nothing.
+                if let Some(serial) = self.ended(req) {
                     let poll = if ok {
                         XferPoll::Done
                     } else {
@@ -638,8 +694,8 @@ impl Running {
                     return;
                 }
                 let serial = self.requests.lock().unwrap_or_else(|e| e.into_inner()).remove(&req);
-                if let Some(serial) = serial {
-                    obs.transfer_released(serial);
+                if let Some(r) = serial {
+                    obs.transfer_released(r.serial);
                 }
             }
             Token::Prep { peer, mem, lens } => {

@@ -303,16 +303,18 @@ impl Transfers {
             self.ended(s, handle, at, XferEnd::Done, None, false, "post");
         }
         self.counts.ops[moves.op.index()].in_flight += 1;
-        self.flights.insert(
-            handle,
-            Flight {
-                moves,
-                posted: at,
-                stalled: false,
-            },
-        );
-        if let Some((end_at, end)) = ended {
-            self.ended(s, handle, end_at, end, None, sampled, "post");
+        let flight = Flight {
+            moves,
+            posted: at,
+            stalled: false,
+        };
+        match ended {
+            // Done (or failed) within the call: never in flight between
+            // events, so never in the table.
+            Some((end_at, end)) => self.finish(s, flight, end_at, end, None, sampled, "post"),
+            None => {
+                self.flights.insert(handle, flight);
+            }
         }
         true
     }
@@ -333,6 +335,22 @@ impl Transfers {
         let Some(flight) = self.flights.remove(&handle) else {
             return false;
         };
+        self.finish(s, flight, at, end, measured, sampled, stage);
+        true
+    }
+
+    /// A flight that ended (taken from the table, or never in it).
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &mut self,
+        s: &mut Rows,
+        flight: Flight,
+        at: Instant,
+        end: XferEnd<'_>,
+        measured: Option<Duration>,
+        sampled: bool,
+        stage: &'static str,
+    ) {
         let m = flight.moves;
         let c = &mut self.counts.ops[m.op.index()];
         c.in_flight = c.in_flight.saturating_sub(1);
@@ -368,7 +386,6 @@ impl Transfers {
                 peers::ended_with_peer(s, m.agent, &m.peer, outcome, m.bytes, unix);
             }
         }
-        true
     }
 
     /// `handle` released: a flight still open ends as released in flight.
