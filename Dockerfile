@@ -17,7 +17,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin nixl-agent \
- && cargo build --release --locked -p nixl-agent-interpose
+ && cargo build --release --locked -p nixl-agent-interpose \
+ && strip --strip-debug target/release/libnixl_agent_interpose.so
 
 # 2. The nixl_agent_instrument wheel for the stage's python3 (Debian
 #    bookworm: CPython 3.11; one wheel per CPython version, `make wheels`
