@@ -566,3 +566,29 @@ fn a_cpp_process_that_dies_of_the_seed_failure_leaves_it_on_the_sidecar() {
         1.0
     );
 }
+
+/// The lifecycle's batched registration rests on the same proven list as
+/// the interposer's gate: on a NIXL version outside it (here stated with
+/// `NIXL_AGENT_NIXL_VERSION`), the binary registers its plan one region a
+/// call through nixl-sys, says so, and is ready on real NIXL all the same.
+#[test]
+fn the_lifecycle_registers_one_region_a_call_on_an_unproven_version() {
+    let mut agent = support::AgentProcess::spawn(support::Spawn {
+        env: &[("NIXL_AGENT_NIXL_VERSION", "1.6.0")],
+        ..Default::default()
+    });
+    agent.wait_ready(WITHIN);
+    assert_eq!(
+        agent
+            .events("this NIXL version's handling of descriptor lists is not proven: registering one region a call")
+            .len(),
+        1,
+        "{:?}",
+        agent.log()
+    );
+    let s = agent.scrape();
+    assert!(s.metric("nixl_agent_registration_attempts_total").sum() >= 1.0);
+    assert_eq!(s.metric("nixl_agent_registration_failures_total").sum(), 0.0);
+    agent.signal("TERM");
+    assert!(agent.wait_exit(WITHIN).success());
+}

@@ -630,3 +630,16 @@ impl Drop for Registered {
         let _ = self.deregister();
     }
 }
+
+#[cfg(test)]
+mod proven_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_listed_versions_are_proven() {
+        assert!(proven(Some("1.5.1")));
+        assert!(!proven(Some("1.6.0")));
+        assert!(!proven(Some("1.5")));
+        assert!(!proven(None));
+    }
+}

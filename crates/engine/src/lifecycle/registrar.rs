@@ -204,6 +204,11 @@ impl Registrar for NixlRegistrar {
                 capi::version_of(self.loaded.as_ref().ok().and_then(|l| l.discovery.version.as_deref())).as_deref(),
             ) =>
             {
+                tracing::warn!(
+                    target: crate::event::LOG_TARGET,
+                    proven = capi::PROVEN.join(","),
+                    "this NIXL version's handling of descriptor lists is not proven: registering one region a call"
+                );
                 let cfg = nixl_sys::AgentConfig {
                     enable_prog_thread: false,
                     ..nixl_sys::AgentConfig::default()
