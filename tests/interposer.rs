@@ -132,6 +132,12 @@ fn ok_is_counted_and_unchanged(lang: &str, calls: f64) {
     let st = support::status_document(h.addr);
     let own = support::own_status(&st);
     assert_eq!(own["nixl"]["interposer"]["recording"], true, "{lang}: {own}");
+    // B's notification from A, by peer (what getNotifs added to the map).
+    let from_a = own["transfers"]["peers"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "A"))
+        .unwrap_or_else(|| panic!("{lang}: no peer A: {own}"));
+    assert_eq!(from_a["notifications_received"], 1, "{lang}: {from_a}");
     let inst = h.finish();
     assert_eq!(inst.status.code(), bare.status.code(), "{lang}: exit code");
     assert_eq!(text(&inst.stdout), text(&bare.stdout), "{lang}: stdout");

@@ -172,10 +172,11 @@ pub enum Token {
     },
     Notify {
         agent: AgentId,
+        peer: String,
+        heartbeat: bool,
     },
     Notifs {
         agent: AgentId,
-        before: u64,
     },
 }
 
@@ -290,7 +291,10 @@ impl Recorder {
                 } else {
                     ""
                 };
-                eprintln!("{SAID_BY}: not recording NIXL calls: {why}{instead}");
+                // Said once for a process and the children it forks.
+                if nixl_agent_sys::interpose::forks() == 0 {
+                    eprintln!("{SAID_BY}: not recording NIXL calls: {why}{instead}");
+                }
                 let status = InterposerStatus {
                     recording: false,
                     refused: Some(why.clone()),
@@ -580,8 +584,12 @@ impl Running {
                 peer: peer.to_string(),
                 _mark: Some(obs.call_started(CallKind::FetchMetadata)),
             },
-            Facts::Notify { .. } => Token::Notify { agent },
-            Facts::GetNotifs { before } => Token::Notifs { agent, before },
+            Facts::Notify { peer, message } => Token::Notify {
+                agent,
+                peer: peer.to_string(),
+                heartbeat: nixl_agent_instrument::is_heartbeat(message),
+            },
+            Facts::GetNotifs => Token::Notifs { agent },
         }
     }
 
@@ -716,19 +724,30 @@ impl Running {
                 let peer = if op == PeerOp::Add { out.name } else { &peer };
                 obs.peer(agent, op, peer, (!ok).then(|| failure(st, true)).as_ref());
             }
-            Token::Notify { agent } => {
-                obs.notified(
-                    agent,
-                    NotifDirection::Send,
-                    u64::from(ok),
-                    (!ok).then(|| failure(st, true)).as_ref(),
-                );
+            Token::Notify { agent, peer, heartbeat } => {
+                if ok {
+                    obs.notified_peer(agent, NotifDirection::Send, &peer, 1, u64::from(heartbeat));
+                } else {
+                    obs.notified(agent, NotifDirection::Send, 0, Some(&failure(st, true)));
+                }
             }
-            Token::Notifs { agent, before } => {
+            Token::Notifs { agent } => {
                 if !ok {
                     obs.notified(agent, NotifDirection::Receive, 0, Some(&failure(st, true)));
-                } else if out.count > before {
-                    obs.notified(agent, NotifDirection::Receive, out.count - before, None);
+                    return;
+                }
+                for (peer, messages) in out.fresh {
+                    let beats = messages
+                        .iter()
+                        .filter(|m| nixl_agent_instrument::is_heartbeat(m))
+                        .count();
+                    obs.notified_peer(
+                        agent,
+                        NotifDirection::Receive,
+                        peer,
+                        messages.len() as u64,
+                        beats as u64,
+                    );
                 }
             }
         }

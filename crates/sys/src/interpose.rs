@@ -224,13 +224,13 @@ pub enum Facts<'a> {
     Fetch {
         peer: &'a str,
     },
+    /// `genNotif`: the peer and the message.
     Notify {
         peer: &'a str,
+        message: &'a [u8],
     },
-    /// Out: `count`, messages in the map after the call; `before` before.
-    GetNotifs {
-        before: u64,
-    },
+    /// `getNotifs`. Out: `fresh`, what the call added to the map.
+    GetNotifs,
 }
 
 /// What a hooked call handed back besides its status.
@@ -238,7 +238,8 @@ pub enum Facts<'a> {
 pub struct Out<'a> {
     pub handle: usize,
     pub name: &'a str,
-    pub count: u64,
+    /// `getNotifs`: each peer's messages the call added, in order.
+    pub fresh: &'a [(String, Vec<Vec<u8>>)],
 }
 
 /// Who records the calls. Implementations never panic out and never call

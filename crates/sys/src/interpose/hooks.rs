@@ -483,17 +483,25 @@ pub unsafe fn gen_notif<S: Sink>(sink: &S, this: Ptr, peer: CPtr, msg: CPtr, opt
         // Safety: the caller's arguments, untouched.
         return unsafe { f(this, peer, msg, opt) };
     };
-    // Safety: the caller's string, live for the call.
-    let p = unsafe { layout::string(peer) };
-    let t = begin(sink, this, &Facts::Notify { peer: &p });
+    // Safety: the caller's strings, live for the call.
+    let (p, m) = unsafe { (layout::string(peer), layout::string(msg)) };
+    let t = begin(
+        sink,
+        this,
+        &Facts::Notify {
+            peer: &p,
+            message: m.as_bytes(),
+        },
+    );
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, peer, msg, opt) };
     end(sink, t, st, &Out::default());
     st
 }
 
-/// `getNotifs(nixl_notifs_t&, opt)`: the messages in the map before and
-/// after (libstdc++'s `unordered_map<string, vector<string>>`).
+/// `getNotifs(nixl_notifs_t&, opt)`: what the call added to the map
+/// (libstdc++'s `unordered_map<string, vector<string>>`, read by
+/// `layout::notifs_since`).
 ///
 /// # Safety
 /// See the module.
@@ -507,48 +515,20 @@ pub unsafe fn get_notifs<S: Sink>(sink: &S, this: Ptr, map: Ptr, opt: CPtr) -> c
         return unsafe { f(this, map, opt) };
     };
     // Safety: the caller's map, live for the call.
-    let before = unsafe { messages(map) };
-    let t = begin(sink, this, &Facts::GetNotifs { before });
+    let before = unsafe { layout::notif_counts(map) };
+    let t = begin(sink, this, &Facts::GetNotifs);
     // Safety: the caller's arguments, untouched.
     let st = unsafe { f(this, map, opt) };
     // Safety: as above.
-    let count = unsafe { messages(map) };
+    let fresh = unsafe { layout::notifs_since(map, &before) };
     end(
         sink,
         t,
         st,
         &Out {
-            count,
+            fresh: &fresh,
             ..Out::default()
         },
     );
     st
-}
-
-/// Messages in a `nixl_notifs_t`: libstdc++'s hashtable keeps its nodes in
-/// one list from `_M_before_begin` (at 16); a node is its next pointer,
-/// then the pair (a 32-byte key string, then the vector of 32-byte
-/// strings).
-///
-/// # Safety
-/// `map` is null or a live `nixl_notifs_t`.
-unsafe fn messages(map: CPtr) -> u64 {
-    if map.is_null() {
-        return 0;
-    }
-    let mut total = 0u64;
-    // Safety: the first node pointer at 16, then each node's next at 0 and
-    // its vector's begin/end at 40/48, all of the live map.
-    unsafe {
-        let mut node = map.cast::<u8>().add(16).cast::<*const u8>().read();
-        let mut seen = 0;
-        while !node.is_null() && seen < 1 << 20 {
-            let begin = node.add(40).cast::<usize>().read();
-            let end = node.add(48).cast::<usize>().read();
-            total += (end.saturating_sub(begin) / 32) as u64;
-            node = node.cast::<*const u8>().read();
-            seen += 1;
-        }
-    }
-    total
 }

@@ -306,3 +306,80 @@ pub(super) unsafe fn self_test(b: &Builders) -> Result<(), String> {
         None => Err("a descriptor list NIXL built does not read as a vector of 56-byte descriptors".into()),
     }
 }
+
+/// A `std::string`'s bytes (C++11 ABI).
+///
+/// # Safety
+/// `s` points to a live `std::string` for `'a`.
+unsafe fn bytes<'a>(s: *const u8) -> &'a [u8] {
+    // Safety: data pointer at 0, length at 8, live for the call.
+    let (data, len) = unsafe { (s.cast::<*const u8>().read(), s.cast::<usize>().add(1).read()) };
+    if data.is_null() || len == 0 {
+        return &[];
+    }
+    // Safety: the string's `len` bytes at `data`.
+    unsafe { std::slice::from_raw_parts(data, len) }
+}
+
+/// The nodes of a `nixl_notifs_t` (libstdc++'s `unordered_map<string,
+/// vector<string>>`): its first node at 16 (`_M_before_begin`), each node
+/// its next pointer, then the key (a 32-byte string) and the vector's
+/// begin/end at 40/48, each message a 32-byte string.
+///
+/// # Safety
+/// `map` is null or a live `nixl_notifs_t` for `'a`.
+unsafe fn notif_nodes<'a>(map: *const c_void, mut each: impl FnMut(&'a [u8], &'a [[u8; 32]])) {
+    if map.is_null() {
+        return;
+    }
+    // Safety: the live map's node list, bounded against a corrupt one.
+    unsafe {
+        let mut node = map.cast::<u8>().add(16).cast::<*const u8>().read();
+        let mut seen = 0;
+        while !node.is_null() && seen < 1 << 20 {
+            let key = bytes(node.add(8));
+            let begin = node.add(40).cast::<*const [u8; 32]>().read();
+            let end = node.add(48).cast::<*const [u8; 32]>().read();
+            let n = (end as usize).saturating_sub(begin as usize) / 32;
+            let messages = if n == 0 || begin.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(begin, n)
+            };
+            each(key, messages);
+            node = node.cast::<*const u8>().read();
+            seen += 1;
+        }
+    }
+}
+
+/// How many messages each peer has in the map.
+///
+/// # Safety
+/// As for [`notif_nodes`].
+pub unsafe fn notif_counts(map: *const c_void) -> Vec<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    // Safety: as the caller promises.
+    unsafe { notif_nodes(map, |key, messages| out.push((key.to_vec(), messages.len()))) };
+    out
+}
+
+/// The messages each peer has beyond what `before` counted (a call appends
+/// to a peer's list), copied.
+///
+/// # Safety
+/// As for [`notif_nodes`].
+pub unsafe fn notifs_since(map: *const c_void, before: &[(Vec<u8>, usize)]) -> Vec<(String, Vec<Vec<u8>>)> {
+    let mut out = Vec::new();
+    // Safety: as the caller promises; each message a live string of the map.
+    unsafe {
+        notif_nodes(map, |key, messages| {
+            let had = before.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n);
+            if messages.len() > had {
+                let fresh = messages[had..].iter().map(|m| bytes(m.as_ptr()).to_vec()).collect();
+                out.push((String::from_utf8_lossy(key).into_owned(), fresh));
+            }
+        })
+    };
+    out
+}
