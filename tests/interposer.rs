@@ -598,3 +598,62 @@ fn the_lifecycle_registers_one_region_a_call_on_an_unproven_version() {
     agent.signal("TERM");
     assert!(agent.wait_exit(WITHIN).success());
 }
+
+/// A C++ exception NIXL throws (the agent's constructor, when its metadata
+/// listener cannot bind its port) passes through the interposer's hooks
+/// unchanged: Python gets the same `RuntimeError` as bare, and the process
+/// goes on recording its next agent's calls.
+#[test]
+fn a_nixl_exception_passes_through_unchanged_and_recording_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("throws.py");
+    std::fs::write(
+        &script,
+        r#"import os, socket, sys
+import numpy as np
+import nixl_cu12._bindings as b
+from nixl._api import nixl_agent, nixl_agent_config
+taken = socket.socket()
+taken.bind(("127.0.0.1", 0))
+taken.listen()
+try:
+    b.nixlAgent("listener", b.nixlAgentConfig(False, True, taken.getsockname()[1]))
+    print("made")
+except Exception as e:
+    print("raised", type(e).__name__, e)
+a = nixl_agent("after", nixl_agent_config(backends=["UCX"]))
+buf = np.zeros(4096, dtype=np.uint8)
+a.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+print("registered", flush=True)
+if os.environ.get("HOLD_BEFORE_EXIT") == "1":
+    sys.stdin.readline()
+"#,
+    )
+    .unwrap();
+    let argv: Vec<std::ffi::OsString> = vec![support::python().into(), script.clone().into()];
+    let mut bare = std::process::Command::new(&argv[0]);
+    bare.args(&argv[1..]);
+    support::programs::plain_env(&mut bare);
+    let bare = support::output_within(&mut bare, WITHIN, "the bare script");
+    assert!(
+        text(&bare.stdout).contains("raised RuntimeError"),
+        "{}",
+        text(&bare.stdout)
+    );
+    let h = Held::start_argv(&argv, &[]);
+    let s = h.scrape_when("the next agent's registration counted", |s| {
+        s.metric("nixl_agent_registration_attempts_total").sum() == 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_failures_total").sum(), 0.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), bare.status.code());
+    // NIXL's own Python log lines carry the clock (`2026-… NIXL INFO …`).
+    let said = |b: &[u8]| -> Vec<String> {
+        text(b)
+            .lines()
+            .filter(|l| !l.starts_with("20"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(said(&inst.stdout), said(&bare.stdout));
+}
