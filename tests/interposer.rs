@@ -657,3 +657,27 @@ if os.environ.get("HOLD_BEFORE_EXIT") == "1":
     };
     assert_eq!(said(&inst.stdout), said(&bare.stdout));
 }
+
+/// The symbol table and the gate name the same methods: every method the
+/// gate requires of libnixl.so (`Sym::ALL`) is exported by the interposer
+/// under that exact name, and nothing else of NIXL's is.
+#[test]
+fn the_interposer_exports_exactly_the_methods_the_gate_checks() {
+    let so = support::programs::interposer();
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let exported: std::collections::BTreeSet<String> = text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
+        .filter(|s| s.contains("nixlAgent"))
+        .collect();
+    let wanted: std::collections::BTreeSet<String> = nixl_agent_sys::interpose::Sym::ALL
+        .iter()
+        .map(|s| s.mangled().to_string())
+        .collect();
+    assert_eq!(exported, wanted);
+}
