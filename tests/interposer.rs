@@ -681,3 +681,61 @@ fn the_interposer_exports_exactly_the_methods_the_gate_checks() {
         .collect();
     assert_eq!(exported, wanted);
 }
+
+/// A registration that raises before it reaches NIXL's `registerMem` (bad
+/// arguments) hands no name down to the next registration of its thread
+/// that bypasses the wrapper (native code on NIXL's C++ API, here NIXL's
+/// own bindings): that one is named by the interposer's rules (`dram`),
+/// not the failed call's `aux`.
+#[test]
+fn a_name_handed_down_for_a_call_that_never_reached_nixl_names_no_later_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("stale.py");
+    std::fs::write(
+        &script,
+        r#"import os, sys
+import numpy as np
+from nixl._api import nixl_agent, nixl_agent_config
+a = nixl_agent("A", nixl_agent_config(backends=["UCX"]))
+aux_buffers = object()
+try:
+    a.register_memory(aux_buffers, "DRAM")
+except Exception as e:
+    print("raised", type(e).__name__)
+buf = np.zeros(4096, dtype=np.uint8)
+descs = a.get_reg_descs([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
+a.agent.registerMem(descs, [])
+print("registered", flush=True)
+if os.environ.get("HOLD_BEFORE_EXIT") == "1":
+    sys.stdin.readline()
+"#,
+    )
+    .unwrap();
+    let argv: Vec<std::ffi::OsString> = vec![support::python().into(), script.into()];
+    let h = Held::start_argv(&argv, &[("NIXL_AGENT_INSTRUMENT", "1")]);
+    let s = h.scrape_when("the second registration counted", |s| {
+        s.metric("nixl_agent_registration_attempts_total").sum() >= 1.0
+    });
+    let groups: Vec<String> = s
+        .metric("nixl_agent_registration_attempts_total")
+        .samples()
+        .iter()
+        .map(|m| format!("{:?}", m.labels))
+        .collect();
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "aux")
+            .sum(),
+        0.0,
+        "{groups:?}"
+    );
+    assert_eq!(
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", "dram")
+            .sum(),
+        1.0,
+        "{groups:?}"
+    );
+    let out = h.finish();
+    assert!(text(&out.stdout).contains("raised"), "{}", text(&out.stdout));
+}

@@ -320,11 +320,21 @@ def hand_down_class(cls):
 
     @functools.wraps(register_memory)
     def register_memory_(self, *args, **kwargs):
+        handed = False
         try:
-            _native.hand_down(_site.facts(sys._getframe(1), args, kwargs))
+            handed = _native.hand_down(_site.facts(sys._getframe(1), args, kwargs))
         except Exception as e:
             _hook_failed("register_memory", e)
-        return register_memory(self, *args, **kwargs)
+        try:
+            return register_memory(self, *args, **kwargs)
+        finally:
+            # A call that raised before NIXL's registerMem leaves no name
+            # behind for a later one.
+            if handed:
+                try:
+                    _native.hand_down_done()
+                except Exception:
+                    pass
 
     cls.__init__ = __init__
     cls.register_memory = register_memory_

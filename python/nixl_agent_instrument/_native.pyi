@@ -29,6 +29,7 @@ __all__ = [
     "register",
     "deregister",
     "hand_down",
+    "hand_down_done",
     "hand_down_process",
     "interposer",
     "clock_base",
@@ -89,6 +90,7 @@ def deregister(
 # `hand_down` gives it the group `site` names for this thread's next call.
 def interposer() -> Union[bool, str, None]: ...
 def hand_down(site: _Site) -> bool: ...
+def hand_down_done() -> None: ...
 def hand_down_process(frameworks: list[str], rank_hint: Optional[int] = None) -> bool: ...
 
 # The data path (python/nixl_agent_instrument/_xfer.py): each is handed what

@@ -160,7 +160,8 @@ extern "C-unwind" fn get_notifs(this: Ptr, map: Ptr, opt: CPtr) -> c_int {
 
 /// The group and kind (UTF-8, not NUL-terminated) of this thread's next
 /// registration call, handed down by a front-end that knows them (the
-/// Python extension: the framework's own names). 1 when taken.
+/// Python extension: the framework's own names). 1 when taken. An empty
+/// group takes back what was handed down.
 #[unsafe(no_mangle)]
 extern "C" fn nixl_agent_interposer_hand_down(
     group: *const u8,

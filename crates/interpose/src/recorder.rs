@@ -16,7 +16,7 @@ use nixl_agent_core::model::{
 };
 use nixl_agent_engine::observe::{Call, CallMark, Observer, Outcome, Pending, Transfer, XferPoll};
 use nixl_agent_instrument::{Instrumentation, Settings};
-use nixl_agent_sys::interpose::{status, Facts, List, Out, Sink, Verdict};
+use nixl_agent_sys::interpose::{status, BasicDesc, Facts, List, Out, Sink, Verdict};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -345,7 +345,7 @@ extern "C" fn exiting() {
 /// `nixl_agent_instrument`) is on: `NIXL_AGENT_INSTRUMENT` on, or its
 /// launcher's bootstrap on PYTHONPATH and the variable not off.
 fn python_front_end_on() -> bool {
-    use nixl_agent_instrument::ENV_INSTRUMENT;
+    use nixl_agent_instrument::{ENV_INSTRUMENT, INSTRUMENT_WORDS};
     if !nixl_agent_sys::interpose::python_in_process() {
         return false;
     }
@@ -353,8 +353,10 @@ fn python_front_end_on() -> bool {
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase();
+    // The words' first half says on, the second off.
+    let (on, off) = INSTRUMENT_WORDS.split_at(INSTRUMENT_WORDS.len() / 2);
     let launched = std::env::var("PYTHONPATH").is_ok_and(|p| p.contains("nixl_agent_instrument"));
-    matches!(v.as_str(), "1" | "on" | "true") || (launched && !matches!(v.as_str(), "0" | "off" | "false"))
+    on.contains(&v.as_str()) || (launched && !off.contains(&v.as_str()))
 }
 
 thread_local! {
@@ -383,8 +385,14 @@ pub fn hand_down_process(frameworks: &[u8], rank: Option<u32>) -> bool {
 }
 
 /// Takes a front-end's names for this thread's next registration call;
-/// `false` for words that are not UTF-8 or cannot be labels.
+/// `false` for words that are not UTF-8 or cannot be labels. An empty group
+/// takes back what was handed down (the front-end's call is over, whether
+/// or not it reached NIXL).
 pub fn hand_down(group: &[u8], kind: &[u8]) -> bool {
+    if group.is_empty() {
+        HANDED_DOWN.with(|h| h.borrow_mut().take());
+        return true;
+    }
     let (Ok(group), Ok(kind)) = (std::str::from_utf8(group), std::str::from_utf8(kind)) else {
         return false;
     };
@@ -416,13 +424,21 @@ impl Running {
         (!r.ended.swap(true, Ordering::Relaxed)).then_some(r.serial)
     }
 
+    fn region(d: BasicDesc) -> Region {
+        Region::new(d.addr, d.len, u32::try_from(d.dev).unwrap_or(u32::MAX))
+    }
+
     fn regions(list: &List<'_>) -> Vec<Region> {
-        list.iter()
-            .map(|d| Region::new(d.addr, d.len, u32::try_from(d.dev).unwrap_or(u32::MAX)))
-            .collect()
+        list.iter().map(Self::region).collect()
     }
 
     fn begin(&self, this: usize, facts: &Facts<'_>) -> Token {
+        // What was handed down names this registration call and no later
+        // one, recorded or not (a list that does not read, a file's memory).
+        let handed = match facts {
+            Facts::Register { .. } => HANDED_DOWN.with(|h| h.borrow_mut().take()),
+            _ => None,
+        };
         // The data path's calls name a request, never need the agent: they
         // look up nothing more than the request.
         match facts {
@@ -474,9 +490,7 @@ impl Running {
                 };
                 let regions = Self::regions(&list);
                 let device = obs.device_of(mem, &regions);
-                let (group, kind) = HANDED_DOWN
-                    .with(|h| h.borrow_mut().take())
-                    .unwrap_or_else(|| self.naming.next(mem, device));
+                let (group, kind) = handed.unwrap_or_else(|| self.naming.next(mem, device));
                 let mut r = Box::new(Registration {
                     agent,
                     group,
@@ -499,7 +513,7 @@ impl Running {
                 let Some(first) = list.get(0) else { return Token::None };
                 Token::Deregister {
                     agent,
-                    first: Region::new(first.addr, first.len, u32::try_from(first.dev).unwrap_or(u32::MAX)),
+                    first: Self::region(first),
                     descriptors: list.len(),
                     mark: obs.deregistration_started(),
                 }

@@ -457,6 +457,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(agents::hook_failed, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::register, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::hand_down, m)?)?;
+    m.add_function(wrap_pyfunction!(registrations::hand_down_done, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::hand_down_process, m)?)?;
     m.add_function(wrap_pyfunction!(interposer, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::deregister, m)?)?;

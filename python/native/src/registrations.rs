@@ -86,6 +86,13 @@ pub(crate) fn hand_down(site: &Bound<'_, PyTuple>) -> bool {
     }
 }
 
+/// Under the interposer: the wrapped call is over; what was handed down
+/// for it names no later call.
+#[pyfunction]
+pub(crate) fn hand_down_done() {
+    nixl_agent_sys::interpose::hand_down("", "");
+}
+
 /// Under the interposer: the serving frameworks loaded and the framework's
 /// rank handed down before the agent's constructor starts its
 /// instrumentation (they choose readiness's groups and the pod slot).
