@@ -14,12 +14,12 @@ use nixl_agent_core::event::CallKind;
 use nixl_agent_core::model::{
     AgentId, Failure, Hooked, InterposerStatus, Kind, MemType, NotifDirection, PeerOp, Region, XferOp,
 };
-use nixl_agent_engine::observe::{Call, CallMark, Observer, Outcome, Pending, Transfer, XferPoll};
+use nixl_agent_engine::observe::{Call, CallMark, LocalCallMark, Observer, Outcome, Pending, Transfer, XferPoll};
 use nixl_agent_instrument::{Instrumentation, Settings};
 use nixl_agent_sys::interpose::{status, BasicDesc, Facts, List, Out, Sink, Verdict};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
@@ -77,7 +77,35 @@ pub struct Request {
     serial: u64,
     /// Set by the call that saw the posting end, cleared by a post: the
     /// post's end marks it without taking the map's lock again.
-    ended: std::sync::atomic::AtomicBool,
+    ended: AtomicBool,
+    /// NIXL released it (or made another at its address): a thread's
+    /// [`LAST_POSTED`] naming it is stale.
+    gone: AtomicBool,
+}
+
+impl Request {
+    fn new(serial: u64) -> Request {
+        Request {
+            serial,
+            ended: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+        }
+    }
+}
+
+thread_local! {
+    /// The request this thread posted last, with the instrumentation it
+    /// was recorded on (its address and the fork count): reposting it,
+    /// the data path's loop, looks up nothing and takes no lock.
+    static LAST_POSTED: std::cell::RefCell<Option<Posted>> = const { std::cell::RefCell::new(None) };
+}
+
+/// [`LAST_POSTED`]'s entry.
+struct Posted {
+    running: usize,
+    forks: u64,
+    handle: usize,
+    request: Arc<Request>,
 }
 
 /// Hashing NIXL's pointers: distinct by construction, so the post and poll
@@ -147,14 +175,16 @@ pub enum Token {
         _mark: CallMark,
     },
     Post {
-        request: Arc<Request>,
-        mark: CallMark,
+        req: usize,
+        serial: u64,
+        mark: LocalCallMark,
     },
     Status {
         req: usize,
     },
     Release {
         req: usize,
+        request: Option<Arc<Request>>,
     },
     Prep {
         peer: String,
@@ -416,6 +446,65 @@ impl Running {
             .copied()
     }
 
+    /// `req` is being posted: its serial (`None`: a request the recording
+    /// does not know), its posting marked not ended. The thread's last
+    /// posted request is found without the map's lock.
+    fn posting(&self, req: usize) -> Option<u64> {
+        let running = self as *const Running as usize;
+        let forks = nixl_agent_sys::interpose::forks();
+        let looked_up = || {
+            let request = self
+                .requests
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&req)
+                .cloned()?;
+            request.ended.store(false, Ordering::Relaxed);
+            Some(request)
+        };
+        let cached = LAST_POSTED.try_with(|last| {
+            let mut last = last.borrow_mut();
+            if let Some(p) = last.as_ref().filter(|p| {
+                p.handle == req && p.running == running && p.forks == forks && !p.request.gone.load(Ordering::Acquire)
+            }) {
+                p.request.ended.store(false, Ordering::Relaxed);
+                return Some(p.request.serial);
+            }
+            let request = looked_up()?;
+            let serial = request.serial;
+            *last = Some(Posted {
+                running,
+                forks,
+                handle: req,
+                request,
+            });
+            Some(serial)
+        });
+        match cached {
+            Ok(serial) => serial,
+            // The thread is ending: the map alone.
+            Err(_) => looked_up().map(|r| r.serial),
+        }
+    }
+
+    /// The posting of `req` this thread just made ended within the call.
+    fn post_ended(&self, req: usize) {
+        let marked = LAST_POSTED
+            .try_with(|last| match last.borrow().as_ref().filter(|p| p.handle == req) {
+                Some(p) => {
+                    p.request.ended.store(true, Ordering::Relaxed);
+                    true
+                }
+                None => false,
+            })
+            .unwrap_or(false);
+        if !marked {
+            if let Some(r) = self.requests.lock().unwrap_or_else(|e| e.into_inner()).get(&req) {
+                r.ended.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Marks `req`'s posting ended: its serial the first time, `None` after
     /// (or for a request the recording does not know).
     fn ended(&self, req: usize) -> Option<u64> {
@@ -445,23 +534,20 @@ impl Running {
             Facts::AgentNew { name } => return Token::Agent { name: name.to_string() },
             // The poll loop's call: nothing to look up before NIXL answers.
             Facts::Status { req } => return Token::Status { req: *req },
-            Facts::Release { req } => return Token::Release { req: *req },
+            // Taken out before NIXL frees it: a request NIXL makes at its
+            // address on another thread meanwhile is never taken for it.
+            Facts::Release { req } => {
+                let request = self.requests.lock().unwrap_or_else(|e| e.into_inner()).remove(req);
+                return Token::Release { req: *req, request };
+            }
             Facts::Post { req } => {
-                let request = self
-                    .requests
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(req)
-                    .cloned();
-                return match request {
+                return match self.posting(*req) {
                     // The mark's clock is the post's: one read.
-                    Some(request) => {
-                        request.ended.store(false, Ordering::Relaxed);
-                        Token::Post {
-                            request,
-                            mark: self.observer().call_started(CallKind::PostXfer),
-                        }
-                    }
+                    Some(serial) => Token::Post {
+                        req: *req,
+                        serial,
+                        mark: self.observer().call_started_here(CallKind::PostXfer),
+                    },
                     None => Token::None,
                 };
             }
@@ -661,13 +747,16 @@ impl Running {
                 } = *transfer;
                 if ok && out.handle != 0 {
                     let serial = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-                    self.requests.lock().unwrap_or_else(|e| e.into_inner()).insert(
-                        out.handle,
-                        Arc::new(Request {
-                            serial,
-                            ended: std::sync::atomic::AtomicBool::new(false),
-                        }),
-                    );
+                    let before = self
+                        .requests
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(out.handle, Arc::new(Request::new(serial)));
+                    if let Some(before) = before {
+                        // NIXL made this one where a request the recording
+                        // never saw released was.
+                        before.gone.store(true, Ordering::Release);
+                    }
                     obs.transfer_created(&Transfer {
                         agent,
                         handle: serial,
@@ -683,18 +772,17 @@ impl Running {
                     obs.transfer_create_failed(agent, op, &peer, &failure(st, true));
                 }
             }
-            Token::Post { request, mark } => {
-                let t0 = mark.started();
-                drop(mark);
+            Token::Post { req, serial, mark } => {
                 let poll = match st {
                     status::IN_PROG => XferPoll::InProgress,
                     status::SUCCESS => XferPoll::Done,
                     _ => XferPoll::Failed(failure(st, true)),
                 };
-                if !matches!(poll, XferPoll::InProgress) {
-                    request.ended.store(true, Ordering::Relaxed);
+                let ended = !matches!(poll, XferPoll::InProgress);
+                obs.transfer_posted_here(serial, mark, &poll);
+                if ended {
+                    self.post_ended(req);
                 }
-                obs.transfer_posted(request.serial, t0, &poll);
             }
             Token::Status { req } => {
                 if st == status::IN_PROG {
@@ -711,13 +799,18 @@ impl Running {
                     obs.transfer_status(serial, &poll, None);
                 }
             }
-            Token::Release { req } => {
-                if !ok {
-                    return;
-                }
-                let serial = self.requests.lock().unwrap_or_else(|e| e.into_inner()).remove(&req);
-                if let Some(r) = serial {
+            Token::Release { req, request } => {
+                let Some(r) = request else { return };
+                if ok {
+                    r.gone.store(true, Ordering::Release);
                     obs.transfer_released(r.serial);
+                } else {
+                    // NIXL kept it: it is the program's still.
+                    self.requests
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(req)
+                        .or_insert(r);
                 }
             }
             Token::Prep { peer, mem, lens } => {

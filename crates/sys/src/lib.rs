@@ -14,6 +14,7 @@
 #![allow(unsafe_code)]
 
 pub mod capi;
+pub mod clock;
 pub mod cuda;
 mod descriptor;
 pub mod discover;

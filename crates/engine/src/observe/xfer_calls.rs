@@ -76,18 +76,46 @@ impl Observer {
 
     /// `transfer()` / `post_xfer_req` on `handle`, begun at `posted`,
     /// returned `poll`.
+    /// A posting that failed or is traced is recorded at once; the others
+    /// (the data path's common case) are deferred by the ledger to its
+    /// next read or write, off its lock on the caller's thread.
     pub fn transfer_posted(&self, handle: u64, posted: Instant, poll: &XferPoll) {
-        let ended = match poll {
-            XferPoll::InProgress => None,
-            XferPoll::Done => Some((Instant::now(), XferEnd::Done)),
-            XferPoll::Failed(f) => Some((Instant::now(), XferEnd::Failed(f))),
-        };
-        self.0.rec.emit(&Event::XferPosted(crate::event::XferPosted {
-            handle,
-            at: posted,
-            ended,
-            sampled: crate::telemetry::traces::sample_transfer(),
-        }));
+        let end = (!matches!(poll, XferPoll::InProgress)).then(Instant::now);
+        let nanos = |t: Instant| self.0.rec.nanos(t).unwrap_or(0);
+        self.record_post(handle, nanos(posted), end.map(nanos), poll);
+    }
+
+    /// The same for a post marked in flight on this thread
+    /// ([`Observer::call_started_here`]): the mark ends here, and its
+    /// clock is the posting's.
+    pub fn transfer_posted_here(&self, handle: u64, mark: super::LocalCallMark, poll: &XferPoll) {
+        let end = (!matches!(poll, XferPoll::InProgress)).then(|| self.clock());
+        let posted = mark.nanos();
+        drop(mark);
+        self.record_post(handle, posted, end, poll);
+    }
+
+    /// A posting at `posted` that ended at `end` (unless in progress), in
+    /// nanoseconds since the recording's start.
+    fn record_post(&self, handle: u64, posted: u64, end: Option<u64>, poll: &XferPoll) {
+        let sampled = crate::telemetry::traces::sample_transfer();
+        let quiet = !sampled && !matches!(poll, XferPoll::Failed(_));
+        if !(quiet && self.0.rec.posted_quietly(handle, posted, end)) {
+            let base = self.0.rec.started();
+            let at = |n: u64| base + Duration::from_nanos(n);
+            let end_at = at(end.unwrap_or(posted));
+            let ended = match poll {
+                XferPoll::InProgress => None,
+                XferPoll::Done => Some((end_at, XferEnd::Done)),
+                XferPoll::Failed(f) => Some((end_at, XferEnd::Failed(f))),
+            };
+            self.0.rec.emit(&Event::XferPosted(crate::event::XferPosted {
+                handle,
+                at: at(posted),
+                ended,
+                sampled,
+            }));
+        }
         if matches!(poll, XferPoll::InProgress) {
             self.watch_transfers();
         }

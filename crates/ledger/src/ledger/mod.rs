@@ -15,6 +15,7 @@
 
 pub mod calls;
 pub mod counts;
+mod deferred;
 pub mod groups;
 mod live;
 pub mod process;
@@ -103,6 +104,9 @@ struct Shared {
     /// The last snapshot built: probes read it concurrently.
     cache: RwLock<Option<Arc<Status>>>,
     started: Instant,
+    /// Postings threads told without the state's lock, applied by the
+    /// next lock of it (`deferred`).
+    deferred: Arc<deferred::Deferred>,
 }
 
 /// The owner of recorded state. Cheap to clone; every clone is the same
@@ -130,11 +134,74 @@ impl Ledger {
             changed: watch::Sender::new(0),
             cache: RwLock::new(None),
             started,
+            deferred: Default::default(),
         }))
     }
 
+    /// The state, with every deferred posting applied first: no reader or
+    /// writer sees the tables without them.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        let started = self.0.started;
+        let at = |nanos: u64| started + Duration::from_nanos(nanos);
+        // One wall-clock stamp for the batch: each end's Unix time is the
+        // start's plus its nanoseconds.
+        let mut start_unix = None;
+        let applied = self.0.deferred.take(|p| {
+            let ended = p.ended.map(|e| {
+                let base = *start_unix.get_or_insert_with(|| st.transfers.unix_at(started));
+                (
+                    at(e),
+                    Duration::from_nanos(e.saturating_sub(p.posted)),
+                    base + e as f64 * 1e-9,
+                )
+            });
+            st.transfers.posted_later(p.handle, at(p.posted), ended)
+        });
+        if applied {
+            // A new generation, published now: the caches and the
+            // publisher's look compare against it.
+            st.generation += 1;
+            self.notify(st.generation);
+        }
+        st
+    }
+
+    /// Records that `handle` was posted (and ended well, within the call,
+    /// at `ended`) without taking the state's lock; applied before the
+    /// next read or write. Times in nanoseconds since the ledger's start
+    /// ([`Ledger::nanos`]). `false` when it cannot be deferred (record the
+    /// event the usual way, which applies what was deferred first). For
+    /// postings nothing else must hear of now: not failed, not traced.
+    pub fn defer_posting(&self, handle: u64, posted: u64, ended: Option<u64>) -> bool {
+        deferred::Deferred::push(&self.0.deferred, deferred::Posting { handle, posted, ended })
+    }
+
+    /// The instant the ledger counts from.
+    pub fn started(&self) -> Instant {
+        self.0.started
+    }
+
+    /// Nanoseconds from the ledger's start to `at` (`None` before it).
+    pub fn nanos(&self, at: Instant) -> Option<u64> {
+        let d = at.checked_duration_since(self.0.started)?;
+        d.as_secs()
+            .checked_mul(1_000_000_000)?
+            .checked_add(u64::from(d.subsec_nanos()))
+    }
+
+    /// Applies what was deferred, if anything: for readers that skip the
+    /// state's lock while the generation is unchanged.
+    pub fn fold(&self) {
+        if self.0.deferred.pending() {
+            drop(self.lock());
+        }
+    }
+
+    /// The generation of the last write, what was deferred applied first.
+    pub fn generation(&self) -> u64 {
+        self.fold();
+        self.0.generation.load(Ordering::Acquire)
     }
 
     /// Applies one event, derives what it changes, and runs `project` with
@@ -225,6 +292,7 @@ impl Ledger {
     /// shared by every reader until the next event.
     /// The probes' path takes no lock of the state's while nothing changed.
     pub fn snapshot(&self) -> Arc<Status> {
+        self.fold();
         let current = self.0.generation.load(Ordering::Acquire);
         {
             let cache = self.0.cache.read().unwrap_or_else(|e| e.into_inner());

@@ -62,6 +62,16 @@ struct Flight {
     stalled: bool,
 }
 
+/// How a posting ended within its call: when, how, and, when known
+/// already, how long it took and the Unix time of its end.
+#[derive(Clone, Copy)]
+pub(super) struct Ending<'a> {
+    pub at: Instant,
+    pub end: XferEnd<'a>,
+    pub measured: Option<Duration>,
+    pub unix: Option<f64>,
+}
+
 /// One operation's counts.
 #[derive(Debug, Clone, Default)]
 pub struct OpCounts {
@@ -125,7 +135,7 @@ pub struct Transfers {
     /// event): its data-path families are exported.
     pub observing: bool,
     /// Stamps a transfer's end from the instant that timed it.
-    wall: super::counts::WallAnchor,
+    pub(super) wall: super::counts::WallAnchor,
 }
 
 fn outcome_index(ok: bool) -> usize {
@@ -280,16 +290,57 @@ impl Transfers {
         ended: Option<(Instant, XferEnd<'_>)>,
         sampled: bool,
     ) -> bool {
+        let ended = ended.map(|(at, end)| Ending {
+            at,
+            end,
+            measured: None,
+            unix: None,
+        });
+        self.posted_within(s, handle, at, ended, sampled)
+    }
+
+    /// [`Transfers::posted`], with what is known already of a posting
+    /// that ended within the call.
+    pub(super) fn posted_within(
+        &mut self,
+        s: &mut Rows,
+        handle: u64,
+        at: Instant,
+        ended: Option<Ending<'_>>,
+        sampled: bool,
+    ) -> bool {
         self.uses += 1;
         let uses = self.uses;
         let Some(r) = self.requests.get_mut(&handle) else {
             return false;
         };
         r.last_used = uses;
+        // Done within the call with nothing in flight, not traced (the
+        // data path's common case): counted where the request is, as
+        // `finish` counts a done flight.
+        if let Some(e @ Ending { end: XferEnd::Done, .. }) = &ended {
+            if !sampled && !self.flights.contains_key(&handle) {
+                let m = &r.moves;
+                let elapsed = e.measured.unwrap_or_else(|| e.at.saturating_duration_since(at));
+                let c = &mut self.counts.ops[m.op.index()];
+                if c.in_flight == 0 {
+                    c.oldest_seconds = 0.0;
+                }
+                count_done(c, self.duration_bounds, m.bytes, elapsed);
+                let unix = e.unix.unwrap_or_else(|| self.wall.unix_at(e.at));
+                peers::ended_with_peer(s, m.agent, &m.peer, XferOutcome::Done, m.bytes, unix);
+                return true;
+            }
+        }
         let moves = r.moves.clone();
         // NIXL refused to post it again while its last posting is in
         // flight: a failed call of its own; that posting goes on.
-        if let Some((end_at, XferEnd::Failed(f))) = ended {
+        if let Some(Ending {
+            at: end_at,
+            end: XferEnd::Failed(f),
+            ..
+        }) = ended
+        {
             if f.reason == Reason::RepostActive {
                 self.counts.ops[moves.op.index()].outcomes[XferOutcome::Error.index()] += 1;
                 self.trace(&moves, Some(at), end_at, XferOutcome::Error, Some(f), false, "post");
@@ -311,7 +362,7 @@ impl Transfers {
         match ended {
             // Done (or failed) within the call: never in flight between
             // events, so never in the table.
-            Some((end_at, end)) => self.finish(s, flight, end_at, end, None, sampled, "post"),
+            Some(e) => self.finish(s, flight, e.at, e.end, e.measured, sampled, "post"),
             None => {
                 self.flights.insert(handle, flight);
             }
@@ -371,10 +422,10 @@ impl Transfers {
             XferEnd::Released => (XferOutcome::ReleasedInFlight, None),
         };
         let c = &mut self.counts.ops[m.op.index()];
-        c.outcomes[outcome.index()] += 1;
         if outcome == XferOutcome::Done {
-            c.bytes = c.bytes.saturating_add(m.bytes);
-            c.duration.observe(self.duration_bounds, elapsed.as_secs_f64());
+            count_done(c, self.duration_bounds, m.bytes, elapsed);
+        } else {
+            c.outcomes[outcome.index()] += 1;
         }
         if outcome != XferOutcome::Done || sampled || flight.stalled {
             self.trace(&m, Some(flight.posted), at, outcome, failure, flight.stalled, stage);
@@ -447,6 +498,13 @@ impl Transfers {
             heartbeats_received: self.counts.heartbeats[notif_index(NotifDirection::Receive)],
         }
     }
+}
+
+/// A posting that moved `bytes` in `elapsed`, done.
+fn count_done(c: &mut OpCounts, bounds: &[f64], bytes: u64, elapsed: Duration) {
+    c.outcomes[XferOutcome::Done.index()] += 1;
+    c.bytes = c.bytes.saturating_add(bytes);
+    c.duration.observe(bounds, elapsed.as_secs_f64());
 }
 
 fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {

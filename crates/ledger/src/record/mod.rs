@@ -13,7 +13,7 @@ pub mod watchdog;
 
 pub use crate::diagnose::{Capture, NoCapture};
 pub use attempt::{attempt, Attempted};
-pub use watchdog::{InFlight, Mark};
+pub use watchdog::{InFlight, LocalMark, Mark};
 
 use crate::event::Event;
 use crate::ledger::{Applied, Bounds, Ledger};
@@ -96,7 +96,9 @@ impl Recorder {
         Recorder {
             metrics,
             ledger,
-            calls: InFlight::new(),
+            // One clock base for the recording: a call's mark and its
+            // deferred posting count from the ledger's start.
+            calls: InFlight::since(started),
             sink: Default::default(),
         }
     }
@@ -155,6 +157,30 @@ impl Recorder {
         applied
     }
 
+    /// Records a posting that ended well within the call (`ended`) or is
+    /// in flight without the ledger's lock, when nothing must hear of it
+    /// now: no subscriber waits for successes (none failed yet), and it is
+    /// not traced. `false`: emit the `XferPosted` instead.
+    /// `at` and `ended` in nanoseconds since the recording's start (a
+    /// [`LocalMark`]'s clock).
+    pub fn posted_quietly(&self, handle: u64, at: u64, ended: Option<u64>) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.sink.any.load(Ordering::Acquire) && self.sink.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        self.ledger.defer_posting(handle, at, ended)
+    }
+
+    /// Nanoseconds from the recording's start to `at` (`None` before it).
+    pub fn nanos(&self, at: Instant) -> Option<u64> {
+        self.ledger.nanos(at)
+    }
+
+    /// The recording's start: what its nanoseconds count from.
+    pub fn started(&self) -> Instant {
+        self.ledger.started()
+    }
+
     /// Tells `sink` of every event [`Sink`] says from now on (subscribers
     /// that are gone are dropped here).
     pub fn subscribe(&self, sink: Box<dyn Sink>) {
@@ -166,7 +192,7 @@ impl Recorder {
 
     /// Shutdown began: not ready from now on, whatever is recorded later.
     pub fn drain_started(&self) {
-        let applied = self.ledger.begin_drain(|st, _| self.metrics.touched(st));
+        let applied = self.ledger.begin_drain(|_, _| {});
         log::readiness(&applied);
         self.emit(&Event::DrainStarted);
     }

@@ -74,7 +74,10 @@ fn kind_of(code: u8) -> CallKind {
 }
 
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    // No 128-bit product: a u64 of nanoseconds lasts 584 years.
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// A call marked in flight; unmarked when dropped.
@@ -85,6 +88,45 @@ impl Drop for Mark {
     fn drop(&mut self) {
         self.0.started.store(0, Ordering::Release);
     }
+}
+
+/// A call marked in flight by [`InFlight::begin_here`]; unmarked when
+/// dropped, on the thread that marked it (it cannot be sent elsewhere).
+#[must_use = "the call is in flight until the mark is dropped"]
+pub struct LocalMark {
+    /// The table's address: this thread's slot in it is the one marked.
+    table: usize,
+    nanos: u64,
+    /// The thread's first call: its slot taken as `begin` does.
+    owned: Option<Mark>,
+    _here: std::marker::PhantomData<*const ()>,
+}
+
+impl LocalMark {
+    /// When the call began, in nanoseconds since the table's base.
+    pub fn nanos(&self) -> u64 {
+        self.nanos
+    }
+}
+
+impl Drop for LocalMark {
+    fn drop(&mut self) {
+        if self.owned.is_some() {
+            return;
+        }
+        let table = self.table as *const Table;
+        let _ = SLOTS.try_with(|slots| {
+            if let Some((_, s)) = slots.borrow().iter().find(|(t, _)| is(t, table)) {
+                s.started.store(0, Ordering::Release);
+            }
+        });
+    }
+}
+
+/// Whether `t` is the live table at `table` (a table gone since may have
+/// left its address to another).
+fn is(t: &Weak<Table>, table: *const Table) -> bool {
+    std::ptr::eq(t.as_ptr(), table) && t.strong_count() > 0
 }
 
 /// A call in flight, as one look saw it.
@@ -105,8 +147,14 @@ impl Default for InFlight {
 
 impl InFlight {
     pub fn new() -> InFlight {
+        InFlight::since(Instant::now())
+    }
+
+    /// A table whose clock counts from `base` (its recording's start, so
+    /// a mark's nanoseconds are the recording's own: [`LocalMark::nanos`]).
+    pub fn since(base: Instant) -> InFlight {
         InFlight(Arc::new(Table {
-            base: Instant::now(),
+            base,
             next_slot: AtomicU64::new(1),
             slots: Mutex::new(Vec::new()),
             period: AtomicU64::new(nanos(MAX_PERIOD)),
@@ -135,7 +183,7 @@ impl InFlight {
         let mine = Arc::as_ptr(&self.0);
         let found = SLOTS.try_with(|slots| {
             let mut slots = slots.borrow_mut();
-            if let Some((_, s)) = slots.iter().find(|(t, _)| std::ptr::eq(t.as_ptr(), mine)) {
+            if let Some((_, s)) = slots.iter().find(|(t, _)| is(t, mine)) {
                 return s.clone();
             }
             // Tables gone since: their slots go with them.
@@ -152,6 +200,51 @@ impl InFlight {
     /// past `deadline`, if any, the watchdog reports it stuck.
     pub fn begin(&self, operation: CallKind, group: Option<GroupId>, at: Instant, deadline: Option<Duration>) -> Mark {
         let s = self.slot();
+        self.mark(
+            &s,
+            operation,
+            group,
+            nanos(at.saturating_duration_since(self.0.base)),
+            deadline,
+        );
+        Mark(s)
+    }
+
+    /// The same for a call that ends on this thread, marked on the slot
+    /// this thread already holds without moving its reference count (the
+    /// data path's per-call cost); the first call of a thread takes its
+    /// slot as [`InFlight::begin`] does.
+    /// `at`: nanoseconds since the table's base.
+    pub fn begin_here(&self, operation: CallKind, at: u64, deadline: Option<Duration>) -> LocalMark {
+        let mine = Arc::as_ptr(&self.0);
+        let marked = SLOTS.try_with(|slots| {
+            let slots = slots.borrow();
+            let (_, s) = slots.iter().find(|(t, _)| is(t, mine))?;
+            self.mark(s, operation, None, at, deadline);
+            Some(())
+        });
+        match marked {
+            Ok(Some(())) => LocalMark {
+                table: mine as usize,
+                nanos: at,
+                owned: None,
+                _here: std::marker::PhantomData,
+            },
+            _ => {
+                let s = self.slot();
+                self.mark(&s, operation, None, at, deadline);
+                LocalMark {
+                    table: mine as usize,
+                    nanos: at,
+                    owned: Some(Mark(s)),
+                    _here: std::marker::PhantomData,
+                }
+            }
+        }
+    }
+
+    /// Marks `s`; `at` in nanoseconds since the table's base.
+    fn mark(&self, s: &Slot, operation: CallKind, group: Option<GroupId>, at: u64, deadline: Option<Duration>) {
         // A sequence lock: the slot reads idle while its fields change, and
         // the fence keeps the field stores after that (on a weakly ordered
         // CPU a relaxed store may otherwise be seen before the idle one, and
@@ -164,12 +257,9 @@ impl InFlight {
         s.deadline
             .store(deadline.map_or(0, |d| nanos(d).max(1)), Ordering::Relaxed);
         // Never 0 (idle), and after this slot's previous call.
-        let started = nanos(at.saturating_duration_since(self.0.base))
-            .max(1)
-            .max(s.last.load(Ordering::Relaxed) + 1);
+        let started = at.max(1).max(s.last.load(Ordering::Relaxed) + 1);
         s.last.store(started, Ordering::Relaxed);
         s.started.store(started, Ordering::Release);
-        Mark(s)
     }
 
     /// The calls in flight at `now`. A slot whose call changed while it

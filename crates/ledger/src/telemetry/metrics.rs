@@ -311,9 +311,9 @@ fn render(st: &State) -> Vec<MetricFamily> {
 pub struct Metrics {
     registry: Registry,
     exemplars: Exemplars,
-    /// The ledger generation last projected; a cached exposition is reused
-    /// while it holds.
-    generation: Arc<std::sync::atomic::AtomicU64>,
+    /// The ledger rendered: its generation keys the exposition cache
+    /// (a cached exposition is reused while it holds).
+    ledger: Ledger,
     cache: Arc<Mutex<Vec<Cached>>>,
     /// A pod rank's own series, registered when it first publishes.
     rank: Arc<std::sync::OnceLock<RankSeries>>,
@@ -373,7 +373,7 @@ impl Metrics {
         Metrics {
             registry: r,
             exemplars: Exemplars::default(),
-            generation: Default::default(),
+            ledger: ledger.clone(),
             cache: Default::default(),
             rank: Default::default(),
         }
@@ -438,23 +438,15 @@ impl Metrics {
 
     /// The metrics projection, run inside the ledger's write: the families
     /// are rendered from the state at scrape time, so all that is left is
-    /// the exemplar of a traced attempt and the generation the scrape cache
-    /// keys on (a plain store, no read-modify-write on the hot path).
+    /// the exemplar of a traced attempt (the scrape cache keys on the
+    /// ledger's own generation).
     #[doc(hidden)]
     pub fn on(&self, e: &Event<'_>, st: &State, a: &Applied) {
-        self.touched(st);
         if let (Event::Attempted(at), Some(g)) = (e, a.group.and_then(|id| st.groups.get(id))) {
             if let (Some(d), Some(_)) = (at.elapsed, &g.fixed) {
                 self.exemplar(&Values::of(g), d.as_secs_f64());
             }
         }
-    }
-
-    /// The state moved to a new generation: a cached exposition is stale.
-    #[doc(hidden)]
-    pub fn touched(&self, st: &State) {
-        self.generation
-            .store(st.generation(), std::sync::atomic::Ordering::Release);
     }
 
     /// Encodes every metric; OpenMetrics carries exemplars.
@@ -467,8 +459,7 @@ impl Metrics {
     /// costs a clone of a reference-counted buffer, not an encode.
     #[doc(hidden)]
     pub fn exposition(&self, format: super::exposition::Format) -> bytes::Bytes {
-        use std::sync::atomic::Ordering;
-        let generation = self.generation.load(Ordering::Acquire);
+        let generation = self.ledger.generation();
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = cache.iter().find(|c| c.format == format) {
             if c.generation == generation && c.at.elapsed() < CACHE_TTL {
@@ -490,7 +481,7 @@ impl Metrics {
     /// publish.
     #[doc(hidden)]
     pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Acquire)
+        self.ledger.generation()
     }
 
     /// The trace behind a transfer's duration observation.

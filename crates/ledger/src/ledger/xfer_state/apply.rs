@@ -99,6 +99,28 @@ impl Transfers {
         Some(Heard { unmatched })
     }
 
+    /// A posting deferred by its thread (`Ledger::defer_posting`), as an
+    /// `XferPosted` that is in flight or ended well within the call
+    /// (`ended`: when, how long it took, the Unix time of its end); a
+    /// handle the ledger does not hold is left alone.
+    pub fn posted_later(&mut self, handle: u64, at: Instant, ended: Option<(Instant, std::time::Duration, f64)>) {
+        let mut rows = std::mem::take(&mut self.rows);
+        let ended = ended.map(|(at, took, unix)| super::Ending {
+            at,
+            end: crate::event::XferEnd::Done,
+            measured: Some(took),
+            unix: Some(unix),
+        });
+        self.posted_within(&mut rows, handle, at, ended, false);
+        self.rows = rows;
+        self.shown = true;
+    }
+
+    /// The Unix time of `at` (the wall anchor the data path stamps with).
+    pub fn unix_at(&mut self, at: Instant) -> f64 {
+        self.wall.unix_at(at)
+    }
+
     /// The NIXL agent `agent` is gone: its requests, flights and remote
     /// agents go with it (the ledger's `AgentReleased`).
     pub fn agent_gone(&mut self, agent: AgentId) {
