@@ -73,7 +73,7 @@ extern "C-unwind" fn prep_dlist(this: Ptr, peer: CPtr, descs: CPtr, out: *mut Pt
 #[unsafe(export_name = "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH")]
 extern "C-unwind" fn released_dlist(this: Ptr, dlist: Ptr) -> c_int {
     // SAFETY: see above.
-    unsafe { hooks::on_handle(crate::recorder(), Sym::ReleasedDlistH, this, dlist, std::ptr::null()) }
+    unsafe { hooks::on_handle(crate::recorder(), Sym::ReleasedDlistH, this, dlist) }
 }
 
 #[unsafe(export_name = "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs")]
@@ -107,19 +107,19 @@ extern "C-unwind" fn make_xfer(
 #[unsafe(export_name = "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn post_xfer(this: Ptr, req: Ptr, opt: CPtr) -> c_int {
     // SAFETY: see above.
-    unsafe { hooks::on_handle(crate::recorder(), Sym::PostXferReq, this, req, opt) }
+    unsafe { hooks::post(crate::recorder(), this, req, opt) }
 }
 
 #[unsafe(export_name = "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH")]
 extern "C-unwind" fn xfer_status(this: Ptr, req: Ptr) -> c_int {
     // SAFETY: see above.
-    unsafe { hooks::on_handle(crate::recorder(), Sym::GetXferStatus, this, req, std::ptr::null()) }
+    unsafe { hooks::on_handle(crate::recorder(), Sym::GetXferStatus, this, req) }
 }
 
 #[unsafe(export_name = "_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH")]
 extern "C-unwind" fn release_xfer(this: Ptr, req: Ptr) -> c_int {
     // SAFETY: see above.
-    unsafe { hooks::on_handle(crate::recorder(), Sym::ReleaseXferReq, this, req, std::ptr::null()) }
+    unsafe { hooks::on_handle(crate::recorder(), Sym::ReleaseXferReq, this, req) }
 }
 
 #[unsafe(export_name = "_ZN9nixlAgent12loadRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERS5_")]

@@ -174,11 +174,6 @@ pub enum Token {
         transfer: Box<Made>,
         _mark: CallMark,
     },
-    Post {
-        req: usize,
-        serial: u64,
-        mark: LocalCallMark,
-    },
     Status {
         req: usize,
     },
@@ -540,17 +535,6 @@ impl Running {
                 let request = self.requests.lock().unwrap_or_else(|e| e.into_inner()).remove(req);
                 return Token::Release { req: *req, request };
             }
-            Facts::Post { req } => {
-                return match self.posting(*req) {
-                    // The mark's clock is the post's: one read.
-                    Some(serial) => Token::Post {
-                        req: *req,
-                        serial,
-                        mark: self.observer().call_started_here(CallKind::PostXfer),
-                    },
-                    None => Token::None,
-                };
-            }
             _ => {}
         }
         let Some(agent) = self.agent(this) else {
@@ -659,7 +643,7 @@ impl Running {
                     _mark: obs.call_started(CallKind::CreateXfer),
                 }
             }
-            Facts::Post { .. } | Facts::Status { .. } | Facts::Release { .. } => Token::None,
+            Facts::Status { .. } | Facts::Release { .. } => Token::None,
             Facts::LoadMd => Token::Peer {
                 agent,
                 op: PeerOp::Add,
@@ -772,18 +756,6 @@ impl Running {
                     obs.transfer_create_failed(agent, op, &peer, &failure(st, true));
                 }
             }
-            Token::Post { req, serial, mark } => {
-                let poll = match st {
-                    status::IN_PROG => XferPoll::InProgress,
-                    status::SUCCESS => XferPoll::Done,
-                    _ => XferPoll::Failed(failure(st, true)),
-                };
-                let ended = !matches!(poll, XferPoll::InProgress);
-                obs.transfer_posted_here(serial, mark, &poll);
-                if ended {
-                    self.post_ended(req);
-                }
-            }
             Token::Status { req } => {
                 if st == status::IN_PROG {
                     return;
@@ -886,6 +858,38 @@ pub fn state() -> (bool, Option<&'static std::ffi::CStr>) {
     }
 }
 
+/// A post begun: what [`Sink::post_end`] is handed.
+pub struct Posting {
+    running: Current<'static>,
+    req: usize,
+    serial: u64,
+    /// The post in flight; its clock is the posting's (one read).
+    mark: LocalCallMark,
+}
+
+impl Running {
+    /// A post of `req` begins: `None` for a request the recording does
+    /// not know.
+    fn post_begin(&self, req: usize) -> Option<(u64, LocalCallMark)> {
+        let serial = self.posting(req)?;
+        Some((serial, self.observer().call_started_here(CallKind::PostXfer)))
+    }
+
+    /// The post of `req` (`serial`) returned `st`.
+    fn post_end(&self, req: usize, serial: u64, mark: LocalCallMark, st: i32) {
+        let poll = match st {
+            status::IN_PROG => XferPoll::InProgress,
+            status::SUCCESS => XferPoll::Done,
+            _ => XferPoll::Failed(failure(st, true)),
+        };
+        let ended = !matches!(poll, XferPoll::InProgress);
+        self.observer().transfer_posted_here(serial, mark, &poll);
+        if ended {
+            self.post_ended(req);
+        }
+    }
+}
+
 /// The token and the object it is about.
 pub struct Begun {
     this: usize,
@@ -894,6 +898,42 @@ pub struct Begun {
 
 impl Sink for Recorder {
     type Token = Option<Begun>;
+    type Post = Option<Posting>;
+
+    fn post_begin(&'static self, req: usize) -> Option<Posting> {
+        let running = self.running().filter(|r| r.recording)?;
+        match catch_unwind(AssertUnwindSafe(|| running.post_begin(req))) {
+            Ok(begun) => begun.map(|(serial, mark)| Posting {
+                running,
+                req,
+                serial,
+                mark,
+            }),
+            Err(_) => {
+                running
+                    .observer()
+                    .hook_failed(Hooked::Transfer, "the interposer panicked before a NIXL call");
+                None
+            }
+        }
+    }
+
+    fn post_end(&'static self, post: Option<Posting>, st: i32) {
+        let Some(Posting {
+            running,
+            req,
+            serial,
+            mark,
+        }) = post
+        else {
+            return;
+        };
+        let r = &*running;
+        if catch_unwind(AssertUnwindSafe(|| r.post_end(req, serial, mark, st))).is_err() {
+            r.observer()
+                .hook_failed(Hooked::Transfer, "the interposer panicked after a NIXL call");
+        }
+    }
 
     fn decided(&self, verdict: &Verdict) {
         let _ = catch_unwind(AssertUnwindSafe(|| {

@@ -204,9 +204,6 @@ pub enum Facts<'a> {
         remote: usize,
         remote_idx: &'a [i32],
     },
-    Post {
-        req: usize,
-    },
     Status {
         req: usize,
     },
@@ -246,12 +243,20 @@ pub struct Out<'a> {
 /// NIXL's `nixlAgent` methods (a call from inside a hook passes through).
 pub trait Sink: Sync {
     type Token;
+    /// What [`Sink::post_begin`] hands to [`Sink::post_end`].
+    type Post;
     /// The gate's verdict, once per process, before anything else.
     fn decided(&self, verdict: &Verdict);
     /// A call is about to run on `agent`.
     fn begin(&self, agent: usize, facts: &Facts<'_>) -> Self::Token;
     /// It returned `status` (void calls: `SUCCESS`).
     fn end(&self, token: Self::Token, status: i32, out: &Out<'_>);
+    /// `postXferReq(req)` is about to run: the data path's per-transfer
+    /// call has a pair of its own, narrow and on a sink that lives as
+    /// long as the process (what it begins, it ends without looking up).
+    fn post_begin(&'static self, req: usize) -> Self::Post;
+    /// The post returned `status`.
+    fn post_end(&'static self, post: Self::Post, status: i32);
 }
 
 /// The gate's verdict if it has been decided (the first hooked call

@@ -142,22 +142,27 @@ impl Ledger {
     /// writer sees the tables without them.
     fn lock(&self) -> MutexGuard<'_, State> {
         let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Runs of one handle (a request reposted in a loop) are applied
+        // together; one wall-clock stamp serves the whole batch.
         let started = self.0.started;
-        let at = |nanos: u64| started + Duration::from_nanos(nanos);
-        // One wall-clock stamp for the batch: each end's Unix time is the
-        // start's plus its nanoseconds.
         let mut start_unix = None;
+        let mut run: (u64, Vec<(u64, Option<u64>)>) = (0, Vec::new());
+        let mut flush = |st: &mut State, run: &mut (u64, Vec<(u64, Option<u64>)>)| {
+            if run.1.is_empty() {
+                return;
+            }
+            let unix = *start_unix.get_or_insert_with(|| st.transfers.unix_at(started));
+            st.transfers.posted_later(run.0, started, unix, &run.1);
+            run.1.clear();
+        };
         let applied = self.0.deferred.take(|p| {
-            let ended = p.ended.map(|e| {
-                let base = *start_unix.get_or_insert_with(|| st.transfers.unix_at(started));
-                (
-                    at(e),
-                    Duration::from_nanos(e.saturating_sub(p.posted)),
-                    base + e as f64 * 1e-9,
-                )
-            });
-            st.transfers.posted_later(p.handle, at(p.posted), ended)
+            if run.0 != p.handle {
+                flush(&mut st, &mut run);
+                run.0 = p.handle;
+            }
+            run.1.push((p.posted, p.ended));
         });
+        flush(&mut st, &mut run);
         if applied {
             // A new generation, published now: the caches and the
             // publisher's look compare against it.

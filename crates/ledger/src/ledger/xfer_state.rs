@@ -309,29 +309,22 @@ impl Transfers {
         ended: Option<Ending<'_>>,
         sampled: bool,
     ) -> bool {
+        // Done within the call, not traced (the data path's common case).
+        if let Some(e @ Ending { end: XferEnd::Done, .. }) = &ended {
+            if !sampled {
+                let took = e.measured.unwrap_or_else(|| e.at.saturating_duration_since(at));
+                let unix = e.unix.unwrap_or_else(|| self.wall.unix_at(e.at));
+                if self.done_within(s, handle, std::iter::once(took), unix) {
+                    return true;
+                }
+            }
+        }
         self.uses += 1;
         let uses = self.uses;
         let Some(r) = self.requests.get_mut(&handle) else {
             return false;
         };
         r.last_used = uses;
-        // Done within the call with nothing in flight, not traced (the
-        // data path's common case): counted where the request is, as
-        // `finish` counts a done flight.
-        if let Some(e @ Ending { end: XferEnd::Done, .. }) = &ended {
-            if !sampled && !self.flights.contains_key(&handle) {
-                let m = &r.moves;
-                let elapsed = e.measured.unwrap_or_else(|| e.at.saturating_duration_since(at));
-                let c = &mut self.counts.ops[m.op.index()];
-                if c.in_flight == 0 {
-                    c.oldest_seconds = 0.0;
-                }
-                count_done(c, self.duration_bounds, m.bytes, elapsed);
-                let unix = e.unix.unwrap_or_else(|| self.wall.unix_at(e.at));
-                peers::ended_with_peer(s, m.agent, &m.peer, XferOutcome::Done, m.bytes, unix);
-                return true;
-            }
-        }
         let moves = r.moves.clone();
         // NIXL refused to post it again while its last posting is in
         // flight: a failed call of its own; that posting goes on.
@@ -367,6 +360,39 @@ impl Transfers {
                 self.flights.insert(handle, flight);
             }
         }
+        true
+    }
+
+    /// Postings of `handle` that each ended well within its call (`took`
+    /// each, the last at `unix`), counted on one look-up of the request as
+    /// `finish` counts done flights; `false`, with nothing counted, when
+    /// the request is not held or has a posting in flight (apply them one
+    /// by one then).
+    pub(super) fn done_within(
+        &mut self,
+        s: &mut Rows,
+        handle: u64,
+        took: impl ExactSizeIterator<Item = Duration>,
+        unix: f64,
+    ) -> bool {
+        if took.len() == 0 || self.flights.contains_key(&handle) {
+            return false;
+        }
+        let Some(r) = self.requests.get_mut(&handle) else {
+            return false;
+        };
+        self.uses += took.len() as u64;
+        r.last_used = self.uses;
+        let m = &r.moves;
+        let c = &mut self.counts.ops[m.op.index()];
+        if c.in_flight == 0 {
+            c.oldest_seconds = 0.0;
+        }
+        let times = (took.len() as u64, m.bytes);
+        for t in took {
+            count_done(c, self.duration_bounds, m.bytes, t);
+        }
+        peers::ended_with_peer(s, m.agent, &m.peer, XferOutcome::Done, times, unix);
         true
     }
 
@@ -434,7 +460,7 @@ impl Transfers {
             Some(f) => self.failed(s, m.agent, m.op, &m.peer, f, stage),
             None => {
                 let unix = self.wall.unix_at(at);
-                peers::ended_with_peer(s, m.agent, &m.peer, outcome, m.bytes, unix);
+                peers::ended_with_peer(s, m.agent, &m.peer, outcome, (1, m.bytes), unix);
             }
         }
     }

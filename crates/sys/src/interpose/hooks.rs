@@ -56,13 +56,32 @@ struct Errno(c_int);
 
 impl Errno {
     fn save() -> Errno {
-        // Safety: libc's thread-local errno location, always valid.
-        Errno(unsafe { *libc::__errno_location() })
+        Errno(ErrnoAt::here().get())
     }
 
     fn restore(self) {
+        ErrnoAt::here().set(self.0);
+    }
+}
+
+/// This thread's `errno`, its location asked for once per hook.
+#[derive(Clone, Copy)]
+struct ErrnoAt(*mut c_int);
+
+impl ErrnoAt {
+    fn here() -> ErrnoAt {
+        // Safety: libc's location of this thread's errno, always valid.
+        ErrnoAt(unsafe { libc::__errno_location() })
+    }
+
+    fn get(self) -> c_int {
+        // Safety: the location above, valid for as long as the thread.
+        unsafe { *self.0 }
+    }
+
+    fn set(self, v: c_int) {
         // Safety: as above.
-        unsafe { *libc::__errno_location() = self.0 };
+        unsafe { *self.0 = v };
     }
 }
 
@@ -368,30 +387,46 @@ pub unsafe fn make_xfer<S: Sink>(
     st
 }
 
-/// Methods on one handle: `postXferReq(req, opt)`, `getXferStatus(req)`,
-/// `releaseXferReq(req)`, `releasedDlistH(dlist)`.
+/// `postXferReq(req, opt)`, on the sink's narrow pair.
 ///
 /// # Safety
-/// See the module; `sym` is one of those, `opt` null for all but the post.
-pub unsafe fn on_handle<S: Sink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr, opt: CPtr) -> c_int {
-    type Post = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
-    type One = unsafe extern "C-unwind" fn(Ptr, Ptr) -> c_int;
+/// See the module.
+pub unsafe fn post<S: Sink>(sink: &'static S, this: Ptr, req: Ptr, opt: CPtr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
     let (g, inside) = enter(sink);
-    let call = || {
-        if sym == Sym::PostXferReq {
-            // Safety: Post is postXferReq's signature; the caller's arguments.
-            unsafe { real::<Post>(g, sym)(this, handle, opt) }
-        } else {
-            // Safety: One is the signature of the others; the caller's arguments.
-            unsafe { real::<One>(g, sym)(this, handle) }
-        }
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::PostXferReq) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, req, opt) };
     };
+    let errno = ErrnoAt::here();
+    let host = errno.get();
+    let p = sink.post_begin(req as usize);
+    errno.set(host);
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, req, opt) };
+    let nixl = errno.get();
+    sink.post_end(p, st);
+    errno.set(nixl);
+    st
+}
+
+/// Methods on one handle: `getXferStatus(req)`, `releaseXferReq(req)`,
+/// `releasedDlistH(dlist)`.
+///
+/// # Safety
+/// See the module; `sym` is one of those.
+pub unsafe fn on_handle<S: Sink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, Ptr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the signature of each; the caller's arguments.
+    let call = || unsafe { real::<F>(g, sym)(this, handle) };
     let Some(_inside) = inside else {
         return call();
     };
     let h = handle as usize;
     let facts = match sym {
-        Sym::PostXferReq => Facts::Post { req: h },
         Sym::GetXferStatus => Facts::Status { req: h },
         Sym::ReleaseXferReq => Facts::Release { req: h },
         _ => Facts::ReleaseDlist { dlist: h },

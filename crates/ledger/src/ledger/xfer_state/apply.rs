@@ -99,19 +99,37 @@ impl Transfers {
         Some(Heard { unmatched })
     }
 
-    /// A posting deferred by its thread (`Ledger::defer_posting`), as an
-    /// `XferPosted` that is in flight or ended well within the call
-    /// (`ended`: when, how long it took, the Unix time of its end); a
-    /// handle the ledger does not hold is left alone.
-    pub fn posted_later(&mut self, handle: u64, at: Instant, ended: Option<(Instant, std::time::Duration, f64)>) {
+    /// Postings of `handle` deferred by their thread, in its order
+    /// (`Ledger::defer_posting`): each an `XferPosted` in flight or ended
+    /// well within its call. Times in nanoseconds since `started`, whose
+    /// Unix time is `started_unix`. The done ones a run begins with are
+    /// counted on one look-up of the request; a handle the ledger does not
+    /// hold is left alone.
+    pub fn posted_later(&mut self, handle: u64, started: Instant, started_unix: f64, run: &[(u64, Option<u64>)]) {
         let mut rows = std::mem::take(&mut self.rows);
-        let ended = ended.map(|(at, took, unix)| super::Ending {
-            at,
-            end: crate::event::XferEnd::Done,
-            measured: Some(took),
-            unix: Some(unix),
-        });
-        self.posted_within(&mut rows, handle, at, ended, false);
+        let done = run.iter().take_while(|(_, end)| end.is_some()).count();
+        let took = run[..done]
+            .iter()
+            .map(|(posted, end)| std::time::Duration::from_nanos(end.unwrap_or(*posted).saturating_sub(*posted)));
+        let last_unix = run[..done]
+            .last()
+            .and_then(|(_, end)| *end)
+            .map_or(started_unix, |end| started_unix + end as f64 * 1e-9);
+        let rest = if self.done_within(&mut rows, handle, took, last_unix) {
+            &run[done..]
+        } else {
+            run
+        };
+        let at = |n: u64| started + std::time::Duration::from_nanos(n);
+        for (posted, end) in rest {
+            let ended = end.map(|e| super::Ending {
+                at: at(e),
+                end: crate::event::XferEnd::Done,
+                measured: Some(std::time::Duration::from_nanos(e.saturating_sub(*posted))),
+                unix: Some(started_unix + e as f64 * 1e-9),
+            });
+            self.posted_within(&mut rows, handle, at(*posted), ended, false);
+        }
         self.rows = rows;
         self.shown = true;
     }

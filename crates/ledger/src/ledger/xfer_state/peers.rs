@@ -181,9 +181,16 @@ pub(super) fn failure_of_peer(p: &mut PeerStatus, f: &Failure, unix: f64) {
     });
 }
 
-/// A transfer with `peer` that ended without a failure.
-/// `unix`: when it ended.
-pub(super) fn ended_with_peer(s: &mut Rows, agent: AgentId, peer: &str, outcome: XferOutcome, bytes: u64, unix: f64) {
+/// `times` transfers with `peer` that ended without a failure, each
+/// moving `bytes`. `unix`: when the last ended.
+pub(super) fn ended_with_peer(
+    s: &mut Rows,
+    agent: AgentId,
+    peer: &str,
+    outcome: XferOutcome,
+    (times, bytes): (u64, u64),
+    unix: f64,
+) {
     if peer.is_empty() {
         return;
     }
@@ -195,10 +202,10 @@ pub(super) fn ended_with_peer(s: &mut Rows, agent: AgentId, peer: &str, outcome:
     p.error = None;
     match outcome {
         XferOutcome::Done => {
-            p.done += 1;
-            p.bytes = p.bytes.saturating_add(bytes);
+            p.done += times;
+            p.bytes = p.bytes.saturating_add(bytes.saturating_mul(times));
         }
-        _ => p.released_in_flight += 1,
+        _ => p.released_in_flight += times,
     }
 }
 
