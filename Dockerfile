@@ -17,8 +17,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin nixl-agent \
- && cargo build --release --locked -p nixl-agent-interpose \
- && strip --strip-debug target/release/libnixl_agent_interpose.so
+ && cargo build --profile interposer --locked -p nixl-agent-interpose \
+ && strip --strip-debug target/interposer/libnixl_agent_interpose.so
 
 # 2. The nixl_agent_instrument wheel for the stage's python3 (Debian
 #    bookworm: CPython 3.11; one wheel per CPython version, `make wheels`
@@ -53,7 +53,7 @@ COPY --from=nixl /opt/nixl /opt/nixl
 COPY --from=build /src/target/release/nixl-agent /usr/local/bin/nixl-agent
 # The interposer `nixl-agent instrument` preloads (found at ../lib/nixl-agent/
 # from the binary); a serving image copies both (docs/image.md).
-COPY --from=build /src/target/release/libnixl_agent_interpose.so /usr/local/lib/nixl-agent/libnixl_agent_interpose.so
+COPY --from=build /src/target/interposer/libnixl_agent_interpose.so /usr/local/lib/nixl-agent/libnixl_agent_interpose.so
 ENV NIXL_LIB_DIR=/opt/nixl/.nixl_cu12.mesonpy.libs
 USER 10001:10001
 EXPOSE 10915

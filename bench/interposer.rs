@@ -342,9 +342,15 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     rows.extend(py_rows.iter().map(|s| make_row(s, &runs[2])));
     // Paths relative to the repository, as the docs show them.
     let root = format!("{}/", repo().display());
+    // The interposer measured, when it is not the one beside the binary.
+    let named = std::env::var("NIXL_AGENT_INTERPOSER")
+        .map(|p| format!("NIXL_AGENT_INTERPOSER={p} "))
+        .unwrap_or_default();
     let commands = programs
         .iter()
-        .map(|(_, argv)| format!("{} instrument -- {}", cfg.agent_bin.display(), argv.join(" ")).replace(&root, ""))
+        .map(|(_, argv)| {
+            format!("{named}{} instrument -- {}", cfg.agent_bin.display(), argv.join(" ")).replace(&root, "")
+        })
         .collect();
     Ok(Report {
         samples: cfg.samples,

@@ -503,7 +503,7 @@ fn render_interposer(o: &mut String, x: &crate::interposer::Report) {
     }
     let _ = writeln!(
         o,
-        "\nCommands (bare: the same without `nixl-agent instrument --`; NIXL_AGENT_LISTEN=off):\n"
+        "\nCommands (bare: the same without `NIXL_AGENT_INTERPOSER=…` and `nixl-agent instrument --`; NIXL_AGENT_LISTEN=off):\n"
     );
     for c in &x.commands {
         let _ = writeln!(o, "    {c}");

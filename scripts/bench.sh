@@ -46,11 +46,13 @@ case "$mode" in
     smoke)
         shift
         setup
-        log "cargo build --release --bin nixl-agent --example nixl-bench; -p nixl-agent-interpose"
+        log "cargo build --release --bin nixl-agent --example nixl-bench; --profile interposer -p nixl-agent-interpose"
         (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
-# The interposer's section runs `nixl-agent instrument --`, which preloads the
-# release cdylib beside the binary.
-(cd "$ROOT" && "$CARGO" build --release --quiet -p nixl-agent-interpose)
+# The interposer's section runs `nixl-agent instrument --` with the
+# interposer as the image ships it: the whole-program build (Cargo.toml's
+# `interposer` profile), named by NIXL_AGENT_INTERPOSER.
+(cd "$ROOT" && "$CARGO" build --profile interposer --quiet -p nixl-agent-interpose)
+export NIXL_AGENT_INTERPOSER="$ROOT/target/interposer/libnixl_agent_interpose.so"
         exec "$ROOT/target/release/examples/nixl-bench" --smoke \
             --agent-bin "$ROOT/target/release/nixl-agent" \
             --out "${TMPDIR:-/tmp}/nixl-bench-smoke.json" "$@"
@@ -65,11 +67,13 @@ case "$mode" in
 esac
 
 setup
-log "cargo build --release --bin nixl-agent --example nixl-bench; -p nixl-agent-interpose"
+log "cargo build --release --bin nixl-agent --example nixl-bench; --profile interposer -p nixl-agent-interpose"
 (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
-# The interposer's section runs `nixl-agent instrument --`, which preloads the
-# release cdylib beside the binary.
-(cd "$ROOT" && "$CARGO" build --release --quiet -p nixl-agent-interpose)
+# The interposer's section runs `nixl-agent instrument --` with the
+# interposer as the image ships it: the whole-program build (Cargo.toml's
+# `interposer` profile), named by NIXL_AGENT_INTERPOSER.
+(cd "$ROOT" && "$CARGO" build --profile interposer --quiet -p nixl-agent-interpose)
+export NIXL_AGENT_INTERPOSER="$ROOT/target/interposer/libnixl_agent_interpose.so"
 mkdir -p "$ROOT/bench/results"
 name="${NIXL_BENCH_NAME:-latest}"
 case "$name" in

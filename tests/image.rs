@@ -131,7 +131,7 @@ fn the_recipe_is_multi_stage_pinned_and_non_root() {
     // and where deploy/serving.yaml's LD_PRELOAD names it.
     let so = runtime
         .iter()
-        .find_map(|l| l.strip_prefix("COPY --from=build /src/target/release/libnixl_agent_interpose.so "))
+        .find_map(|l| l.strip_prefix("COPY --from=build /src/target/interposer/libnixl_agent_interpose.so "))
         .expect("the runtime stage copies the interposer");
     let looked = nixl_agent::launch::candidates(None, Some(std::path::Path::new("/usr/local/bin/nixl-agent")));
     assert!(

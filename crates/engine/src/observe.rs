@@ -135,10 +135,8 @@ struct Inner {
     xfer_watch: AtomicBool,
     /// The transports of each peer's transfers, when learned.
     transports: transports::Learned,
-    /// The monotonic clock's reading (nanoseconds) at the recording's
-    /// start: a post's times are the clock's minus this, in the
-    /// recording's own nanoseconds, without `Instant` arithmetic.
-    clock_base: u64,
+    /// What a post is timed with, in the recording's nanoseconds.
+    post_clock: post_clock::PostClock,
 }
 
 /// Records registration calls the caller makes itself. Cheap to clone and
@@ -206,6 +204,8 @@ pub struct LocalCallMark {
     _mark: record::LocalMark,
     /// The recording's start, which the mark's nanoseconds count from.
     base: Instant,
+    /// The post clock's reading when the call began.
+    ticks: u64,
 }
 
 impl LocalCallMark {
@@ -273,10 +273,12 @@ impl Observer {
         }
         let seen_nixl = rec.ledger().read(|st| st.nixl().available);
         let settings_backends = settings.backends.clone();
-        // The same clock read twice in a row: the base is off by the
-        // nanoseconds between the reads, the same for every post.
+        // The monotonic clock at the recording's start: the same clock
+        // read twice in a row, so off by the nanoseconds between the reads,
+        // the same for every post.
         let since_start = rec.nanos(Instant::now()).unwrap_or(0);
-        let clock_base = nixl_agent_sys::clock::monotonic_nanos().saturating_sub(since_start);
+        let post_clock =
+            post_clock::PostClock::new(nixl_agent_sys::clock::monotonic_nanos().saturating_sub(since_start));
         let o = Observer(Arc::new(Inner {
             rec,
             settings,
@@ -292,7 +294,7 @@ impl Observer {
             default_backends: settings_backends,
             xfer_watch: AtomicBool::new(false),
             transports: transports::Learned::default(),
-            clock_base,
+            post_clock,
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
@@ -738,16 +740,13 @@ impl Observer {
     /// [`Observer::call_started`] for a call that returns on this thread:
     /// the data path's per-call mark (a post), cheaper to make.
     pub fn call_started_here(&self, kind: CallKind) -> LocalCallMark {
-        let at = self.clock();
+        let ticks = self.0.post_clock.now();
+        let at = self.0.post_clock.nanos_at(ticks);
         LocalCallMark {
             _mark: self.0.rec.calls().begin_here(kind, at, self.0.settings.call_timeout),
             base: self.0.rec.started(),
+            ticks,
         }
-    }
-
-    /// The monotonic clock now, in nanoseconds since the recording's start.
-    fn clock(&self) -> u64 {
-        nixl_agent_sys::clock::monotonic_nanos().saturating_sub(self.0.clock_base)
     }
 
     /// Records a deregistration call of what one registration call on
@@ -797,6 +796,7 @@ fn joined(label: &str, backends: &[String]) -> bool {
 
 mod observed_agent;
 mod observed_xfer;
+mod post_clock;
 mod serve;
 #[cfg(test)]
 mod tests;

@@ -75,8 +75,9 @@ struct Running {
 /// A request NIXL made, as the recording knows it.
 pub struct Request {
     serial: u64,
-    /// Set by the call that saw the posting end, cleared by a post: the
-    /// post's end marks it without taking the map's lock again.
+    /// Whether its last posting was seen to end: set when a post begins
+    /// (most end within the call), cleared when the post says it is in
+    /// progress, set again by the poll that sees it end.
     ended: AtomicBool,
     /// NIXL released it (or made another at its address): a thread's
     /// [`LAST_POSTED`] naming it is stale.
@@ -442,7 +443,8 @@ impl Running {
     }
 
     /// `req` is being posted: its serial (`None`: a request the recording
-    /// does not know), its posting marked not ended. The thread's last
+    /// does not know), its posting marked ended (what most posts do within
+    /// the call; [`Running::post_in_flight`] says otherwise). The thread's last
     /// posted request is found without the map's lock.
     fn posting(&self, req: usize) -> Option<u64> {
         let running = self as *const Running as usize;
@@ -454,7 +456,7 @@ impl Running {
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&req)
                 .cloned()?;
-            request.ended.store(false, Ordering::Relaxed);
+            request.ended.store(true, Ordering::Relaxed);
             Some(request)
         };
         let cached = LAST_POSTED.try_with(|last| {
@@ -462,7 +464,7 @@ impl Running {
             if let Some(p) = last.as_ref().filter(|p| {
                 p.handle == req && p.running == running && p.forks == forks && !p.request.gone.load(Ordering::Acquire)
             }) {
-                p.request.ended.store(false, Ordering::Relaxed);
+                p.request.ended.store(true, Ordering::Relaxed);
                 return Some(p.request.serial);
             }
             let request = looked_up()?;
@@ -482,12 +484,13 @@ impl Running {
         }
     }
 
-    /// The posting of `req` this thread just made ended within the call.
-    fn post_ended(&self, req: usize) {
+    /// The posting of `req` this thread just made is in flight: the poll
+    /// that sees it end counts it.
+    fn post_in_flight(&self, req: usize) {
         let marked = LAST_POSTED
             .try_with(|last| match last.borrow().as_ref().filter(|p| p.handle == req) {
                 Some(p) => {
-                    p.request.ended.store(true, Ordering::Relaxed);
+                    p.request.ended.store(false, Ordering::Relaxed);
                     true
                 }
                 None => false,
@@ -495,7 +498,7 @@ impl Running {
             .unwrap_or(false);
         if !marked {
             if let Some(r) = self.requests.lock().unwrap_or_else(|e| e.into_inner()).get(&req) {
-                r.ended.store(true, Ordering::Relaxed);
+                r.ended.store(false, Ordering::Relaxed);
             }
         }
     }
@@ -882,10 +885,10 @@ impl Running {
             status::SUCCESS => XferPoll::Done,
             _ => XferPoll::Failed(failure(st, true)),
         };
-        let ended = !matches!(poll, XferPoll::InProgress);
+        let in_flight = matches!(poll, XferPoll::InProgress);
         self.observer().transfer_posted_here(serial, mark, &poll);
-        if ended {
-            self.post_ended(req);
+        if in_flight {
+            self.post_in_flight(req);
         }
     }
 }

@@ -89,9 +89,15 @@ impl Observer {
     /// ([`Observer::call_started_here`]): the mark ends here, and its
     /// clock is the posting's.
     pub fn transfer_posted_here(&self, handle: u64, mark: super::LocalCallMark, poll: &XferPoll) {
-        let end = (!matches!(poll, XferPoll::InProgress)).then(|| self.clock());
-        let posted = mark.nanos();
+        let clock = &self.0.post_clock;
+        let took = clock.span(mark.ticks, clock.now());
+        let start = mark.nanos();
         drop(mark);
+        let (posted, end) = match poll {
+            // Its poll is timed on the monotonic clock: placed on it.
+            XferPoll::InProgress => (clock.monotonic().saturating_sub(took), None),
+            _ => (start, Some(start + took)),
+        };
         self.record_post(handle, posted, end, poll);
     }
 

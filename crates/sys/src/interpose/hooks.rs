@@ -51,6 +51,19 @@ fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
     (g, Some(Inside))
 }
 
+/// The gate, and whether this call is recorded, for a hook whose
+/// recording never calls NIXL (the post): the quiet switch is read, not
+/// set.
+fn enter_quick<S: Sink>(sink: &S) -> (&'static Gate, bool) {
+    let g = gate();
+    ANNOUNCED.call_once(|| {
+        let e = Errno::save();
+        sink.decided(&g.verdict);
+        e.restore();
+    });
+    (g, g.active() && !INSIDE.with(Cell::get))
+}
+
 /// `errno` as the host left it, put back before NIXL or the host sees it.
 struct Errno(c_int);
 
@@ -393,13 +406,13 @@ pub unsafe fn make_xfer<S: Sink>(
 /// See the module.
 pub unsafe fn post<S: Sink>(sink: &'static S, this: Ptr, req: Ptr, opt: CPtr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
+    let (g, recorded) = enter_quick(sink);
     // Safety: F is the method's signature.
     let f: F = unsafe { real(g, Sym::PostXferReq) };
-    let Some(_inside) = inside else {
+    if !recorded {
         // Safety: the caller's arguments, untouched.
         return unsafe { f(this, req, opt) };
-    };
+    }
     let errno = ErrnoAt::here();
     let host = errno.get();
     let p = sink.post_begin(req as usize);
