@@ -101,6 +101,14 @@ thread_local! {
     static LAST_POSTED: std::cell::RefCell<Option<Posted>> = const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// A registration's regions, kept between the thread's calls.
+    static SPARE_REGIONS: std::cell::RefCell<Vec<Region>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most regions [`SPARE_REGIONS`] keeps room for (1.5 MiB).
+const SPARE_REGIONS_KEPT: usize = 1 << 16;
+
 /// [`LAST_POSTED`]'s entry.
 struct Posted {
     running: usize,
@@ -515,8 +523,25 @@ impl Running {
         Region::new(d.addr, d.len, u32::try_from(d.dev).unwrap_or(u32::MAX))
     }
 
+    /// The list's regions, in the thread's kept buffer: a registration of
+    /// thousands of descriptors allocates nothing once warm, so NIXL's own
+    /// allocations around it find the heap as the program left it.
     fn regions(list: &List<'_>) -> Vec<Region> {
-        list.iter().map(Self::region).collect()
+        let mut v = SPARE_REGIONS
+            .try_with(|s| std::mem::take(&mut *s.borrow_mut()))
+            .unwrap_or_default();
+        v.clear();
+        v.extend(list.iter().map(Self::region));
+        v
+    }
+
+    /// Gives a registration's regions back to the thread's buffer.
+    fn spare(mut v: Vec<Region>) {
+        // A buffer held for one huge list is let go rather than kept.
+        if v.capacity() <= SPARE_REGIONS_KEPT {
+            v.clear();
+            let _ = SPARE_REGIONS.try_with(|s| *s.borrow_mut() = v);
+        }
     }
 
     fn begin(&self, this: usize, facts: &Facts<'_>) -> Token {
@@ -712,6 +737,7 @@ impl Running {
                     let finding = r.finding.take();
                     obs.end(pending, &r.call(), finding, outcome);
                 }
+                Self::spare(std::mem::take(&mut r.regions));
             }
             Token::Deregister {
                 agent,

@@ -51,6 +51,43 @@ pub struct List<'a> {
     descs: Descs<'a>,
 }
 
+/// [`List::iter`]: a walk of the list's own slice.
+pub struct Iter<'a>(Walk<'a>);
+
+enum Walk<'a> {
+    Basic(std::slice::Iter<'a, BasicDesc>),
+    Blob(std::slice::Iter<'a, BlobDesc>),
+}
+
+impl Iterator for Iter<'_> {
+    type Item = BasicDesc;
+
+    fn next(&mut self) -> Option<BasicDesc> {
+        match &mut self.0 {
+            Walk::Basic(i) => i.next().copied(),
+            Walk::Blob(i) => i.next().map(|b| b.basic),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match &self.0 {
+            Walk::Basic(i) => i.len(),
+            Walk::Blob(i) => i.len(),
+        };
+        (n, Some(n))
+    }
+
+    fn fold<B, F: FnMut(B, BasicDesc) -> B>(self, init: B, mut f: F) -> B {
+        // One match for the whole walk, not one a descriptor.
+        match self.0 {
+            Walk::Basic(i) => i.fold(init, |a, d| f(a, *d)),
+            Walk::Blob(i) => i.fold(init, |a, b| f(a, b.basic)),
+        }
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
 #[derive(Clone, Copy)]
 enum Descs<'a> {
     Basic(&'a [BasicDesc]),
@@ -77,13 +114,13 @@ impl<'a> List<'a> {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = BasicDesc> + 'a {
-        let descs = self.descs;
-        let n = self.len();
-        (0..n).filter_map(move |i| match descs {
-            Descs::Basic(d) => d.get(i).copied(),
-            Descs::Blob(d) => d.get(i).map(|b| b.basic),
-        })
+    /// Each descriptor's address, length and device, in order (an exact
+    /// size: a `collect` allocates once).
+    pub fn iter(&self) -> Iter<'a> {
+        match self.descs {
+            Descs::Basic(d) => Iter(Walk::Basic(d.iter())),
+            Descs::Blob(d) => Iter(Walk::Blob(d.iter())),
+        }
     }
 
     /// The bytes of every descriptor.
