@@ -132,10 +132,16 @@ fn run_once(who: Who, agent_bin: &Path, argv: &[String]) -> Result<serde_json::V
         c
     };
     let lib = nixl_lib_dir();
+    // The interposer measured: the one NIXL_AGENT_INTERPOSER names
+    // (scripts/bench.sh: the whole-program build), for the instrumented
+    // run only; the bare runs preload nothing.
+    cmd.env_remove("NIXL_AGENT_INTERPOSER");
+    if let (Who::Instrumented, Some(so)) = (who, std::env::var_os("NIXL_AGENT_INTERPOSER")) {
+        cmd.env("NIXL_AGENT_INTERPOSER", so);
+    }
     cmd.env("NIXL_PLUGIN_DIR", lib.join("plugins"))
         .env("PYTHONPATH", lib.parent().unwrap_or(&lib))
         .env("NIXL_AGENT_LISTEN", "off")
-        .env_remove("NIXL_AGENT_INTERPOSER")
         .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
         .stderr(Stdio::null());
