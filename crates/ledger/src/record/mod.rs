@@ -202,3 +202,6 @@ impl Recorder {
         self.emit(&Event::NixlLoaded(facts));
     }
 }
+
+#[cfg(test)]
+mod deferred_tests;
