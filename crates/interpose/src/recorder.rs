@@ -513,10 +513,30 @@ impl Running {
 
     /// Marks `req`'s posting ended: its serial the first time, `None` after
     /// (or for a request the recording does not know).
+    /// The thread that posted a request usually polls it: its last posted
+    /// one is found without the map's lock, and a posting already seen to
+    /// end costs a load.
     fn ended(&self, req: usize) -> Option<u64> {
+        let first = |r: &Request| {
+            (!r.ended.load(Ordering::Relaxed) && !r.ended.swap(true, Ordering::Relaxed)).then_some(r.serial)
+        };
+        let (running, forks) = (self as *const Running as usize, nixl_agent_sys::interpose::forks());
+        let cached = LAST_POSTED.try_with(|last| {
+            last.borrow()
+                .as_ref()
+                .filter(|p| {
+                    p.handle == req
+                        && p.running == running
+                        && p.forks == forks
+                        && !p.request.gone.load(Ordering::Acquire)
+                })
+                .map(|p| first(&p.request))
+        });
+        if let Ok(Some(serial)) = cached {
+            return serial;
+        }
         let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
-        let r = requests.get(&req)?;
-        (!r.ended.swap(true, Ordering::Relaxed)).then_some(r.serial)
+        first(requests.get(&req)?)
     }
 
     fn region(d: BasicDesc) -> Region {
