@@ -84,6 +84,44 @@ impl<T: Copy> Recent<T> {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemProbe;
 
+/// The first region not (fully) mapped, walking `regions` in the order
+/// `at` gives and asking `mapped` once per run of touching regions (per
+/// region only inside a run that is not). `None` when `check_order` and
+/// the walk finds the order is not by address.
+fn first_unmapped_run(
+    regions: &[crate::model::Region],
+    at: impl Fn(usize) -> usize,
+    check_order: bool,
+    mapped: &impl Fn(usize, usize) -> bool,
+) -> Option<Option<usize>> {
+    let end_of = |i: usize| regions[i].addr.saturating_add(regions[i].len);
+    let mut first_bad: Option<usize> = None;
+    let mut k = 0;
+    while k < regions.len() {
+        let (start, mut end, from) = (regions[at(k)].addr, end_of(at(k)), k);
+        while k + 1 < regions.len() {
+            let next = regions[at(k + 1)].addr;
+            if check_order && next < regions[at(k)].addr {
+                return None;
+            }
+            if next > end {
+                break;
+            }
+            k += 1;
+            end = end.max(end_of(at(k)));
+        }
+        if !mapped(start, end) {
+            for i in (from..=k).map(&at) {
+                if !mapped(regions[i].addr, end_of(i)) {
+                    first_bad = Some(first_bad.map_or(i, |b| b.min(i)));
+                }
+            }
+        }
+        k += 1;
+    }
+    Some(first_bad)
+}
+
 impl MemoryProbe for SystemProbe {
     fn mapped_ranges(&self) -> Result<Vec<(usize, usize)>, String> {
         std::fs::read_to_string("/proc/self/maps")
@@ -103,35 +141,18 @@ impl MemoryProbe for SystemProbe {
             let rc = unsafe { libc::msync(lo as *mut libc::c_void, end - lo, libc::MS_ASYNC) };
             !(rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM))
         };
-        // Usually in address order already: then no index to sort (nor to
-        // allocate, for a call of thousands of regions).
-        let sorted = regions.windows(2).all(|w| w[0].addr <= w[1].addr);
-        let order: Vec<usize> = if sorted {
-            Vec::new()
-        } else {
-            let mut order: Vec<usize> = (0..regions.len()).collect();
-            order.sort_unstable_by_key(|&i| regions[i].addr);
-            order
+        // Usually in address order already: the runs are found and asked
+        // about in one walk, with no index to sort (nor to allocate, for a
+        // call of thousands of regions). A list found out of order is
+        // walked again, sorted.
+        let first_bad = match first_unmapped_run(regions, |k| k, true, &mapped) {
+            Some(found) => found,
+            None => {
+                let mut order: Vec<usize> = (0..regions.len()).collect();
+                order.sort_unstable_by_key(|&i| regions[i].addr);
+                first_unmapped_run(regions, |k| order[k], false, &mapped).flatten()
+            }
         };
-        let at = |k: usize| if sorted { k } else { order[k] };
-        let end_of = |i: usize| regions[i].addr.saturating_add(regions[i].len);
-        let mut first_bad: Option<usize> = None;
-        let mut k = 0;
-        while k < regions.len() {
-            let (start, mut end, run_start) = (regions[at(k)].addr, end_of(at(k)), k);
-            while k + 1 < regions.len() && regions[at(k + 1)].addr <= end {
-                k += 1;
-                end = end.max(end_of(at(k)));
-            }
-            if !mapped(start, end) {
-                for i in (run_start..=k).map(at) {
-                    if !mapped(regions[i].addr, end_of(i)) {
-                        first_bad = Some(first_bad.map_or(i, |b| b.min(i)));
-                    }
-                }
-            }
-            k += 1;
-        }
         Ok(first_bad)
     }
 
@@ -176,6 +197,41 @@ impl MemoryProbe for SystemProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Four pages with the third unmapped: the first region touching it is
+    /// found, whether the list is in address order or not.
+    #[test]
+    fn the_first_unmapped_region_is_found_in_order_or_not() {
+        use crate::model::Region;
+        let page = super::super::memory::page_size();
+        // Safety: a fresh anonymous mapping of four pages, the third page
+        // then unmapped; nothing else uses them, and both are undone below.
+        let base = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::munmap((p as usize + 2 * page) as *mut libc::c_void, page), 0);
+            p as usize
+        };
+        let r = |k: usize| Region::new(base + k * page, page, 0);
+        let probe = SystemProbe::default();
+        assert_eq!(probe.first_unmapped(&[r(0), r(1), r(3)]).unwrap(), None);
+        assert_eq!(probe.first_unmapped(&[r(0), r(1), r(2), r(3)]).unwrap(), Some(2));
+        assert_eq!(probe.first_unmapped(&[r(3), r(2), r(0)]).unwrap(), Some(1));
+        assert_eq!(probe.first_unmapped(&[r(1), r(0), r(3)]).unwrap(), None);
+        assert_eq!(probe.first_unmapped(&[]).unwrap(), None);
+        // Safety: the mapping made above, its pages that are still mapped.
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, 2 * page);
+            libc::munmap((base + 3 * page) as *mut libc::c_void, page);
+        }
+    }
 
     /// Read on first use, reused while young, read again once `every` has
     /// passed; an instant before the last reading reads again too.
