@@ -220,7 +220,7 @@ mod tests {
             p as usize
         };
         let r = |k: usize| Region::new(base + k * page, page, 0);
-        let probe = SystemProbe::default();
+        let probe = SystemProbe;
         assert_eq!(probe.first_unmapped(&[r(0), r(1), r(3)]).unwrap(), None);
         assert_eq!(probe.first_unmapped(&[r(0), r(1), r(2), r(3)]).unwrap(), Some(2));
         assert_eq!(probe.first_unmapped(&[r(3), r(2), r(0)]).unwrap(), Some(1));
