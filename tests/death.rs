@@ -247,7 +247,17 @@ fn a_zero_config_pod_keeps_a_dead_ranks_failure_whoever_held_the_address() {
         dying.stdin.take().unwrap().write_all(b"\n").unwrap();
         assert_exit(how, wait_exit(dying));
         support::wait_for(Duration::from_secs(10), "the dead rank's failure on the address", both);
-        let doc = support::status_document(addr);
+        // The failure can reach the address a pass of the pod's watcher
+        // before the rank's end record does (it is published when it
+        // happens; the end record when the process exits).
+        let ended_seen = |doc: &serde_json::Value| {
+            doc["ranks"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| !r["ended"].is_null()))
+        };
+        let doc = support::wait_for(Duration::from_secs(10), "the dead rank's end record", || {
+            Some(support::status_document(addr)).filter(ended_seen)
+        });
         let ended: Vec<&serde_json::Value> = doc["ranks"]
             .as_array()
             .unwrap()
