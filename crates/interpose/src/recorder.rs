@@ -117,6 +117,16 @@ struct Posted {
     request: Arc<Request>,
 }
 
+impl Posted {
+    /// It is `req` as the instrumentation `(running, forks)` knows it now.
+    fn names(&self, req: usize, running: usize, forks: u64) -> bool {
+        self.handle == req
+            && self.running == running
+            && self.forks == forks
+            && !self.request.gone.load(Ordering::Acquire)
+    }
+}
+
 /// Hashing NIXL's pointers: distinct by construction, so the post and poll
 /// path hashes with one multiply (no SipHash).
 #[derive(Default, Clone, Copy)]
@@ -455,8 +465,7 @@ impl Running {
     /// the call; [`Running::post_in_flight`] says otherwise). The thread's last
     /// posted request is found without the map's lock.
     fn posting(&self, req: usize) -> Option<u64> {
-        let running = self as *const Running as usize;
-        let forks = nixl_agent_sys::interpose::forks();
+        let (running, forks) = self.identity();
         let looked_up = || {
             let request = self
                 .requests
@@ -469,9 +478,7 @@ impl Running {
         };
         let cached = LAST_POSTED.try_with(|last| {
             let mut last = last.borrow_mut();
-            if let Some(p) = last.as_ref().filter(|p| {
-                p.handle == req && p.running == running && p.forks == forks && !p.request.gone.load(Ordering::Acquire)
-            }) {
+            if let Some(p) = last.as_ref().filter(|p| p.names(req, running, forks)) {
                 p.request.ended.store(true, Ordering::Relaxed);
                 return Some(p.request.serial);
             }
@@ -511,25 +518,26 @@ impl Running {
         }
     }
 
+    /// This instrumentation as [`LAST_POSTED`] names it: its address and
+    /// the fork count it runs at.
+    fn identity(&self) -> (usize, u64) {
+        (self as *const Running as usize, nixl_agent_sys::interpose::forks())
+    }
+
     /// Marks `req`'s posting ended: its serial the first time, `None` after
-    /// (or for a request the recording does not know).
-    /// The thread that posted a request usually polls it: its last posted
-    /// one is found without the map's lock, and a posting already seen to
-    /// end costs a load.
+    /// (or for a request the recording does not know). The thread that
+    /// posted a request usually polls it: its last posted one is found
+    /// without the map's lock, and a posting already seen to end costs a
+    /// load.
     fn ended(&self, req: usize) -> Option<u64> {
         let first = |r: &Request| {
             (!r.ended.load(Ordering::Relaxed) && !r.ended.swap(true, Ordering::Relaxed)).then_some(r.serial)
         };
-        let (running, forks) = (self as *const Running as usize, nixl_agent_sys::interpose::forks());
+        let (running, forks) = self.identity();
         let cached = LAST_POSTED.try_with(|last| {
             last.borrow()
                 .as_ref()
-                .filter(|p| {
-                    p.handle == req
-                        && p.running == running
-                        && p.forks == forks
-                        && !p.request.gone.load(Ordering::Acquire)
-                })
+                .filter(|p| p.names(req, running, forks))
                 .map(|p| first(&p.request))
         });
         if let Ok(Some(serial)) = cached {

@@ -1,9 +1,10 @@
 //! The clock a post is timed with: [`nixl_agent_sys::clock::ticks`] (the
 //! time-stamp counter where the kernel trusts it) read on each side, turned
 //! into the recording's nanoseconds at a rate calibrated against the
-//! monotonic clock — when the observer is made, then again about once a
-//! second, each time over the whole span since it was made (so the rate
-//! only gets better, and follows the monotonic clock's slewing).
+//! monotonic clock — at the first post, then again about once a second,
+//! each time over the whole span since the observer was made (so the rate
+//! only gets better, and follows the monotonic clock's slewing). Nothing
+//! is measured at start-up: by the first post, the span is usually long.
 //!
 //! A post's duration is its two readings' difference at that rate: as
 //! exact as the clock it stands for. Its start in the recording's
@@ -16,7 +17,8 @@
 use nixl_agent_sys::clock::{monotonic_nanos, ticks, ticks_are_nanos};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How long the first calibration watches the clocks.
+/// The shortest span a rate is measured over (a post within it of the
+/// observer's making waits for the rest).
 const FIRST_SPAN_NANOS: u64 = 50_000;
 /// How often the rate is measured again, in nanoseconds.
 const AGAIN_NANOS: u64 = 1_000_000_000;
@@ -35,27 +37,23 @@ pub(crate) struct PostClock {
 
 impl PostClock {
     /// A clock for the recording that started when the monotonic clock
-    /// read `base`; the rate is measured over a first 50 µs.
+    /// read `base`; its rate is measured at its first use.
     pub(crate) fn new(base: u64) -> PostClock {
-        let origin = (ticks(), monotonic_nanos().saturating_sub(base));
-        let clock = PostClock {
+        PostClock {
             base,
-            origin,
+            origin: (ticks(), monotonic_nanos().saturating_sub(base)),
             rate: AtomicU64::new(1f64.to_bits()),
-            next: AtomicU64::new(u64::MAX),
-        };
-        if !ticks_are_nanos() {
-            while monotonic_nanos().saturating_sub(base) < origin.1 + FIRST_SPAN_NANOS {
-                std::hint::spin_loop();
-            }
-            clock.measure();
+            // Ticks that are nanoseconds have their rate already.
+            next: AtomicU64::new(if ticks_are_nanos() { u64::MAX } else { 0 }),
         }
-        clock
     }
 
-    /// Measures the rate over the span since the origin, and when to do it
-    /// again.
+    /// Measures the rate over the span since the origin (at least
+    /// [`FIRST_SPAN_NANOS`]), and when to do it again.
     fn measure(&self) {
+        while self.monotonic() < self.origin.1 + FIRST_SPAN_NANOS {
+            std::hint::spin_loop();
+        }
         let (t, n) = (ticks(), self.monotonic());
         let (dt, dn) = (t.saturating_sub(self.origin.0), n.saturating_sub(self.origin.1));
         if dt == 0 || dn == 0 {
@@ -81,8 +79,10 @@ impl PostClock {
         monotonic_nanos().saturating_sub(self.base)
     }
 
-    /// The recording's nanoseconds at the counter's reading `t`.
+    /// The recording's nanoseconds at the counter's fresh reading `t`;
+    /// the rate is measured again first when it is due.
     pub(crate) fn nanos_at(&self, t: u64) -> u64 {
+        self.measured_by(t);
         let (t0, n0) = self.origin;
         if t >= t0 {
             n0.saturating_add(((t - t0) as f64 * self.rate()) as u64)
@@ -94,10 +94,15 @@ impl PostClock {
     /// Nanoseconds between the readings `from` and `to`; the rate is
     /// measured again first when it is due (`to` is a fresh reading).
     pub(crate) fn span(&self, from: u64, to: u64) -> u64 {
-        if to >= self.next.load(Ordering::Relaxed) {
+        self.measured_by(to);
+        (to.saturating_sub(from) as f64 * self.rate()) as u64
+    }
+
+    /// Measures the rate when it is due at the fresh reading `t`.
+    fn measured_by(&self, t: u64) {
+        if t >= self.next.load(Ordering::Relaxed) {
             self.measure();
         }
-        (to.saturating_sub(from) as f64 * self.rate()) as u64
     }
 }
 

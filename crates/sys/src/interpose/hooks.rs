@@ -37,30 +37,30 @@ impl Drop for Inside {
     }
 }
 
-/// The gate, and whether this call is recorded.
-fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
+/// The gate, its verdict told to the sink before any call is.
+fn announced<S: Sink>(sink: &S) -> &'static Gate {
     let g = gate();
     ANNOUNCED.call_once(|| {
         let e = Errno::save();
         sink.decided(&g.verdict);
         e.restore();
     });
+    g
+}
+
+/// The gate, and whether this call is recorded.
+fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
+    let g = announced(sink);
     if !g.active() || INSIDE.with(|i| i.replace(true)) {
         return (g, None);
     }
     (g, Some(Inside))
 }
 
-/// The gate, and whether this call is recorded, for a hook whose
-/// recording never calls NIXL (the post): the quiet switch is read, not
-/// set.
+/// The same for a hook whose recording never calls NIXL (the post): the
+/// quiet switch is read, not set.
 fn enter_quick<S: Sink>(sink: &S) -> (&'static Gate, bool) {
-    let g = gate();
-    ANNOUNCED.call_once(|| {
-        let e = Errno::save();
-        sink.decided(&g.verdict);
-        e.restore();
-    });
+    let g = announced(sink);
     (g, g.active() && !INSIDE.with(Cell::get))
 }
 
