@@ -84,6 +84,14 @@ pub struct GroupCounts {
     pub accepted_invalid: Vec<ReasonCount>,
 }
 
+/// `d` in nanoseconds, without a 128-bit product (a u64 of nanoseconds
+/// lasts 584 years; saturates past that).
+pub fn nanos(d: std::time::Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
+}
+
 pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

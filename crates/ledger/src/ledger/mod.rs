@@ -189,10 +189,7 @@ impl Ledger {
 
     /// Nanoseconds from the ledger's start to `at` (`None` before it).
     pub fn nanos(&self, at: Instant) -> Option<u64> {
-        let d = at.checked_duration_since(self.0.started)?;
-        d.as_secs()
-            .checked_mul(1_000_000_000)?
-            .checked_add(u64::from(d.subsec_nanos()))
+        at.checked_duration_since(self.0.started).map(counts::nanos)
     }
 
     /// Applies what was deferred, if anything: for readers that skip the

@@ -17,6 +17,7 @@
 
 use super::Recorder;
 use crate::event::{CallKey, CallKind, Event, GroupId};
+use crate::ledger::counts::nanos;
 use std::cell::RefCell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -71,13 +72,6 @@ fn kind_of(code: u8) -> CallKind {
         .get(usize::from(code))
         .copied()
         .unwrap_or(CallKind::Deregister)
-}
-
-fn nanos(d: Duration) -> u64 {
-    // No 128-bit product: a u64 of nanoseconds lasts 584 years.
-    d.as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// A call marked in flight; unmarked when dropped.
