@@ -37,6 +37,17 @@ setup() {
     "$VENV/bin/python" -c 'import numpy' || die "numpy does not import in $VENV"
 }
 
+# The agent and the driver in release mode, and the interposer that the
+# interposer's section runs under `nixl-agent instrument --`: the one the
+# image ships, the whole-program build (Cargo.toml's `interposer` profile),
+# named by NIXL_AGENT_INTERPOSER.
+build() {
+    log "cargo build --release --bin nixl-agent --example nixl-bench; --profile interposer -p nixl-agent-interpose"
+    (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
+    (cd "$ROOT" && "$CARGO" build --profile interposer --quiet -p nixl-agent-interpose)
+    export NIXL_AGENT_INTERPOSER="$ROOT/target/interposer/libnixl_agent_interpose.so"
+}
+
 mode="${1:-run}"
 case "$mode" in
     setup)
@@ -46,13 +57,7 @@ case "$mode" in
     smoke)
         shift
         setup
-        log "cargo build --release --bin nixl-agent --example nixl-bench; --profile interposer -p nixl-agent-interpose"
-        (cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
-# The interposer's section runs `nixl-agent instrument --` with the
-# interposer as the image ships it: the whole-program build (Cargo.toml's
-# `interposer` profile), named by NIXL_AGENT_INTERPOSER.
-(cd "$ROOT" && "$CARGO" build --profile interposer --quiet -p nixl-agent-interpose)
-export NIXL_AGENT_INTERPOSER="$ROOT/target/interposer/libnixl_agent_interpose.so"
+        build
         exec "$ROOT/target/release/examples/nixl-bench" --smoke \
             --agent-bin "$ROOT/target/release/nixl-agent" \
             --out "${TMPDIR:-/tmp}/nixl-bench-smoke.json" "$@"
@@ -67,13 +72,7 @@ export NIXL_AGENT_INTERPOSER="$ROOT/target/interposer/libnixl_agent_interpose.so
 esac
 
 setup
-log "cargo build --release --bin nixl-agent --example nixl-bench; --profile interposer -p nixl-agent-interpose"
-(cd "$ROOT" && "$CARGO" build --release --quiet --bin nixl-agent --example nixl-bench)
-# The interposer's section runs `nixl-agent instrument --` with the
-# interposer as the image ships it: the whole-program build (Cargo.toml's
-# `interposer` profile), named by NIXL_AGENT_INTERPOSER.
-(cd "$ROOT" && "$CARGO" build --profile interposer --quiet -p nixl-agent-interpose)
-export NIXL_AGENT_INTERPOSER="$ROOT/target/interposer/libnixl_agent_interpose.so"
+build
 mkdir -p "$ROOT/bench/results"
 name="${NIXL_BENCH_NAME:-latest}"
 case "$name" in
