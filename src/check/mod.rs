@@ -201,10 +201,13 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
                 nixl_check.outcome = Outcome::Fail;
                 nixl_check.runtime.reason = Some(f.reason);
                 nixl_check.runtime.error = Some(f.message);
+                nixl_check.runtime.fix = f.fix;
             }
         }
     }
     let nixl_up = nixl_check.outcome == Outcome::Ok;
+    // What a step that needs NIXL is skipped for: the runtime's own reason.
+    let nixl_down = nixl_check.runtime.reason.unwrap_or(Reason::NixlUnavailable);
     progress.done(nixl_check.outcome, &render::nixl_summary(&nixl_check));
 
     progress.start("NIXL backends");
@@ -214,7 +217,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
         let r = if nixl_up {
             registrar.ensure_backend(&name).map(|_| ())
         } else {
-            Err(skip_failure())
+            Err(Failure::new(nixl_down, "NIXL runtime unavailable"))
         };
         let (outcome, reason, error) = match r {
             Ok(()) => (Outcome::Ok, None, None),
@@ -268,7 +271,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     let mut groups = Vec::new();
     for spec in &plan.groups {
         progress.start(&format!("register {}", spec.name));
-        let g = smoke(&mut registrar, spec, nixl_up);
+        let g = smoke(&mut registrar, spec, nixl_up.then_some(()).ok_or(nixl_down));
         progress.done(g.outcome, &render::group_summary(&g));
         groups.push(g);
     }
@@ -404,10 +407,6 @@ pub fn config_error_document(message: &str) -> String {
     serde_json::to_string_pretty(&doc).expect("a JSON value serializes")
 }
 
-fn skip_failure() -> Failure {
-    Failure::new(Reason::NixlUnavailable, "NIXL runtime unavailable")
-}
-
 fn worst(outcomes: impl Iterator<Item = Outcome>) -> Outcome {
     outcomes.fold(Outcome::Ok, |acc, o| match (acc, o) {
         (Outcome::Fail, _) | (_, Outcome::Fail) => Outcome::Fail,
@@ -513,7 +512,8 @@ fn cuda_check(plan: &Plan) -> CudaCheck {
 }
 
 /// Registers and deregisters one group once.
-fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl_up: bool) -> GroupCheck {
+/// `nixl`: `Err(reason)` when NIXL is down, and why.
+fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl: Result<(), Reason>) -> GroupCheck {
     let (descriptors, bytes) = spec.totals();
     let mut g = GroupCheck {
         name: spec.name.clone(),
@@ -529,9 +529,9 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl_up: 
         diagnostics: vec![],
         advice: None,
     };
-    if !nixl_up {
+    if let Err(reason) = nixl {
         g.outcome = Outcome::Skip;
-        g.reason = Some(Reason::NixlUnavailable);
+        g.reason = Some(reason);
         return g;
     }
     // The very attempt the lifecycle makes, recorded into a registry

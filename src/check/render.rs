@@ -17,10 +17,11 @@ pub(super) fn nixl_summary(check: &NixlCheck) -> String {
     match &n.library {
         // Loaded, but no NIXL agent could be made: say why.
         Some(lib) if check.outcome == Outcome::Fail && n.error.is_some() => format!(
-            "{lib} (found by {}, NIXL {}) loads, but {}",
+            "{lib} (found by {}, NIXL {}) loads, but {}{}",
             n.found_by.as_deref().unwrap_or("?"),
             n.version.as_deref().unwrap_or("version unknown"),
-            n.error.as_deref().unwrap_or_default()
+            n.error.as_deref().unwrap_or_default(),
+            n.fix.as_deref().map(|f| format!(" — fix: {f}")).unwrap_or_default()
         ),
         Some(lib) => format!(
             "{lib} (found by {}, NIXL {}), {} plugins: {}",

@@ -9,6 +9,7 @@
 use crate::model::Reason;
 
 mod capture;
+pub mod nixl_config;
 pub mod proto;
 
 pub use capture::{Capture, NoCapture};

@@ -25,6 +25,7 @@ pub use xfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ER
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     NixlUnavailable,
+    NixlConfig,
     PluginUnavailable,
     BackendInitFailed,
     CudaUnavailable,
@@ -52,8 +53,9 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order docs/metrics.md documents them.
-    pub const ALL: [Reason; 24] = [
+    pub const ALL: [Reason; 25] = [
         Reason::NixlUnavailable,
+        Reason::NixlConfig,
         Reason::PluginUnavailable,
         Reason::BackendInitFailed,
         Reason::CudaUnavailable,
@@ -83,6 +85,7 @@ impl Reason {
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::NixlUnavailable => "nixl_unavailable",
+            Reason::NixlConfig => "nixl_config",
             Reason::PluginUnavailable => "plugin_unavailable",
             Reason::BackendInitFailed => "backend_init_failed",
             Reason::CudaUnavailable => "cuda_unavailable",
@@ -114,6 +117,9 @@ impl Reason {
         match self {
             Reason::NixlUnavailable => {
                 "libnixl_capi.so was not found or could not be loaded, or no NIXL agent could be created"
+            }
+            Reason::NixlConfig => {
+                "NIXL is loaded but refuses to create any agent because of its configuration file: NIXL_CONFIG_FILE names a file that is missing, unreadable or not TOML, or $HOME/.nixl.cfg cannot be looked up (a HOME the user may not search) or read"
             }
             Reason::PluginUnavailable => "the group's backend has no plugin in the NIXL plugin directory",
             Reason::BackendInitFailed => "the backend plugin exists but NIXL could not create the backend",
@@ -163,6 +169,7 @@ impl Reason {
     pub const fn advice(self) -> &'static str {
         match self {
             Reason::NixlUnavailable => "install NIXL (pip install nixl-cu12) or point --nixl-lib-dir / NIXL_LIB_DIR at the folder holding libnixl_capi.so",
+            Reason::NixlConfig => "run with a HOME the user can search (HOME=/tmp) or set NIXL_CONFIG_FILE to a readable TOML file; the log and /v1/status name the file and what is wrong with it",
             Reason::PluginUnavailable => "check the backend name and NIXL_PLUGIN_DIR (the plugins folder beside libnixl_capi.so)",
             Reason::BackendInitFailed => "run with UCX_LOG_LEVEL=info; check UCX_TLS / UCX_NET_DEVICES and that the NIC/driver stack is present",
             Reason::CudaUnavailable => "run on a host with a CUDA driver and expose the GPU to the container (--gpus, nvidia device plugin)",
@@ -294,6 +301,9 @@ impl fmt::Display for Kind {
 pub struct Failure {
     pub reason: Reason,
     pub message: String,
+    /// What the operator does about this failure, when it is known better
+    /// than the reason's [`Reason::advice`] (the file to correct, say).
+    pub fix: Option<String>,
 }
 
 impl Failure {
@@ -301,7 +311,14 @@ impl Failure {
         Failure {
             reason,
             message: message.into(),
+            fix: None,
         }
+    }
+
+    /// The same failure with its own fix.
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Failure {
+        self.fix = Some(fix.into());
+        self
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod canary;
 pub mod datapath;
 pub mod lifecycle;
+pub mod nixl_config;
 pub mod observe;
 
 #[cfg(test)]

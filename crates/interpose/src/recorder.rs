@@ -733,6 +733,20 @@ impl Running {
         }
     }
 
+    /// NIXL threw out of the call `token` began: a constructor that threw
+    /// made no agent (NIXL's configuration file is looked at now, as the
+    /// other front-ends do); other calls end unrecorded, as before.
+    fn unwound(&self, token: Token) {
+        if let Token::Agent { name } = token {
+            let failure = Failure::new(
+                nixl_agent_core::model::Reason::NixlUnavailable,
+                format!("creating NIXL agent {name:?}: NIXL's constructor threw"),
+            );
+            self.observer()
+                .nixl_unavailable(&nixl_agent_engine::nixl_config::explain(failure));
+        }
+    }
+
     fn end(&self, this: usize, token: Token, st: i32, out: &Out<'_>) {
         let obs = self.observer();
         let ok = st == status::SUCCESS;
@@ -1007,6 +1021,16 @@ impl Sink for Recorder {
                     .hook_failed(hooked(facts), "the interposer panicked before a NIXL call");
                 None
             }
+        }
+    }
+
+    fn unwound(&self, begun: Option<Begun>) {
+        let (Some(r), Some(Begun { token, .. })) = (self.running(), begun) else {
+            return;
+        };
+        if catch_unwind(AssertUnwindSafe(|| r.unwound(token))).is_err() {
+            r.observer()
+                .hook_failed(Hooked::Init, "the interposer panicked while NIXL threw");
         }
     }
 

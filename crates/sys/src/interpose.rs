@@ -251,6 +251,12 @@ pub trait Sink: Sync {
     fn begin(&self, agent: usize, facts: &Facts<'_>) -> Self::Token;
     /// It returned `status` (void calls: `SUCCESS`).
     fn end(&self, token: Self::Token, status: i32, out: &Out<'_>);
+    /// NIXL's definition threw instead of returning: its C++ exception
+    /// goes on to the caller untouched, and the call ends here, with no
+    /// status. Told while the exception unwinds: it must not panic out.
+    fn unwound(&self, token: Self::Token) {
+        drop(token);
+    }
     /// `postXferReq(req)` is about to run: the data path's per-transfer
     /// call has a pair of its own, narrow and on a sink that lives as
     /// long as the process (what it begins, it ends without looking up).

@@ -80,6 +80,9 @@ pub(crate) fn agent_failed(error: &Bound<'_, PyAny>, agent: Option<&Bound<'_, Py
     let failure = failure_of(error, Reason::NixlUnavailable);
     guarded(Hooked::Init, || {
         let r = running()?;
+        // NIXL's exception names no cause when its configuration file is
+        // one: looked at now that NIXL has failed, never before.
+        let failure = nixl_agent_engine::nixl_config::explain(failure);
         if let Some(a) = agent {
             r.agents
                 .lock()

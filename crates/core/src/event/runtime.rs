@@ -23,6 +23,7 @@ pub(super) fn nixl_unavailable(f: &Failure) {
         target: LOG_TARGET,
         reason = f.reason.as_str(),
         error = %f.message,
+        fix = f.fix.as_deref().unwrap_or(f.reason.advice()),
         "NIXL runtime unavailable; serving probes, never ready"
     )
 }

@@ -100,7 +100,7 @@ impl Endpoint {
             ..AgentConfig::default()
         };
         let agent = Agent::new_configured(name, &cfg)
-            .map_err(|e| Failure::new(Reason::NixlUnavailable, format!("creating NIXL agent {name:?}: {e}")))?;
+            .map_err(|e| crate::nixl_config::agent_creation_failed(&format!("creating NIXL agent {name:?}"), &e))?;
         let (_, params) = agent
             .get_plugin_params(backend)
             .map_err(|e| Failure::new(Reason::PluginUnavailable, format!("{backend} plugin: {e}")))?;

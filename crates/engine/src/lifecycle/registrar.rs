@@ -175,7 +175,7 @@ fn plugins_of(agent: &nixl_sys::Agent) -> Result<Vec<String>, Failure> {
 
 /// Creating nixl-agent's own NIXL agent failed.
 fn agent_failed(name: &str, e: &dyn std::fmt::Display) -> Failure {
-    Failure::new(Reason::NixlUnavailable, format!("creating NIXL agent {name:?}: {e}"))
+    crate::nixl_config::agent_creation_failed(&format!("creating NIXL agent {name:?}"), e)
 }
 
 impl Registrar for NixlRegistrar {

@@ -26,6 +26,8 @@ pub struct Process {
     pub memlock_limit: Option<u64>,
     pub memlock_exempt: bool,
     pub nixl: NixlStatus,
+    /// Failed loads of NIXL and creations of a NIXL agent, by reason.
+    pub nixl_failures: Vec<(Reason, u64)>,
     /// In the order first created (or refused).
     pub backends: Vec<Backend>,
     pub lifecycle_dead: bool,
@@ -44,6 +46,7 @@ impl Process {
             memlock_limit: None,
             memlock_exempt: false,
             nixl,
+            nixl_failures: Vec::new(),
             backends: Vec::new(),
             lifecycle_dead: false,
             awaits_registration: false,
@@ -98,10 +101,19 @@ impl State {
                 n.agent_owner = Some(owner(f.owned));
             }
             Event::NixlUnavailable(f) => {
+                match p.nixl_failures.iter_mut().find(|(r, _)| *r == f.reason) {
+                    Some((_, n)) => *n += 1,
+                    None => p.nixl_failures.push((f.reason, 1)),
+                }
                 let n = &mut p.nixl;
                 n.available = false;
                 n.reason = Some(f.reason);
                 n.error = Some(f.message.clone());
+                // The loader's fix (where the library is) stays unless
+                // this failure knows better.
+                if f.fix.is_some() {
+                    n.fix = f.fix.clone();
+                }
             }
             Event::BackendCreated(crate::event::BackendCreated { backend, .. }) => p.backend(backend, true, None),
             Event::BackendFailed(crate::event::BackendFailed { backend, failure }) => {

@@ -132,6 +132,7 @@ const LEDGER_FAMILIES: &[&str] = &[
     names::MEMLOCK_EXEMPT,
     names::READY,
     names::NIXL_AVAILABLE,
+    names::NIXL_FAILURES_TOTAL,
     names::BACKEND_UP,
     names::LAST_FAILURE_TIMESTAMP_SECONDS,
     names::MEMLOCK_LIMIT_BYTES,
@@ -240,6 +241,11 @@ fn render(st: &State) -> Vec<MetricFamily> {
     ready.gauge(Vec::new(), f64::from(u8::from(p.ready)));
     let mut nixl = Out::new(names::NIXL_AVAILABLE, GAUGE);
     nixl.gauge(Vec::new(), f64::from(u8::from(p.nixl.available)));
+    // Appear on first use: a healthy process never fails to load NIXL.
+    let mut nixl_failures = Out::new(names::NIXL_FAILURES_TOTAL, COUNTER);
+    for (r, n) in &p.nixl_failures {
+        nixl_failures.counter(vec![pair("reason", r.as_str())], *n);
+    }
     let mut stuck = Out::new(names::LIFECYCLE_STUCK, GAUGE);
     stuck.gauge(
         Vec::new(),
@@ -287,6 +293,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
         accepted_invalid,
         ready,
         nixl,
+        nixl_failures,
         stuck,
         memlock,
         exempt,

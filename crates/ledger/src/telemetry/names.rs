@@ -25,6 +25,7 @@ pub const GROUP_STATE: &str = "nixl_agent_group_state";
 pub const MEMLOCK_EXEMPT: &str = "nixl_agent_memlock_exempt";
 pub const READY: &str = "nixl_agent_ready";
 pub const NIXL_AVAILABLE: &str = "nixl_agent_nixl_available";
+pub const NIXL_FAILURES_TOTAL: &str = "nixl_agent_nixl_failures_total";
 pub const BACKEND_UP: &str = "nixl_agent_backend_up";
 pub const LAST_FAILURE_TIMESTAMP_SECONDS: &str = "nixl_agent_last_failure_timestamp_seconds";
 pub const MEMLOCK_LIMIT_BYTES: &str = "nixl_agent_memlock_limit_bytes";
@@ -145,6 +146,12 @@ pub const FAMILIES: &[Family] = &[
         Type::Gauge,
         &[],
         "1 when the NIXL runtime library was found, loaded and an agent was created.",
+    ),
+    Family::new(
+        NIXL_FAILURES_TOTAL,
+        Type::Counter,
+        &["reason"],
+        "Failed loads of the NIXL runtime and failed creations of a NIXL agent, by closed reason (nixl_unavailable, nixl_config); absent until the first.",
     ),
     Family::new(
         BACKEND_UP,
@@ -595,6 +602,7 @@ mod tests {
             MEMLOCK_EXEMPT,
             READY,
             NIXL_AVAILABLE,
+            NIXL_FAILURES_TOTAL,
             BACKEND_UP,
             LAST_FAILURE_TIMESTAMP_SECONDS,
             MEMLOCK_LIMIT_BYTES,

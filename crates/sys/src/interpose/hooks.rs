@@ -133,6 +133,39 @@ fn end<S: Sink>(sink: &S, token: S::Token, status: c_int, out: &Out<'_>) {
     e.restore();
 }
 
+/// A begun call's token while NIXL's definition runs: when the definition
+/// throws, the C++ exception unwinds through the hook (`C-unwind` runs this
+/// drop, and catches nothing) and the sink hears that the call ended
+/// without a status; when it returns, [`Unwinding::returned`] hands the
+/// token back for [`end`].
+struct Unwinding<'s, S: Sink> {
+    sink: &'s S,
+    token: Option<S::Token>,
+}
+
+impl<'s, S: Sink> Unwinding<'s, S> {
+    fn new(sink: &'s S, token: S::Token) -> Self {
+        Unwinding {
+            sink,
+            token: Some(token),
+        }
+    }
+
+    fn returned(mut self) -> Option<S::Token> {
+        self.token.take()
+    }
+}
+
+impl<S: Sink> Drop for Unwinding<'_, S> {
+    fn drop(&mut self) {
+        if let Some(t) = self.token.take() {
+            let e = Errno::save();
+            self.sink.unwound(t);
+            e.restore();
+        }
+    }
+}
+
 type Ptr = *mut c_void;
 type CPtr = *const c_void;
 
@@ -151,10 +184,13 @@ pub unsafe fn agent_new<S: Sink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
     };
     // Safety: the caller's name, live for the call.
     let n = unsafe { layout::string(name) };
-    let t = begin(sink, this, &Facts::AgentNew { name: &n });
-    // Safety: the caller's arguments, untouched.
+    let t = Unwinding::new(sink, begin(sink, this, &Facts::AgentNew { name: &n }));
+    // Safety: the caller's arguments, untouched. NIXL throws when it cannot
+    // make the agent (its configuration file, its listener's port).
     unsafe { f(this, name, cfg) };
-    end(sink, t, super::status::SUCCESS, &Out::default());
+    if let Some(t) = t.returned() {
+        end(sink, t, super::status::SUCCESS, &Out::default());
+    }
 }
 
 /// `nixlAgent::~nixlAgent()`.

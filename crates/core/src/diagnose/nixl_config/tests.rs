@@ -1,0 +1,124 @@
+//! The configuration order and each problem, over a world in memory.
+
+use super::*;
+use std::collections::HashMap;
+
+#[derive(Default)]
+struct World {
+    vars: HashMap<&'static str, String>,
+    /// path → contents, or an error kind.
+    files: HashMap<PathBuf, Result<Vec<u8>, io::ErrorKind>>,
+}
+
+impl World {
+    fn var(mut self, k: &'static str, v: &str) -> Self {
+        self.vars.insert(k, v.to_string());
+        self
+    }
+    fn file(mut self, p: &str, body: &str) -> Self {
+        self.files.insert(PathBuf::from(p), Ok(body.as_bytes().to_vec()));
+        self
+    }
+    fn denied(mut self, p: &str) -> Self {
+        self.files
+            .insert(PathBuf::from(p), Err(io::ErrorKind::PermissionDenied));
+        self
+    }
+}
+
+impl ConfigWorld for World {
+    fn var(&self, key: &str) -> Option<String> {
+        self.vars.get(key).cloned()
+    }
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        match self.files.get(path) {
+            None => Ok(false),
+            Some(Ok(_)) => Ok(true),
+            Some(Err(k)) => Err(io::Error::from(*k)),
+        }
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        match self.files.get(path) {
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+            Some(Ok(b)) => Ok(b.clone()),
+            Some(Err(k)) => Err(io::Error::from(*k)),
+        }
+    }
+    fn uid(&self) -> Option<u32> {
+        Some(65534)
+    }
+}
+
+#[test]
+fn no_file_or_good_files_are_no_cause() {
+    assert_eq!(diagnose(&World::default()), None);
+    assert_eq!(diagnose(&World::default().var("HOME", "/home/u")), None);
+    let w = World::default()
+        .var("HOME", "/home/u")
+        .file("/home/u/.nixl.cfg", "[a]\nb = 1\n");
+    assert_eq!(diagnose(&w), None);
+    let w = World::default().var(VARIABLE, "/x.toml").file("/x.toml", "");
+    assert_eq!(diagnose(&w), None);
+}
+
+#[test]
+fn a_home_that_cannot_be_searched_is_named_with_the_user_and_the_fix() {
+    let w = World::default().var("HOME", "/root").denied("/root/.nixl.cfg");
+    let f = diagnose(&w).expect("a cause");
+    assert_eq!(f.file, PathBuf::from("/root/.nixl.cfg"));
+    assert_eq!(f.chosen_by, ChosenBy::Home);
+    assert_eq!(f.problem, Problem::Denied { uid: Some(65534) });
+    let failure = f.failure("creating NIXL agent \"a\"");
+    assert_eq!(failure.reason, Reason::NixlConfig);
+    assert!(failure.message.contains("/root/.nixl.cfg") && failure.message.contains("uid 65534"));
+    assert!(failure.message.contains("HOME=/root"), "{}", failure.message);
+    let fix = failure.fix.expect("a fix");
+    assert!(fix.contains("HOME") && fix.contains(VARIABLE), "{fix}");
+}
+
+#[test]
+fn the_variable_wins_even_over_a_good_home_file_and_names_a_missing_file() {
+    let w = World::default()
+        .var(VARIABLE, "/etc/missing.toml")
+        .var("HOME", "/home/u")
+        .file("/home/u/.nixl.cfg", "");
+    let f = diagnose(&w).expect("a cause");
+    assert_eq!((f.chosen_by, &f.problem), (ChosenBy::Variable, &Problem::Missing));
+    assert!(f.cause().contains("/etc/missing.toml") && f.cause().contains("does not exist"));
+    assert!(f.fix().contains(VARIABLE));
+}
+
+#[test]
+fn a_file_that_is_not_toml_is_named_with_its_position() {
+    let w = World::default()
+        .var(VARIABLE, "/c.toml")
+        .file("/c.toml", "[ok]\nx = 1\ngarbage = = [\n");
+    let f = diagnose(&w).expect("a cause");
+    match &f.problem {
+        Problem::NotToml { line, column, .. } => assert_eq!((*line, *column), (3, 11)),
+        other => panic!("{other:?}"),
+    }
+    assert!(f.cause().contains("line 3, column 11"), "{}", f.cause());
+    assert!(f.fix().contains("line 3, column 11"));
+    let w = World::default().var(VARIABLE, "/c.toml");
+    let mut w = w;
+    w.files.insert(PathBuf::from("/c.toml"), Ok(vec![b'a', b'\n', 0xff]));
+    match diagnose(&w).expect("a cause").problem {
+        Problem::NotToml { line, column, .. } => assert_eq!((line, column), (2, 1)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_global_file_is_read_only_without_a_home_file_and_an_empty_variable_counts() {
+    let w = World::default().var("HOME", "/home/u").file(GLOBAL_FILE, "= 1");
+    assert_eq!(diagnose(&w).expect("a cause").chosen_by, ChosenBy::Global);
+    let w = World::default()
+        .var("HOME", "/home/u")
+        .file("/home/u/.nixl.cfg", "")
+        .file(GLOBAL_FILE, "= 1");
+    assert_eq!(diagnose(&w), None, "NIXL stops at the home file");
+    // NIXL's getenv sees an empty variable as set, and reads "".
+    let w = World::default().var(VARIABLE, "");
+    assert_eq!(diagnose(&w).expect("a cause").problem, Problem::Missing);
+}
