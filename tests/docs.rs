@@ -1,7 +1,17 @@
 //! Keeps the documentation true: the metrics and reason tables
 //! (docs/metrics.md), the example config, the endpoint list
 //! (docs/configuration.md) against the code, the benchmark and soak figures
-//! against the committed results, the README's size and every relative link.
+//! against the committed results, the README's size and every relative link;
+//! and (#55) every figure the prose quotes from a benchmark (`figures`),
+//! every repository path the docs name (`paths`) and where `unsafe` may be
+//! (`unsafe_code`), in modules of this one test binary under tests/docs/.
+
+#[path = "docs/figures.rs"]
+mod figures;
+#[path = "docs/paths.rs"]
+mod paths;
+#[path = "docs/unsafe_code.rs"]
+mod unsafe_code;
 
 use nixl_agent::config::Config;
 use nixl_agent::names::{Reason, FAMILIES};

@@ -1,8 +1,9 @@
 //! The first hour (#32): the steps README and docs/ give a newcomer work as
 //! written — the wheel's path, the keys a `[[group]]` needs, the flags each
-//! command takes, the variables the docs name — so that following the docs
-//! literally never meets a path that does not exist or a flag that does
-//! nothing.
+//! command takes, the variables the docs name, the synopsis's commands,
+//! where the interposer is looked for, the virtualenv's packages — so that
+//! following the docs literally never meets a path that does not exist or
+//! a flag that does nothing.
 
 mod support;
 
@@ -290,4 +291,175 @@ fn the_embedding_dependency_line_resolves_without_the_cli() {
         full.lines().any(|l| l.starts_with("clap ")),
         "the CLI feature pulls clap: {full}"
     );
+}
+
+/// The commands and flags of `nixl-agent --help`, in its order.
+fn help_lists() -> (Vec<String>, Vec<String>) {
+    let out = support::binary().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let section = |title: &str| -> Vec<String> {
+        help.split(title)
+            .nth(1)
+            .unwrap_or_else(|| panic!("--help has no {title}: {help}"))
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().find(|w| !w.ends_with(',')))
+            .map(str::to_string)
+            .collect()
+    };
+    let commands = section("Commands:").into_iter().filter(|c| c != "help").collect();
+    let flags = section("Options:")
+        .into_iter()
+        .filter(|f| f != "--help" && f != "--version")
+        .collect();
+    (commands, flags)
+}
+
+/// The synopsis lines of README and docs/ (`nixl-agent [run|...] [--flag X]
+/// ...`) list the commands and the global flags `--help` lists, in its
+/// order: a command added to the binary is added to the synopsis.
+#[test]
+fn every_synopsis_lists_the_commands_and_flags_of_help() {
+    let (commands, flags) = help_lists();
+    assert!(commands.iter().any(|c| c == "instrument"), "{commands:?}");
+    let mut pages = vec![root().join("README.md")];
+    files(&root().join("docs"), &[".md"], &mut pages);
+    let mut seen = 0;
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("nixl-agent [")) {
+            let listed: Vec<String> = line["nixl-agent [".len()..]
+                .split(']')
+                .next()
+                .unwrap()
+                .split('|')
+                .map(str::to_string)
+                .collect();
+            let listed_flags: Vec<String> = line
+                .split('[')
+                .skip(2)
+                .map(|o| o.split([' ', ']']).next().unwrap().to_string())
+                .collect();
+            let page = page.strip_prefix(root()).unwrap().display();
+            assert_eq!(listed, commands, "{page}: the synopsis's commands");
+            assert_eq!(listed_flags, flags, "{page}: the synopsis's flags");
+            seen += 1;
+        }
+    }
+    assert!(
+        seen >= 2,
+        "README and docs/configuration.md have a synopsis ({seen} found)"
+    );
+}
+
+/// The text of `text` from `start` up to `end`, lines joined by spaces.
+fn passage(text: &str, start: &str, end: &str) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let at = text.find(start).unwrap_or_else(|| panic!("no {start:?}")) + start.len();
+    let rest = &text[at..];
+    rest[..rest.find(end).unwrap_or(rest.len())].to_string()
+}
+
+/// The backticked words of a text.
+fn backticked(text: &str) -> Vec<String> {
+    text.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// Where `nixl-agent instrument` looks for the interposer, as its own
+/// error names the places (run from a directory of its own, where there is
+/// none), is what docs/instrument.md and docs/configuration.md say:
+/// `NIXL_AGENT_INTERPOSER`, beside the binary, then each `../` directory.
+#[test]
+fn the_interposer_search_list_in_the_docs_is_the_binarys() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe = bin.join("nixl-agent");
+    // A hard link: the binary's own path (/proc/self/exe) is this one.
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_nixl-agent"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_nixl-agent"), &exe).unwrap();
+    }
+    let out = Command::new(&exe)
+        .args(["instrument", "--", "true"])
+        .env_remove(nixl_agent::launch::ENV_INTERPOSER)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let looked = err
+        .split("(looked at: ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap_or_else(|| panic!("{err}"));
+    let prefix = format!("{}/", bin.display());
+    let places: Vec<String> = looked
+        .split(", ")
+        .map(|p| {
+            p.strip_prefix(&prefix)
+                .and_then(|p| p.strip_suffix(nixl_agent::launch::INTERPOSER))
+                .unwrap_or_else(|| panic!("{p} is not under {prefix}"))
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        places.first().map(String::as_str),
+        Some(""),
+        "beside the binary first: {places:?}"
+    );
+    let mut want = vec![nixl_agent::launch::ENV_INTERPOSER.to_string()];
+    want.extend(places.into_iter().skip(1));
+    assert!(want.len() > 2, "{want:?}");
+    for (page, start, end) in [
+        (
+            "docs/instrument.md",
+            "Where the interposer is looked for:",
+            "In the image",
+        ),
+        ("docs/configuration.md", "It finds the interposer at", ";"),
+    ] {
+        let said = passage(&read(page), start, end);
+        assert_eq!(backticked(&said), want, "{page}: where the interposer is looked for");
+        assert!(said.contains("beside the binary"), "{page}: {said}");
+    }
+}
+
+/// README's set-up paragraph names every package scripts/setup.sh installs
+/// into the virtualenv (each `name==$VERSION` it pip-installs or downloads
+/// for it, the NIXL wheel by `$NIXL_WHEEL_NAME`), and no other.
+#[test]
+fn readme_names_the_packages_setup_installs_into_the_venv() {
+    let script = read("scripts/setup.sh");
+    let wheel = script
+        .lines()
+        .find_map(|l| l.strip_prefix("NIXL_WHEEL_NAME="))
+        .expect("setup.sh: NIXL_WHEEL_NAME=");
+    let script = script.replace("${NIXL_WHEEL_NAME}", wheel);
+    let mut installed = std::collections::BTreeSet::new();
+    for line in script.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        for (i, _) in line.match_indices("==$") {
+            let name: String = line[..i]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            if !name.is_empty() {
+                installed.insert(name);
+            }
+        }
+    }
+    assert!(
+        installed.contains("nixl-cu12") && installed.contains("mypy"),
+        "{installed:?}"
+    );
+    let said = passage(&read("README.md"), "a Python 3.11 virtualenv `.deps/venv` with", ". ");
+    let said: std::collections::BTreeSet<String> = backticked(&said)
+        .into_iter()
+        .filter(|w| !w.starts_with(['-', '.']) && !w.contains('/'))
+        .collect();
+    assert_eq!(said, installed, "README's set-up paragraph: the virtualenv's packages");
 }

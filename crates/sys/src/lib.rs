@@ -1,4 +1,5 @@
-//! Every `unsafe` of nixl-agent, and nothing that needs none: loading the
+//! Every `unsafe` of nixl-agent but the interposer's exported symbols, and
+//! nothing that needs none: loading the
 //! NIXL runtime (`loader`, `discover`), NIXL's C API where nixl-sys falls
 //! short (`capi`: an agent of our own that registers a group in one call),
 //! describing raw regions to nixl-sys (`Descriptor`, [`addr_of`]), CUDA
@@ -7,7 +8,8 @@
 //! `dlopen` (`facts`), the stdout/stderr tap's fd core (`stderr`), and the
 //! interposer's hooks under `libnixl.so`'s `nixlAgent` methods (`interpose`).
 //!
-//! Every other crate of the workspace denies `unsafe_code`; here each block
+//! Every other crate of the workspace denies `unsafe_code` (ARCHITECTURE.md
+//! names the exceptions); here each block
 //! carries a `// Safety:` comment, which clippy's
 //! `undocumented_unsafe_blocks` holds (workspace lints). The crates above
 //! see plain data and safe functions.
