@@ -55,6 +55,10 @@ COPY --from=build /src/target/release/nixl-agent /usr/local/bin/nixl-agent
 # from the binary); a serving image copies both (docs/image.md).
 COPY --from=build /src/target/interposer/libnixl_agent_interpose.so /usr/local/lib/nixl-agent/libnixl_agent_interpose.so
 ENV NIXL_LIB_DIR=/opt/nixl/.nixl_cu12.mesonpy.libs
+# NIXL looks up $HOME/.nixl.cfg before it makes any agent, and a HOME the
+# user may not search fails that (reason nixl_config): a HOME every uid can
+# search, whatever runAsUser the pod sets (docs/image.md).
+ENV HOME=/tmp
 USER 10001:10001
 EXPOSE 10915
 ENTRYPOINT ["nixl-agent"]

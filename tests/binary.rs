@@ -613,3 +613,68 @@ mod chrono_free {
         Ts(((h * 60 + m) * 60) * 1000 + (s * 1000.0) as i64)
     }
 }
+
+/// `run` as uid 65534 from a root shell whose HOME (a root-owned 0700
+/// directory) that user may not search: NIXL refuses the agent, and the
+/// agent says `nixl_config` on /readyz?verbose, in
+/// `nixl_agent_nixl_failures_total` and in its log, which names
+/// `$HOME/.nixl.cfg`, the user and the fix. It serves, never ready, and
+/// drains on SIGTERM with exit 0.
+#[test]
+fn run_names_a_home_the_user_may_not_search() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cfg = home.path().join(".nixl.cfg").display().to_string();
+    let addr = support::free_port();
+    let child = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_nixl-agent"))
+        .args(["run", "--log-format", "json", "--listen"])
+        .arg(addr.to_string())
+        .env_remove("NIXL_CONFIG_FILE")
+        .env_remove("NIXL_AGENT_CONFIG")
+        .env_remove("NIXL_PLUGIN_DIR")
+        .env("NIXL_LIB_DIR", support::nixl_lib_dir())
+        .env("HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = support::wait_for(Duration::from_secs(30), "/readyz?verbose names nixl_config", || {
+        support::get(addr, "/readyz?verbose")
+            .ok()
+            .filter(|r| r.body.contains("[-]nixl failed: nixl_config"))
+    });
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(
+        ready.body.contains("fix: run with a HOME this user can search"),
+        "{}",
+        ready.body
+    );
+    let scrape = support::scrape(addr);
+    assert_eq!(
+        scrape
+            .metric("nixl_agent_nixl_failures_total")
+            .label("reason", "nixl_config")
+            .value(),
+        1.0
+    );
+    assert_eq!(scrape.metric("nixl_agent_nixl_available").value(), 0.0);
+    support::signal(child.id(), "TERM");
+    let out = support::wait_with_output_within(child, Duration::from_secs(30), "the agent draining");
+    assert_eq!(out.status.code(), Some(0));
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["reason"] == "nixl_config")
+        .unwrap_or_else(|| panic!("no nixl_config log line:\n{log}"));
+    let error = line["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&cfg) && error.contains("uid 65534"), "{line}");
+    assert!(
+        line["fix"].as_str().unwrap_or_default().contains("NIXL_CONFIG_FILE"),
+        "{line}"
+    );
+}

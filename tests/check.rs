@@ -319,3 +319,144 @@ fn human_report_matches_the_snapshot() {
         "check report changed; rerun with UPDATE_SNAPSHOTS=1 and review the diff"
     );
 }
+
+/// One example of docs/check.md: the command as printed, the lines shown.
+struct Example {
+    command: String,
+    shown: Vec<String>,
+}
+
+/// The page's examples (a command in "(`...`):" followed by a plain code
+/// block), and the files its ```toml blocks name in their first line.
+fn doc_examples(page: &str) -> (Vec<Example>, Vec<(String, String)>) {
+    let lines: Vec<&str> = page.lines().collect();
+    let mut examples = Vec::new();
+    let mut files = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        if l == "```toml" {
+            let end = i + 1 + lines[i + 1..].iter().position(|x| *x == "```").unwrap();
+            if let Some(name) = lines[i + 1].strip_prefix("# ") {
+                files.push((name.to_string(), lines[i + 2..end].join("\n") + "\n"));
+            }
+            i = end + 1;
+            continue;
+        }
+        if let Some(command) = l
+            .find("(`")
+            .and_then(|s| l[s + 2..].strip_suffix("`):"))
+            .filter(|c| c.contains("nixl-agent check"))
+        {
+            let start = i + 1 + lines[i + 1..].iter().position(|x| *x == "```").unwrap();
+            let end = start + 1 + lines[start + 1..].iter().position(|x| *x == "```").unwrap();
+            examples.push(Example {
+                command: command.to_string(),
+                shown: lines[start + 1..end].iter().map(|s| s.to_string()).collect(),
+            });
+            i = end + 1;
+            continue;
+        }
+        i += 1;
+    }
+    (examples, files)
+}
+
+/// What differs between this machine and the page's: the NIXL folder, the
+/// root shell's HOME, times, the version, and the host's own facts (kept:
+/// the row and its outcome).
+fn as_on_the_page(line: &str, lib: &str, home: &str) -> String {
+    let mut l = line
+        .replace(lib, "/srv/.deps/nixl/.nixl_cu12.mesonpy.libs")
+        .replace(home, "/root");
+    l = replace_numbers_before(&l, " ms", "<T>");
+    if l.starts_with("nixl-agent ") && l.ends_with(" check") {
+        l = "nixl-agent <VERSION> check".to_string();
+    }
+    for step in ["UCX ", "GPU RDMA ", "GPU-NIC ", "RDMA links ", "/dev/shm "] {
+        if l.starts_with(step) {
+            let outcome = l[step.len()..].split_whitespace().next().unwrap_or("").to_string();
+            l = format!("{} {outcome}", step.trim());
+        }
+    }
+    l.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Every example command of docs/check.md, run as printed from a root shell
+/// (HOME a root-owned 0700 directory, the files the page shows in the
+/// current directory, `nixl-agent` on PATH) prints every line the page
+/// shows under it, and exits 1 exactly when the page shows a failure.
+#[test]
+fn every_example_of_the_page_prints_what_the_page_shows() {
+    use std::os::unix::fs::PermissionsExt;
+    let page = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/check.md")).unwrap();
+    let (examples, files) = doc_examples(&page);
+    assert!(examples.len() >= 5, "the page's examples: {}", examples.len());
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(cwd.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (name, body) in &files {
+        std::fs::write(cwd.path().join(name), body).unwrap();
+    }
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nixl-agent"), bin.path().join("nixl-agent")).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let lib = support::nixl_lib_dir().display().to_string();
+    let home_path = home.path().display().to_string();
+    for ex in &examples {
+        if ex.shown.iter().any(|l| l.contains("the plan has VRAM groups")) && nixl_agent::cuda_driver_present() {
+            eprintln!("skipped on this host (a CUDA driver loads): {}", ex.command);
+            continue;
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&ex.command)
+            .current_dir(cwd.path())
+            .env_remove("NIXL_CONFIG_FILE")
+            .env_remove("NIXL_AGENT_CONFIG")
+            .env_remove("NIXL_PLUGIN_DIR")
+            .env("NIXL_LIB_DIR", &lib)
+            .env("HOME", home.path())
+            .env(
+                "PATH",
+                format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default()),
+            )
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        let got: Vec<String> = printed.lines().map(|l| as_on_the_page(l, &lib, &home_path)).collect();
+        for shown in &ex.shown {
+            let want = as_on_the_page(shown, &lib, &home_path);
+            assert!(
+                got.contains(&want),
+                "`{}` does not print, as docs/check.md shows:\n{want}\nit printed:\n{}",
+                ex.command,
+                got.join("\n")
+            );
+        }
+        // The page may leave out rows that pass, never one that fails or
+        // warns: that is what a reader of the page runs the command for.
+        let shown: Vec<String> = ex.shown.iter().map(|l| as_on_the_page(l, &lib, &home_path)).collect();
+        for row in got.iter().filter(|l| {
+            let mut w = l
+                .split_whitespace()
+                .skip_while(|w| !["ok", "warn", "FAIL", "skip"].contains(w));
+            matches!(w.next(), Some("FAIL" | "warn")) && !l.starts_with("kv ") && !l.starts_with("aux ")
+        }) {
+            assert!(
+                shown.contains(row),
+                "`{}` prints a row docs/check.md does not show:\n{row}",
+                ex.command
+            );
+        }
+        let fails = ex.shown.iter().any(|l| l.split_whitespace().any(|w| w == "FAIL"));
+        assert_eq!(
+            out.status.code(),
+            Some(if fails { 1 } else { 0 }),
+            "`{}`: {}",
+            ex.command,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

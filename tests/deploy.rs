@@ -172,6 +172,19 @@ fn ports_paths_flags_and_config_are_the_binarys() {
                     "deploy/ sets a rank variable: {env:?}"
                 );
                 assert!(strings(&app["securityContext"]["capabilities"]["add"]).contains(&"IPC_LOCK".to_string()));
+                // NIXL's configuration file is one this container can read
+                // whatever user it runs as: named outright, so that NIXL
+                // never looks up $HOME/.nixl.cfg in a HOME the user may not
+                // search (reason nixl_config).
+                let config = env
+                    .iter()
+                    .find(|e| e["name"] == "NIXL_CONFIG_FILE")
+                    .expect("NIXL_CONFIG_FILE set");
+                let file = config["value"].as_str().unwrap();
+                assert!(
+                    std::fs::metadata(file).is_ok_and(|m| !m.is_dir()),
+                    "{file}: a file every image has"
+                );
                 assert!(app["volumeMounts"]
                     .as_array()
                     .unwrap()

@@ -214,6 +214,12 @@ fn the_nixl_stage_gives_a_runtime_the_non_root_binary_registers_with() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lib_dir = opt.join(".nixl_cu12.mesonpy.libs");
+    // The image's HOME: NIXL looks up $HOME/.nixl.cfg before it makes an
+    // agent, so uid 10001 must be able to search it.
+    let home = read("Dockerfile")
+        .lines()
+        .find_map(|l| l.strip_prefix("ENV HOME=").map(str::to_string))
+        .expect("the Dockerfile sets HOME");
     let out = Command::new("setpriv")
         .args(["--reuid=10001", "--regid=10001", "--clear-groups", "--inh-caps=-all"])
         .arg(env!("CARGO_BIN_EXE_nixl-agent"))
@@ -221,6 +227,7 @@ fn the_nixl_stage_gives_a_runtime_the_non_root_binary_registers_with() {
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("NIXL_LIB_DIR", &lib_dir)
+        .env("HOME", &home)
         .current_dir(dir.path())
         .output()
         .unwrap();

@@ -739,3 +739,68 @@ if os.environ.get("HOLD_BEFORE_EXIT") == "1":
     let out = h.finish();
     assert!(text(&out.stdout).contains("raised"), "{}", text(&out.stdout));
 }
+
+/// `config` with `NIXL_CONFIG_FILE` naming a file that does not exist:
+/// NIXL refuses the agent (C++: the constructor throws; nixl-sys: its C API
+/// returns an error; Python: NIXL raises). The program prints what it
+/// prints bare and exits 1 as bare; the interposer, told the constructor
+/// threw, records `nixl_config` naming the file and the fix, on /metrics,
+/// /readyz?verbose and /v1/status.
+fn a_missing_nixl_config_file_is_named(lang: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nixl.toml").display().to_string();
+    let env = [("NIXL_CONFIG_FILE", missing.as_str())];
+    let bare = support::output_within(
+        plain_command(lang, "config").env("NIXL_CONFIG_FILE", &missing),
+        WITHIN,
+        "the bare program",
+    );
+    assert_eq!(bare.status.code(), Some(1), "bare {lang}: {}", text(&bare.stdout));
+    assert!(text(&bare.stdout).contains("agent creation failed"), "{lang}");
+    let h = Held::start(lang, "config", &env);
+    let s = h.scrape_when("the refusal counted", |s| {
+        s.metric("nixl_agent_nixl_failures_total").sum() >= 1.0
+    });
+    assert_eq!(
+        s.metric("nixl_agent_nixl_failures_total")
+            .label("reason", "nixl_config")
+            .value(),
+        1.0,
+        "{lang}"
+    );
+    let ready = support::get(h.addr, "/readyz?verbose").unwrap();
+    assert!(
+        ready
+            .body
+            .contains("[-]nixl failed: nixl_config; fix: point NIXL_CONFIG_FILE at"),
+        "{lang}: {}",
+        ready.body
+    );
+    let doc = support::status_document(h.addr);
+    let nixl = &support::own_status(&doc)["nixl"];
+    assert_eq!(nixl["reason"], "nixl_config", "{lang}: {nixl}");
+    let error = nixl["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&missing) && error.contains("does not exist"),
+        "{lang}: {error}"
+    );
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(1), "{lang}");
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "{lang}: stdout");
+    assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr), "{lang}: stderr");
+}
+
+#[test]
+fn a_missing_nixl_config_file_is_named_from_cpp() {
+    a_missing_nixl_config_file_is_named("cpp");
+}
+
+#[test]
+fn a_missing_nixl_config_file_is_named_from_rust() {
+    a_missing_nixl_config_file_is_named("rust");
+}
+
+#[test]
+fn a_missing_nixl_config_file_is_named_from_python() {
+    a_missing_nixl_config_file_is_named("python");
+}

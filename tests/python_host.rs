@@ -196,3 +196,131 @@ fn each_registration_crosses_into_the_extension_once() {
         "{out}"
     );
 }
+
+/// An interpreter uid 65534 can run, and the virtualenv's site-packages
+/// (NIXL's Python API, the package) for it: the virtualenv's own python may
+/// be a link into a directory that user may not search (/root/.pyenv).
+fn python_for_another_user() -> (std::path::PathBuf, String) {
+    let runs = |py: &std::path::Path| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/bin/sh",
+                "-c",
+                "exec \"$0\" -c pass",
+            ])
+            .arg(py)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let python = [support::python(), "/usr/bin/python3".into()]
+        .into_iter()
+        .find(|p| runs(p))
+        .expect("a python uid 65534 can run");
+    let out = std::process::Command::new(support::python())
+        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .output()
+        .unwrap();
+    (python, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The plain Python program's `config` scenario (tests/programs/python)
+/// run as uid 65534 from this root process, with `HOME` a root-owned 0700
+/// directory (a container run with `runAsUser` while the image keeps
+/// `HOME=/root`): bare, or under the `nixl-agent-instrument` launcher (the
+/// Python front-end alone), serving on `listen`, holding before it exits.
+fn as_another_user(instrumented: bool, home: &std::path::Path, listen: Option<&str>) -> std::process::Command {
+    let (_, script) = support::programs::python_program();
+    let (python, site) = python_for_another_user();
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&python);
+    if instrumented {
+        // The launcher `nixl-agent-instrument` is, run by that interpreter.
+        c.args(["-m", "nixl_agent_instrument._launcher"]).arg(&python);
+    }
+    c.arg(script).arg("config");
+    support::programs::plain_env(&mut c);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" || k == "NIXL_CONFIG_FILE" {
+            c.env_remove(k);
+        }
+    }
+    c.env("HOME", home).env("PYTHONPATH", site);
+    if let Some(l) = listen {
+        c.env("NIXL_AGENT_LISTEN", l).env("HOLD_BEFORE_EXIT", "1");
+    }
+    c
+}
+
+/// NIXL raises for a HOME the user may not search; under the launcher the
+/// program sees the same exception (it prints its class and text) and the
+/// same exit code, prints nothing else, and the Python front-end records
+/// `nixl_config` naming `$HOME/.nixl.cfg`, the user and the fix.
+#[test]
+fn a_home_the_user_may_not_search_is_named_and_the_program_sees_what_it_saw_bare() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cfg = home.path().join(".nixl.cfg").display().to_string();
+    let bare = support::output_within(
+        &mut as_another_user(false, home.path(), None),
+        support::held::HOLD_WITHIN,
+        "bare",
+    );
+    assert_eq!(bare.status.code(), Some(1), "{}", String::from_utf8_lossy(&bare.stderr));
+    let said = String::from_utf8_lossy(&bare.stdout).to_string();
+    assert!(
+        said.contains("agent creation failed: RuntimeError") && said.contains(&cfg),
+        "bare: {said}"
+    );
+    let addr = support::free_port();
+    let mut child = as_another_user(true, home.path(), Some(&addr.to_string()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let scrape = support::wait_for(support::held::HOLD_WITHIN, "nixl_config counted", || {
+        support::get(addr, "/metrics")
+            .ok()
+            .map(|r| support::Scrape::parse(&r.body))
+            .filter(|s| s.metric("nixl_agent_nixl_failures_total").sum() >= 1.0)
+    });
+    assert_eq!(
+        scrape
+            .metric("nixl_agent_nixl_failures_total")
+            .label("reason", "nixl_config")
+            .value(),
+        1.0
+    );
+    let doc = support::status_document(addr);
+    let nixl = &support::own_status(&doc)["nixl"];
+    assert_eq!(nixl["reason"], "nixl_config", "{nixl}");
+    let error = nixl["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&cfg) && error.contains("uid 65534") && error.contains("RuntimeError"),
+        "{error}"
+    );
+    assert!(nixl["fix"].as_str().unwrap_or_default().contains("HOME"), "{nixl}");
+    let ready = support::get(addr, "/readyz?verbose").unwrap();
+    assert!(
+        ready.body.contains("[-]nixl failed: nixl_config; fix: run with a HOME"),
+        "{}",
+        ready.body
+    );
+    child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let inst = support::wait_with_output_within(child, support::held::HOLD_WITHIN, "the instrumented program");
+    assert_eq!(inst.status.code(), bare.status.code());
+    assert_eq!(
+        support::programs::unstamped(&inst.stdout),
+        support::programs::unstamped(&bare.stdout)
+    );
+    assert_eq!(
+        support::programs::unstamped(&inst.stderr),
+        support::programs::unstamped(&bare.stderr)
+    );
+}

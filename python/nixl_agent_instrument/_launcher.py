@@ -4,6 +4,7 @@ Python API instrumented, in the manner of ``opentelemetry-instrument``: a
 starts to the package's one start-up (``_boot.start``), then the command
 replaces this process."""
 
+import errno
 import os
 import shutil
 import sys
@@ -64,7 +65,12 @@ def main(argv=None):
     if argv[0].startswith("-"):
         sys.stderr.write(f"nixl-agent-instrument: unknown option {argv[0]}\n{USAGE}")
         return 2
-    exe = shutil.which(argv[0])
+    # A name with a slash runs as given, as the shell's exec and execvp run
+    # it: the kernel decides. shutil.which would check access itself, through
+    # every symlink, and refuse an interpreter whose link leads through a
+    # directory this user may not search (a venv over /root/.pyenv, run as
+    # another user) although the kernel runs it.
+    exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0])
     if exe is None:
         sys.stderr.write(f"nixl-agent-instrument: command not found: {argv[0]}\n")
         return 127
@@ -81,7 +87,11 @@ def main(argv=None):
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    os.execv(exe, argv)
+    try:
+        os.execv(exe, argv)
+    except OSError as e:
+        sys.stderr.write(f"nixl-agent-instrument: cannot run {argv[0]}: {e.strerror}\n")
+        return 127 if e.errno == errno.ENOENT else 126
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 //   g++ -std=c++20 -O1 nixl_plain.cpp -I. -L$NIXL_LIB_DIR -lnixl -lnixl_build
 //   (same line) -Wl,-rpath,$NIXL_LIB_DIR -o nixl_plain
 // Run:
-//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall|hung
+//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall|hung|config
 //
 // Scenarios (argv[1]):
 //   ok     agents "A" and "B" in this process, UCX each; 4 x 64 KiB DRAM
@@ -25,7 +25,10 @@
 //   hung   calls that run long on real NIXL (see run_hung): at each HOLD
 //          line it waits for a line on stdin, then makes one postXferReq of
 //          262,144 descriptors, then one deregisterMem of as many.
-// Exit codes: 0 ok, 1 seed failure, 2 usage, 3 a NIXL call failed
+//   config agent "A" is made, as the first thing a serving process does; when
+//          NIXL throws (its configuration file, say), what it threw is
+//          printed and the program exits 1. Exit 0 when the agent is made.
+// Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed
 // unexpectedly, 4 the notification did not arrive within 10 s, 5 the
 // stalled transfer completed.
 //
@@ -193,6 +196,18 @@ int run_seed() {
     std::cout << "aux registration failed: " << nixlEnumStrings::statusStr(st) << std::endl;
     // A serving process dies here: no cleanup, as it would not clean up.
     return 1;
+}
+
+int run_config() {
+    nixlAgentConfig cfg;
+    try {
+        nixlAgent a("A", cfg);
+    } catch (const std::exception &e) {
+        std::cout << "agent creation failed: " << e.what() << std::endl;
+        return 1;
+    }
+    std::cout << "agent created" << std::endl;
+    return 0;
 }
 
 bool write_all(int fd, const void *p, size_t n) {
@@ -390,8 +405,9 @@ int main(int argc, char **argv) {
     else if (scenario == "seed") code = run_seed();
     else if (scenario == "stall") code = run_stall();
     else if (scenario == "hung") code = run_hung();
+    else if (scenario == "config") code = run_config();
     else {
-        std::cout << "usage: nixl_plain ok|seed|stall|hung" << std::endl;
+        std::cout << "usage: nixl_plain ok|seed|stall|hung|config" << std::endl;
         code = 2;
     }
     finish(code);

@@ -3,7 +3,7 @@
 Tests run it bare and under an interposer and compare what it prints.
 
 Run (NIXL_LIB_DIR: the wheel's .nixl_cu12.mesonpy.libs):
-    NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins python nixl_plain.py ok|seed
+    NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins python nixl_plain.py ok|seed|config
 
 Scenarios (argv[1]):
     ok    agents "A" and "B" in this process, UCX each; 4 x 64 KiB DRAM
@@ -12,7 +12,11 @@ Scenarios (argv[1]):
     seed  agent "A" registers "kv" (2 x 64 KiB DRAM), then "aux", one DRAM
           region at address 0: NIXL raises, the exception's class is
           printed, and the program exits 1 as a serving process dies.
-Exit codes: 0 ok, 1 seed failure, 2 usage, 3 a NIXL call failed unexpectedly,
+    config
+          agent "A" is made, as the first thing a serving process does; when
+          NIXL raises (its configuration file, say), the exception's class
+          and text are printed and the program exits 1. Exit 0 when made.
+Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed unexpectedly,
 4 the notification did not arrive within 10 s.
 
 With HOLD_BEFORE_EXIT=1 the program reads one line from stdin just before it
@@ -131,14 +135,26 @@ def run_seed():
     return 0
 
 
+def run_config():
+    try:
+        make_agent("A")
+    except Exception as e:  # what NIXL raises is the point
+        print(f"agent creation failed: {type(e).__name__}: {e}", flush=True)
+        return 1
+    print("agent created", flush=True)
+    return 0
+
+
 def main():
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario == "ok":
         code = run_ok()
     elif scenario == "seed":
         code = run_seed()
+    elif scenario == "config":
+        code = run_config()
     else:
-        print("usage: nixl_plain.py ok|seed", flush=True)
+        print("usage: nixl_plain.py ok|seed|config", flush=True)
         code = 2
     finish(code)
 

@@ -57,9 +57,9 @@ pub enum ChosenBy {
 pub enum Problem {
     /// Nothing is at the path `NIXL_CONFIG_FILE` names.
     Missing,
-    /// The user may not look it up (search a directory on its path) or
-    /// read it.
-    Denied { uid: Option<u32> },
+    /// The user may not look it up (`lookup`: search a directory on its
+    /// path) or read it.
+    Denied { uid: Option<u32>, lookup: bool },
     /// Any other error reading it (a directory, an I/O error).
     Unreadable { error: String },
     /// It is read but is not TOML (1-based line and column).
@@ -90,7 +90,7 @@ pub fn diagnose(world: &dyn ConfigWorld) -> Option<ConfigFinding> {
         return match world.read(&file) {
             Ok(bytes) => parse(&bytes).and_then(|p| found(file, ChosenBy::Variable, p)),
             Err(e) if missing(&e) => found(file, ChosenBy::Variable, Problem::Missing),
-            Err(e) => found(file, ChosenBy::Variable, problem_of(&e, world)),
+            Err(e) => found(file, ChosenBy::Variable, problem_of(&e, world, false)),
         };
     }
     let candidates = world
@@ -103,11 +103,11 @@ pub fn diagnose(world: &dyn ConfigWorld) -> Option<ConfigFinding> {
             Ok(false) => continue,
             // NIXL's `std::filesystem::exists` throws on anything but
             // "not there": the lookup itself fails agent creation.
-            Err(e) => return found(file, chosen_by, problem_of(&e, world)),
+            Err(e) => return found(file, chosen_by, problem_of(&e, world, true)),
             Ok(true) => {
                 return match world.read(&file) {
                     Ok(bytes) => parse(&bytes).and_then(|p| found(file, chosen_by, p)),
-                    Err(e) => found(file, chosen_by, problem_of(&e, world)),
+                    Err(e) => found(file, chosen_by, problem_of(&e, world, false)),
                 }
             }
         }
@@ -123,9 +123,12 @@ fn missing(e: &io::Error) -> bool {
 /// "nothing there" to NIXL as well.
 const ENOTDIR: i32 = 20;
 
-fn problem_of(e: &io::Error, world: &dyn ConfigWorld) -> Problem {
+fn problem_of(e: &io::Error, world: &dyn ConfigWorld, lookup: bool) -> Problem {
     match e.kind() {
-        io::ErrorKind::PermissionDenied => Problem::Denied { uid: world.uid() },
+        io::ErrorKind::PermissionDenied => Problem::Denied {
+            uid: world.uid(),
+            lookup,
+        },
         io::ErrorKind::NotFound => Problem::Missing,
         _ => Problem::Unreadable { error: e.to_string() },
     }
@@ -192,13 +195,17 @@ impl ConfigFinding {
             (Problem::Missing, _) => {
                 format!("NIXL's configuration file {file} ({}) does not exist", self.origin())
             }
-            (Problem::Denied { uid }, ChosenBy::Home) => format!(
-                "NIXL looks up its configuration file {file} ($HOME/.nixl.cfg) and {} may not \
-                 (permission denied: it cannot search HOME={} or read the file)",
+            (Problem::Denied { uid, lookup: true }, _) => format!(
+                "NIXL's configuration file {file} ({}) cannot be looked up by {}: permission denied \
+                 (that user may not search {})",
+                self.origin(),
                 user(uid),
-                self.file.parent().unwrap_or(Path::new("")).display()
+                match self.chosen_by {
+                    ChosenBy::Home => format!("HOME={}", self.file.parent().unwrap_or(Path::new("")).display()),
+                    _ => format!("{}", self.file.parent().unwrap_or(Path::new("")).display()),
+                }
             ),
-            (Problem::Denied { uid }, _) => format!(
+            (Problem::Denied { uid, .. }, _) => format!(
                 "NIXL's configuration file {file} ({}) cannot be read by {} (permission denied)",
                 self.origin(),
                 user(uid)
@@ -227,11 +234,11 @@ impl ConfigFinding {
                 "correct {file} at line {line}, column {column}, or set {VARIABLE} to a valid TOML file (an empty file will do)"
             ),
             (_, ChosenBy::Variable) => {
-                format!("point {VARIABLE} at a TOML file this user can read, or unset it")
+                format!("point {VARIABLE} at a TOML file this user can read (/dev/null is an empty configuration), or unset it")
             }
             (_, ChosenBy::Home) => format!(
-                "run with a HOME this user can search (HOME=/tmp, or the user's own home; in Kubernetes set \
-                 env HOME with runAsUser), or set {VARIABLE} to a TOML file this user can read"
+                "run with a HOME this user can search (HOME=/tmp, or the user's own home), or set {VARIABLE} \
+                 to a TOML file this user can read (/dev/null is an empty configuration)"
             ),
             (_, ChosenBy::Global) => format!(
                 "make {file} readable by this user, or set {VARIABLE} to a TOML file this user can read"

@@ -5,7 +5,7 @@
 //! Run (NIXL_LIB_DIR: the wheel's .nixl_cu12.mesonpy.libs):
 //!
 //! ```text
-//! LD_LIBRARY_PATH=$NIXL_LIB_DIR NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins nixl-plain ok|seed
+//! LD_LIBRARY_PATH=$NIXL_LIB_DIR NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins nixl-plain ok|seed|config
 //! ```
 //!
 //! nixl-sys (feature `stub-api`) resolves NIXL with a one-time
@@ -23,7 +23,11 @@
 //!   DRAM region at address 0: the registration fails, the error is
 //!   printed, and the program exits 1 as a serving process dies.
 //!
-//! Exit codes: 0 ok, 1 seed failure, 2 usage, 3 a NIXL call failed
+//! - `config`: agent "A" is made, as the first thing a serving process
+//!   does; when NIXL refuses (its configuration file, say), the error is
+//!   printed and the program exits 1. Exit 0 when the agent is made.
+//!
+//! Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed
 //! unexpectedly, 4 the notification did not arrive within 10 s.
 //!
 //! With HOLD_BEFORE_EXIT=1 the program reads one line from stdin just before
@@ -211,12 +215,26 @@ fn run_seed() -> i32 {
     }
 }
 
+fn run_config() -> i32 {
+    match Agent::new("A") {
+        Ok(_) => {
+            println!("agent created");
+            0
+        }
+        Err(e) => {
+            println!("agent creation failed: {e:?}");
+            1
+        }
+    }
+}
+
 fn main() {
     let code = match std::env::args().nth(1).as_deref() {
         Some("ok") => run_ok(),
         Some("seed") => run_seed(),
+        Some("config") => run_config(),
         _ => {
-            println!("usage: nixl-plain ok|seed");
+            println!("usage: nixl-plain ok|seed|config");
             2
         }
     };

@@ -67,11 +67,21 @@ fn a_home_that_cannot_be_searched_is_named_with_the_user_and_the_fix() {
     let f = diagnose(&w).expect("a cause");
     assert_eq!(f.file, PathBuf::from("/root/.nixl.cfg"));
     assert_eq!(f.chosen_by, ChosenBy::Home);
-    assert_eq!(f.problem, Problem::Denied { uid: Some(65534) });
+    assert_eq!(
+        f.problem,
+        Problem::Denied {
+            uid: Some(65534),
+            lookup: true
+        }
+    );
     let failure = f.failure("creating NIXL agent \"a\"");
     assert_eq!(failure.reason, Reason::NixlConfig);
     assert!(failure.message.contains("/root/.nixl.cfg") && failure.message.contains("uid 65534"));
-    assert!(failure.message.contains("HOME=/root"), "{}", failure.message);
+    assert!(
+        failure.message.contains("may not search HOME=/root"),
+        "{}",
+        failure.message
+    );
     let fix = failure.fix.expect("a fix");
     assert!(fix.contains("HOME") && fix.contains(VARIABLE), "{fix}");
 }
@@ -121,4 +131,35 @@ fn the_global_file_is_read_only_without_a_home_file_and_an_empty_variable_counts
     // NIXL's getenv sees an empty variable as set, and reads "".
     let w = World::default().var(VARIABLE, "");
     assert_eq!(diagnose(&w).expect("a cause").problem, Problem::Missing);
+}
+
+#[test]
+fn a_file_that_is_found_but_not_readable_is_told_apart_from_a_lookup() {
+    let mut w = World::default().var("HOME", "/home/u");
+    // Found by stat, refused by open.
+    struct Unreadable(World);
+    impl ConfigWorld for Unreadable {
+        fn var(&self, key: &str) -> Option<String> {
+            ConfigWorld::var(&self.0, key)
+        }
+        fn exists(&self, _: &Path) -> io::Result<bool> {
+            Ok(true)
+        }
+        fn read(&self, _: &Path) -> io::Result<Vec<u8>> {
+            Err(io::Error::from(io::ErrorKind::PermissionDenied))
+        }
+        fn uid(&self) -> Option<u32> {
+            Some(1000)
+        }
+    }
+    w.files.clear();
+    let f = diagnose(&Unreadable(w)).expect("a cause");
+    assert_eq!(
+        f.problem,
+        Problem::Denied {
+            uid: Some(1000),
+            lookup: false
+        }
+    );
+    assert!(f.cause().contains("cannot be read by uid 1000"), "{}", f.cause());
 }
