@@ -414,6 +414,8 @@ fn every_example_of_the_page_prints_what_the_page_shows() {
             .arg(&ex.command)
             .current_dir(cwd.path())
             .env_remove("NIXL_CONFIG_FILE")
+            .env_remove("NIXL_TELEMETRY_ENABLE")
+            .env_remove("NIXL_TELEMETRY_DIR")
             .env_remove("NIXL_AGENT_CONFIG")
             .env_remove("NIXL_PLUGIN_DIR")
             .env("NIXL_LIB_DIR", &lib)

@@ -804,3 +804,94 @@ fn a_missing_nixl_config_file_is_named_from_rust() {
 fn a_missing_nixl_config_file_is_named_from_python() {
     a_missing_nixl_config_file_is_named("python");
 }
+
+/// NIXL's partial-metadata pattern (tests/python/partial_md.py): the
+/// initiator retries `initialize_xfer` until the target's metadata for the
+/// descriptors arrives through its listener, as NIXL's own example does.
+/// `front`: "interposer" (`nixl-agent instrument --`) or "python" (the
+/// launcher `nixl-agent-instrument` alone). Returns the scrape once the
+/// program ended its story, and the refusals the program itself saw.
+fn partial_metadata(front: &str, mode: &str, amount: &str, env: &[(&str, &str)]) -> (Scrape, u64, String) {
+    let (init, target) = (
+        support::free_port().port().to_string(),
+        support::free_port().port().to_string(),
+    );
+    let script = program("partial_md.py");
+    let args = [mode, init.as_str(), target.as_str(), amount];
+    let cmd = match front {
+        "interposer" => {
+            let mut argv: Vec<std::ffi::OsString> = vec![support::python().into(), script.clone().into()];
+            argv.extend(args.iter().map(Into::into));
+            support::programs::launched_argv(&argv, env)
+        }
+        _ => {
+            let mut c = support::held::command(&script, true, &args, env);
+            support::programs::plain_env(&mut c);
+            c
+        }
+    };
+    let h = Held::spawn(cmd);
+    let s = h.scrape_when("the program's transfer ended", |s| {
+        s.metric("nixl_agent_transfers_total").label("outcome", "done").sum() >= 1.0
+            || s.metric("nixl_agent_transfers_total").label("outcome", "error").sum() >= 1.0
+                && s.metric("nixl_agent_peer_events_total").label("event", "remove").sum() >= 1.0
+    });
+    let out = h.finish();
+    assert_eq!(out.status.code(), Some(0), "{front}: {}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let refused = said
+        .lines()
+        .find_map(|l| l.strip_prefix("refused "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{front}: {said}"));
+    (s, refused, said)
+}
+
+/// The retry NIXL documents is no failure, under either front-end: every
+/// refusal the program saw is `peer_pending`, none is an error, nothing is
+/// counted by reason, and the READ that follows is done.
+#[test]
+fn the_partial_metadata_retry_is_counted_apart_and_never_as_a_failure() {
+    for front in ["interposer", "python"] {
+        let (s, refused, said) = partial_metadata(front, "retry", "20", &[]);
+        assert!(said.contains("done"), "{front}: {said}");
+        assert!(refused >= 20, "{front}: {refused}");
+        let t = |outcome: &str| s.metric("nixl_agent_transfers_total").label("outcome", outcome).sum();
+        assert_eq!(
+            t("peer_pending"),
+            refused as f64,
+            "{front}: every refusal the program saw"
+        );
+        assert_eq!(t("error"), 0.0, "{front}");
+        assert_eq!(t("done"), 1.0, "{front}");
+        assert_eq!(s.metric("nixl_agent_transfer_failures_total").sum(), 0.0, "{front}");
+    }
+}
+
+/// A peer that never sends its metadata: within `NIXL_AGENT_PEER_WAIT`
+/// (here 1 s) its refusals are `peer_pending`, past it each one is the
+/// error it is, with reason `nixl_not_found`: what the failing-transfer
+/// alert pages on (its promtool unit tests: alerts/tests/).
+#[test]
+fn a_peer_that_never_sends_its_metadata_fails_past_the_wait() {
+    for front in ["interposer", "python"] {
+        let (s, refused, said) = partial_metadata(front, "never", "3", &[("NIXL_AGENT_PEER_WAIT", "1s")]);
+        assert!(said.contains("gave up"), "{front}: {said}");
+        let t = |outcome: &str| s.metric("nixl_agent_transfers_total").label("outcome", outcome).sum();
+        let (pending, error) = (t("peer_pending"), t("error"));
+        assert!(
+            pending >= 1.0 && error >= 1.0,
+            "{front}: {pending} pending, {error} errors"
+        );
+        assert_eq!(pending + error, refused as f64, "{front}: every refusal, once");
+        assert_eq!(
+            s.metric("nixl_agent_transfer_failures_total")
+                .label("reason", "nixl_not_found")
+                .sum(),
+            error,
+            "{front}"
+        );
+        // The wait is the same for both front-ends: about the first second.
+        assert!(pending < refused as f64 * 0.6, "{front}: {pending} of {refused}");
+    }
+}

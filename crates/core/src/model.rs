@@ -119,7 +119,7 @@ impl Reason {
                 "libnixl_capi.so was not found or could not be loaded, or no NIXL agent could be created"
             }
             Reason::NixlConfig => {
-                "NIXL is loaded but refuses to create any agent because of its configuration file: NIXL_CONFIG_FILE names a file that is missing, unreadable or not TOML, or $HOME/.nixl.cfg cannot be looked up (a HOME the user may not search) or read"
+                "NIXL is loaded but refuses to create any agent because of its configuration: NIXL_CONFIG_FILE names a file that is missing, unreadable or not TOML, $HOME/.nixl.cfg cannot be looked up (a HOME the user may not search) or read, or a NIXL variable read at agent creation has a value NIXL refuses (NIXL_TELEMETRY_ENABLE, NIXL_TELEMETRY_DIR)"
             }
             Reason::PluginUnavailable => "the group's backend has no plugin in the NIXL plugin directory",
             Reason::BackendInitFailed => "the backend plugin exists but NIXL could not create the backend",
@@ -169,7 +169,7 @@ impl Reason {
     pub const fn advice(self) -> &'static str {
         match self {
             Reason::NixlUnavailable => "install NIXL (pip install nixl-cu12) or point --nixl-lib-dir / NIXL_LIB_DIR at the folder holding libnixl_capi.so",
-            Reason::NixlConfig => "run with a HOME the user can search (HOME=/tmp) or set NIXL_CONFIG_FILE to a readable TOML file; the log and /v1/status name the file and what is wrong with it",
+            Reason::NixlConfig => "run with a HOME the user can search (HOME=/tmp) or set NIXL_CONFIG_FILE to a readable TOML file, or correct the NIXL variable named; the log and /v1/status name the file or variable and what is wrong with it",
             Reason::PluginUnavailable => "check the backend name and NIXL_PLUGIN_DIR (the plugins folder beside libnixl_capi.so)",
             Reason::BackendInitFailed => "run with UCX_LOG_LEVEL=info; check UCX_TLS / UCX_NET_DEVICES and that the NIC/driver stack is present",
             Reason::CudaUnavailable => "run on a host with a CUDA driver and expose the GPU to the container (--gpus, nvidia device plugin)",

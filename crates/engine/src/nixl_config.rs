@@ -28,6 +28,10 @@ impl ConfigWorld for System {
         std::fs::read(path)
     }
 
+    fn is_dir(&self, path: &Path) -> io::Result<bool> {
+        std::fs::metadata(path).map(|m| m.is_dir())
+    }
+
     fn uid(&self) -> Option<u32> {
         // `Uid:` real, effective, saved, file system: the effective one
         // decides what the process may open.

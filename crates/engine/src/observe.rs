@@ -66,6 +66,10 @@ pub struct ObserveSettings {
     /// A transfer in flight longer than this counts as stalled (once); the
     /// transfer watchdog starts with the first transfer posted.
     pub transfer_stall_after: Duration,
+    /// How long NIXL's refusals to create a request to a peer whose
+    /// metadata has not arrived are `peer_pending` rather than errors,
+    /// from the first one.
+    pub peer_wait: Duration,
 }
 
 impl Default for ObserveSettings {
@@ -79,6 +83,7 @@ impl Default for ObserveSettings {
             require_registration: false,
             call_timeout: None,
             transfer_stall_after: xfer_calls::DEFAULT_STALL_AFTER,
+            peer_wait: xfer_calls::DEFAULT_PEER_WAIT,
         }
     }
 }
@@ -137,6 +142,8 @@ struct Inner {
     transports: transports::Learned,
     /// What a post is timed with, in the recording's nanoseconds.
     post_clock: post_clock::PostClock,
+    /// The peers whose metadata NIXL has been waiting for.
+    peer_wait: xfer_calls::PeerWait,
 }
 
 /// Records registration calls the caller makes itself. Cheap to clone and
@@ -295,6 +302,7 @@ impl Observer {
             xfer_watch: AtomicBool::new(false),
             transports: transports::Learned::default(),
             post_clock,
+            peer_wait: xfer_calls::PeerWait::default(),
         }));
         for e in &o.0.settings.expect {
             o.declare(&e.group, &e.kind, None, true);
@@ -807,4 +815,4 @@ pub use observed_agent::{ObservedAgent, ObservedRegistration};
 pub use observed_xfer::ObservedXfer;
 
 pub use crate::model::Transfer;
-pub use xfer_calls::{XferPoll, DEFAULT_STALL_AFTER};
+pub use xfer_calls::{XferPoll, DEFAULT_PEER_WAIT, DEFAULT_STALL_AFTER};

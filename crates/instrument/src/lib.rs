@@ -56,6 +56,7 @@ pub const ENV_CALL_TIMEOUT: &str = "NIXL_AGENT_CALL_TIMEOUT";
 /// How long a transfer may stay in flight before it counts as stalled
 /// (`30s` by default).
 pub const ENV_TRANSFER_STALL_AFTER: &str = "NIXL_AGENT_TRANSFER_STALL_AFTER";
+pub const ENV_PEER_WAIT: &str = "NIXL_AGENT_PEER_WAIT";
 /// `NIXL_AGENT_LISTEN=off`: record, serve nothing (the metrics are still
 /// readable through the explicit API).
 pub const LISTEN_OFF: &str = "off";
@@ -115,6 +116,9 @@ pub struct Settings {
     pub call_timeout: std::time::Duration,
     /// A transfer in flight longer than this is stalled.
     pub transfer_stall_after: std::time::Duration,
+    /// How long a peer's metadata is waited for before NIXL's refusals to
+    /// create a request to it count as failed transfers.
+    pub peer_wait: std::time::Duration,
     /// Publish to this pod directory (`NIXL_AGENT_MULTIPROC_DIR`) for a
     /// sidecar to serve. Without one, processes sharing the listen address
     /// are one pod of their own ([`nixl_agent_pod::local`]).
@@ -247,6 +251,18 @@ impl Settings {
                 }
             },
         };
+        let peer_wait = match env.var(ENV_PEER_WAIT) {
+            None => nixl_agent_engine::observe::DEFAULT_PEER_WAIT,
+            Some(v) => match nixl_agent_core::units::parse_duration(v.trim()) {
+                Ok(d) if d <= config::MAX_DURATION => d,
+                _ => {
+                    return Err(invalid(
+                        ENV_PEER_WAIT,
+                        format!("`{v}` is not a duration up to 24h (e.g. 60s; 0s: never wait)"),
+                    ))
+                }
+            },
+        };
         if let Some(e) = &expect {
             if e.len() > max_groups {
                 return Err(invalid(
@@ -268,6 +284,7 @@ impl Settings {
             backends,
             call_timeout,
             transfer_stall_after,
+            peer_wait,
             publish,
             rank: nixl_agent_pod::wish_from_env(env)?,
             retention: nixl_agent_pod::retention_from_env(env)?,
@@ -290,6 +307,7 @@ impl Settings {
             require_registration: self.expect.is_none(),
             call_timeout: Some(self.call_timeout),
             transfer_stall_after: self.transfer_stall_after,
+            peer_wait: self.peer_wait,
         }
     }
 }

@@ -252,6 +252,7 @@ fn python_settings_are_the_ones_read() {
         i::ENV_BACKEND.to_string(),
         i::ENV_CALL_TIMEOUT.to_string(),
         i::ENV_TRANSFER_STALL_AFTER.to_string(),
+        i::ENV_PEER_WAIT.to_string(),
         "NIXL_AGENT_LOG".to_string(),
         i::ENV_POD_DIR.to_string(),
         i::ENV_RANK_ENV.to_string(),
@@ -261,4 +262,14 @@ fn python_settings_are_the_ones_read() {
     read_by_code.sort();
     assert_eq!(documented, read_by_code);
     assert!(section.contains(config::DEFAULT_LISTEN));
+}
+
+#[test]
+fn the_peer_wait_is_a_duration_and_zero_never_waits() {
+    let s = Settings::from_env(&env(&[])).unwrap();
+    assert_eq!(s.peer_wait, nixl_agent_engine::observe::DEFAULT_PEER_WAIT);
+    let s = Settings::from_env(&env(&[(ENV_PEER_WAIT, "0s")])).unwrap();
+    assert_eq!(s.observe(&[]).peer_wait, std::time::Duration::ZERO);
+    let e = Settings::from_env(&env(&[(ENV_PEER_WAIT, "soon")])).unwrap_err();
+    assert!(e.to_string().contains(ENV_PEER_WAIT), "{e}");
 }

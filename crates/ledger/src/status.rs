@@ -297,6 +297,8 @@ pub struct XferOpStatus {
     pub done: u64,
     pub error: u64,
     pub released_in_flight: u64,
+    /// Creations NIXL refused while the peer's metadata was awaited.
+    pub peer_pending: u64,
     pub stalled: u64,
     /// Bytes of the transfers that completed.
     pub bytes: u64,

@@ -145,7 +145,7 @@ impl crate::event::Sink for WriteOnFailure {
         use crate::event::{Event, XferEnd};
         let (failed, transfer) = match e {
             Event::Attempted(a) => (a.outcome.is_err(), false),
-            Event::XferCreateFailed(crate::event::XferCreateFailed { .. }) => (true, true),
+            Event::XferCreateFailed(crate::event::XferCreateFailed { pending, .. }) => (!pending, true),
             Event::XferPosted(crate::event::XferPosted {
                 ended: Some((_, XferEnd::Failed(_))),
                 ..

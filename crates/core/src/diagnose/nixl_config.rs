@@ -10,11 +10,17 @@
 //! another user while `HOME` stays `/root`). NIXL's C API returns a bare
 //! status for it and its Python API an exception naming none of this.
 //!
+//! The same goes for NIXL's own variables read at agent creation:
+//! `NIXL_TELEMETRY_ENABLE` must be one of NIXL's boolean words, and with
+//! telemetry on, `NIXL_TELEMETRY_DIR` must be a directory ("Failed to
+//! create telemetry exporter: BUFFER" otherwise).
+//!
 //! [`diagnose`] walks the same order over a [`ConfigWorld`] and says which
-//! file, what is wrong with it and the fix. It is asked only after NIXL has
-//! failed; it reads, never writes, and when NIXL would read no file, or the
-//! file it would read is fine, it finds nothing. Pure: the world is a seam
-//! (the real one is the engine's `nixl_config::System`).
+//! file or variable, what is wrong with it and the fix. It is asked only
+//! after NIXL has failed; it reads, never writes, and when NIXL would read
+//! no file, or the file it would read is fine, and its variables are too,
+//! it finds nothing. Pure: the world is a seam (the real one is the
+//! engine's `nixl_config::System`).
 
 use crate::model::{Failure, Reason};
 use std::io;
@@ -26,6 +32,13 @@ pub const VARIABLE: &str = "NIXL_CONFIG_FILE";
 pub const HOME_FILE: &str = ".nixl.cfg";
 /// The file NIXL reads last.
 pub const GLOBAL_FILE: &str = "/etc/nixl.cfg";
+/// NIXL's telemetry switch, read as one of [`TRUE_WORDS`] or [`FALSE_WORDS`].
+pub const TELEMETRY_ENABLE: &str = "NIXL_TELEMETRY_ENABLE";
+/// Where NIXL's telemetry writes its buffers, when telemetry is on.
+pub const TELEMETRY_DIR: &str = "NIXL_TELEMETRY_DIR";
+/// The words NIXL reads as true, and as false, whatever their case.
+pub const TRUE_WORDS: [&str; 6] = ["y", "yes", "on", "1", "true", "enable"];
+pub const FALSE_WORDS: [&str; 6] = ["n", "no", "off", "0", "false", "disable"];
 
 /// What [`diagnose`] may look at: the environment as NIXL's `getenv` sees
 /// it and the file system as the process's user sees it.
@@ -37,6 +50,9 @@ pub trait ConfigWorld {
     fn exists(&self, path: &Path) -> io::Result<bool>;
     /// The file's bytes.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Whether `path` is a directory (following links); the error when
+    /// nothing is there or it cannot be looked up.
+    fn is_dir(&self, path: &Path) -> io::Result<bool>;
     /// The effective user id of this process.
     fn uid(&self) -> Option<u32>;
 }
@@ -74,9 +90,113 @@ pub struct ConfigFinding {
     pub problem: Problem,
 }
 
+/// A variable of NIXL's that makes it refuse to create agents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VariableFinding {
+    pub name: &'static str,
+    pub value: String,
+    pub problem: VariableProblem,
+}
+
+/// What is wrong with the variable's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VariableProblem {
+    /// Not one of NIXL's boolean words.
+    NotABoolean,
+    /// Telemetry is on and the directory is not there.
+    NoSuchDirectory,
+    /// Telemetry is on and the path is not a directory.
+    NotADirectory,
+}
+
+/// NIXL's configuration as the cause of a failed agent creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    File(ConfigFinding),
+    Variable(VariableFinding),
+}
+
+/// What in NIXL's configuration makes it refuse to create agents in
+/// `world`, in the order NIXL reads it: the file, then the variables
+/// agent creation reads. `None` when all of it is fine.
+pub fn diagnose(world: &dyn ConfigWorld) -> Option<Finding> {
+    if let Some(f) = diagnose_file(world) {
+        return Some(Finding::File(f));
+    }
+    let enable = world.var(TELEMETRY_ENABLE);
+    let on = match enable.as_deref().map(str::to_ascii_lowercase) {
+        None => false,
+        Some(v) if TRUE_WORDS.contains(&v.as_str()) => true,
+        Some(v) if FALSE_WORDS.contains(&v.as_str()) => false,
+        Some(_) => {
+            return Some(Finding::Variable(VariableFinding {
+                name: TELEMETRY_ENABLE,
+                value: enable.unwrap_or_default(),
+                problem: VariableProblem::NotABoolean,
+            }))
+        }
+    };
+    let dir = world.var(TELEMETRY_DIR).filter(|_| on)?;
+    let problem = match world.is_dir(Path::new(&dir)) {
+        Ok(true) => return None,
+        Ok(false) => VariableProblem::NotADirectory,
+        Err(_) => VariableProblem::NoSuchDirectory,
+    };
+    Some(Finding::Variable(VariableFinding {
+        name: TELEMETRY_DIR,
+        value: dir,
+        problem,
+    }))
+}
+
+impl Finding {
+    /// The failure of `during` (e.g. `creating NIXL agent "x"`), with its
+    /// fix: reason `nixl_config`.
+    pub fn failure(&self, during: &str) -> Failure {
+        Failure::new(Reason::NixlConfig, format!("{during}: {}", self.cause())).with_fix(self.fix())
+    }
+
+    /// What is wrong, naming the file or variable.
+    pub fn cause(&self) -> String {
+        match self {
+            Finding::File(f) => f.cause(),
+            Finding::Variable(v) => match v.problem {
+                VariableProblem::NotABoolean => format!(
+                    "{}={:?} is not a value NIXL reads as a boolean ({} or {}, any case)",
+                    v.name,
+                    v.value,
+                    TRUE_WORDS.join(", "),
+                    FALSE_WORDS.join(", ")
+                ),
+                VariableProblem::NoSuchDirectory => format!(
+                    "NIXL's telemetry is on ({TELEMETRY_ENABLE}) and {}={} does not exist or cannot be looked up",
+                    v.name, v.value
+                ),
+                VariableProblem::NotADirectory => format!(
+                    "NIXL's telemetry is on ({TELEMETRY_ENABLE}) and {}={} is not a directory",
+                    v.name, v.value
+                ),
+            },
+        }
+    }
+
+    /// What the operator does about it.
+    pub fn fix(&self) -> String {
+        match self {
+            Finding::File(f) => f.fix(),
+            Finding::Variable(v) => match v.problem {
+                VariableProblem::NotABoolean => format!("set {} to yes or no, or unset it", v.name),
+                VariableProblem::NoSuchDirectory | VariableProblem::NotADirectory => {
+                    format!("point {TELEMETRY_DIR} at a directory this user can write, or set {TELEMETRY_ENABLE}=no")
+                }
+            },
+        }
+    }
+}
+
 /// The file NIXL's configuration order picks in `world`, if it is the
 /// cause of a failure; `None` when NIXL reads no file or a good one.
-pub fn diagnose(world: &dyn ConfigWorld) -> Option<ConfigFinding> {
+pub fn diagnose_file(world: &dyn ConfigWorld) -> Option<ConfigFinding> {
     let found = |file: PathBuf, chosen_by, problem| {
         Some(ConfigFinding {
             file,
@@ -172,12 +292,6 @@ fn position(before: &[u8]) -> (usize, usize) {
 }
 
 impl ConfigFinding {
-    /// The failure of `during` (e.g. `creating NIXL agent "x"`), with its
-    /// fix: reason `nixl_config`.
-    pub fn failure(&self, during: &str) -> Failure {
-        Failure::new(Reason::NixlConfig, format!("{during}: {}", self.cause())).with_fix(self.fix())
-    }
-
     /// Where the file came from, in the words of NIXL's order.
     fn origin(&self) -> String {
         match self.chosen_by {

@@ -29,6 +29,10 @@ pub struct XferCreateFailed<'a> {
     /// When the remote prepared list it was made from was prepared
     /// (`make_prepped_xfer`): a peer reloaded since makes it stale.
     pub prepared: Option<Instant>,
+    /// NIXL refused only because the peer's metadata has not arrived yet,
+    /// within the wait it is given (`XferOutcome::PeerPending`): a
+    /// documented retry, which no subscriber treats as a failure.
+    pub pending: bool,
 }
 
 /// The request `handle` was posted (`transfer()`) at `at`.

@@ -87,16 +87,29 @@ pub enum XferOutcome {
     /// The handle was released (or collected) while the transfer was still
     /// in flight: nobody will learn how it ended.
     ReleasedInFlight,
+    /// NIXL refused to create the request only because the peer's metadata
+    /// (or the part of it these descriptors need) has not arrived yet
+    /// (`NIXL_ERR_NOT_FOUND` at creation), within the wait a peer is given
+    /// from its first such refusal: NIXL's documented retry pattern
+    /// (partial metadata, a peer still starting). Never a failure; past
+    /// the wait, the same refusal is the `error` it is.
+    PeerPending,
 }
 
 impl XferOutcome {
-    pub const ALL: [XferOutcome; 3] = [XferOutcome::Done, XferOutcome::Error, XferOutcome::ReleasedInFlight];
+    pub const ALL: [XferOutcome; 4] = [
+        XferOutcome::Done,
+        XferOutcome::Error,
+        XferOutcome::ReleasedInFlight,
+        XferOutcome::PeerPending,
+    ];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             XferOutcome::Done => "done",
             XferOutcome::Error => "error",
             XferOutcome::ReleasedInFlight => "released_in_flight",
+            XferOutcome::PeerPending => "peer_pending",
         }
     }
 
@@ -105,6 +118,7 @@ impl XferOutcome {
             XferOutcome::Done => 0,
             XferOutcome::Error => 1,
             XferOutcome::ReleasedInFlight => 2,
+            XferOutcome::PeerPending => 3,
         }
     }
 }

@@ -20,6 +20,45 @@ use std::time::{Duration, Instant};
 /// Default time in flight after which a transfer counts as stalled.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(30);
 
+/// Default wait a peer is given, from NIXL's first refusal to create a
+/// request to it because its metadata has not arrived, before the same
+/// refusal counts as a failed transfer (`NIXL_AGENT_PEER_WAIT`).
+pub const DEFAULT_PEER_WAIT: Duration = Duration::from_secs(60);
+
+/// Most (agent, peer) pairs waited for at once: a program refused for more
+/// peers than this has its oldest waits forgotten (they start again).
+const PEERS_WAITED_FOR: usize = 4096;
+
+/// Since when each (agent, peer) has been refused for metadata that has
+/// not arrived: the state behind `XferOutcome::PeerPending`.
+#[derive(Default)]
+pub(super) struct PeerWait(std::sync::Mutex<std::collections::HashMap<(AgentId, Box<str>), Instant>>);
+
+impl PeerWait {
+    /// A creation refused at `now` because `peer`'s metadata is not there:
+    /// true while less than `wait` has passed since the first refusal since
+    /// the peer last took a request (never, with a wait of zero).
+    fn refused(&self, agent: AgentId, peer: &str, now: Instant, wait: Duration) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= PEERS_WAITED_FOR && !m.contains_key(&(agent, peer.into())) {
+            let oldest = m.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                m.remove(&k);
+            }
+        }
+        let since = *m.entry((agent, peer.into())).or_insert(now);
+        now.saturating_duration_since(since) < wait
+    }
+
+    /// `peer` took a request: its next refusal starts a new wait.
+    fn arrived(&self, agent: AgentId, peer: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !m.is_empty() {
+            m.remove(&(agent, peer.into()));
+        }
+    }
+}
+
 /// What a post or a status poll returned.
 #[derive(Debug)]
 pub enum XferPoll {
@@ -35,12 +74,21 @@ impl Observer {
     /// A transfer request was created (`initialize_xfer`,
     /// `make_prepped_xfer`, `create_xfer_req`).
     pub fn transfer_created(&self, t: &Transfer<'_>) {
+        self.0.peer_wait.arrived(t.agent, t.peer);
         self.0.rec.emit(&Event::XferCreated(t));
     }
 
     /// Creating a transfer request to `peer` failed: a transfer that ended in
-    /// error before it was posted.
+    /// error before it was posted, unless NIXL refused only because the
+    /// peer's metadata has not arrived yet (`NIXL_ERR_NOT_FOUND`) and the
+    /// peer is still within its wait: then it is `peer_pending`, NIXL's
+    /// documented retry (ARCHITECTURE.md).
     pub fn transfer_create_failed(&self, agent: AgentId, op: XferOp, peer: &str, failure: &Failure) {
+        let pending = failure.reason == crate::model::Reason::NixlNotFound
+            && self
+                .0
+                .peer_wait
+                .refused(agent, peer, Instant::now(), self.0.settings.peer_wait);
         self.0
             .rec
             .emit(&Event::XferCreateFailed(crate::event::XferCreateFailed {
@@ -49,6 +97,7 @@ impl Observer {
                 peer,
                 failure,
                 prepared: None,
+                pending,
             }));
     }
 
@@ -71,6 +120,7 @@ impl Observer {
                 peer,
                 failure,
                 prepared: Some(prepared),
+                pending: false,
             }));
     }
 
@@ -240,5 +290,35 @@ mod tests {
         assert_eq!(period(DEFAULT_STALL_AFTER), Duration::from_secs(1));
         assert_eq!(period(Duration::from_millis(400)), Duration::from_millis(100));
         assert_eq!(period(Duration::from_millis(1)), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_peer_is_waited_for_from_its_first_refusal_until_it_takes_a_request() {
+        let w = PeerWait::default();
+        let (a, b) = (AgentId(1), AgentId(2));
+        let t0 = Instant::now();
+        let wait = Duration::from_secs(60);
+        assert!(w.refused(a, "p", t0, wait));
+        assert!(w.refused(a, "p", t0 + Duration::from_secs(59), wait), "within the wait");
+        assert!(
+            !w.refused(a, "p", t0 + Duration::from_secs(60), wait),
+            "past it: a failure"
+        );
+        assert!(
+            w.refused(b, "p", t0 + Duration::from_secs(61), wait),
+            "another agent's own wait"
+        );
+        w.arrived(a, "p");
+        assert!(
+            w.refused(a, "p", t0 + Duration::from_secs(120), wait),
+            "a new wait once it arrived"
+        );
+        // A wait of zero: every refusal is the failure.
+        assert!(!w.refused(a, "q", t0, Duration::ZERO));
+        // Bounded: the oldest waits are forgotten, never grown without end.
+        for i in 0..(PEERS_WAITED_FOR + 10) {
+            w.refused(a, &format!("peer-{i}"), t0, wait);
+        }
+        assert!(w.0.lock().unwrap().len() <= PEERS_WAITED_FOR);
     }
 }

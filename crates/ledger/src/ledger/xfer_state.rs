@@ -76,7 +76,7 @@ pub(super) struct Ending<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct OpCounts {
     /// Indexed by [`XferOutcome::index`].
-    pub outcomes: [u64; 3],
+    pub outcomes: [u64; 4],
     pub stalled: u64,
     pub bytes: u64,
     pub duration: Histogram,
@@ -215,6 +215,13 @@ impl Transfers {
             .get(&agent)
             .and_then(|l| l.iter().find(|p| &*p.name == peer).map(|p| p.name.clone()))
             .unwrap_or_else(|| peer.into())
+    }
+
+    /// A creation NIXL refused while the peer's metadata is awaited
+    /// (`peer_pending`): counted apart, no failure, no trace.
+    pub fn create_pending(&mut self, op: XferOp) {
+        self.observing = true;
+        self.counts.ops[op.index()].outcomes[XferOutcome::PeerPending.index()] += 1;
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -540,6 +547,7 @@ fn op_status(op: XferOp, counts: &TransferCounts) -> XferOpStatus {
         done: c.outcomes[XferOutcome::Done.index()],
         error: c.outcomes[XferOutcome::Error.index()],
         released_in_flight: c.outcomes[XferOutcome::ReleasedInFlight.index()],
+        peer_pending: c.outcomes[XferOutcome::PeerPending.index()],
         stalled: c.stalled,
         bytes: c.bytes,
         in_flight: c.in_flight,

@@ -59,7 +59,7 @@ impl Sinks {
         // Only what may end a process's story: never a status poll's tick.
         let failure = match e {
             Event::Attempted(a) => a.outcome.is_err(),
-            Event::XferCreateFailed(crate::event::XferCreateFailed { .. }) => true,
+            Event::XferCreateFailed(crate::event::XferCreateFailed { pending, .. }) => !pending,
             Event::XferPosted(crate::event::XferPosted {
                 ended: Some((_, end)), ..
             })

@@ -191,9 +191,13 @@ impl crate::event::Sink for LastWords {
                 ),
                 Ok(()) => self.take_back(|about| matches!(about, About::Group(g) if *g == a.labels.group)),
             },
-            Event::XferCreateFailed(crate::event::XferCreateFailed { op, peer, failure, .. }) => {
-                self.transfer_failed(|| transfer_line(op.as_str(), Some(peer), failure))
-            }
+            Event::XferCreateFailed(crate::event::XferCreateFailed {
+                op,
+                peer,
+                failure,
+                pending: false,
+                ..
+            }) => self.transfer_failed(|| transfer_line(op.as_str(), Some(peer), failure)),
             Event::XferPosted(crate::event::XferPosted {
                 ended: Some((_, end)), ..
             })

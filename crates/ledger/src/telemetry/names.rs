@@ -295,7 +295,7 @@ pub const FAMILIES: &[Family] = &[
         TRANSFERS_TOTAL,
         Type::Counter,
         &["op", "outcome"],
-        "Transfer requests that ended, by op (read, write) and outcome (released_in_flight on first use): done (NIXL said DONE, from transfer() or the first check_xfer_state/get_xfer_status that saw it), error (refused at creation or post, or reported failed by a status poll; the reason is in nixl_agent_transfer_failures_total), released_in_flight (the handle was released or collected before anyone saw it end). Counted once per posting, when it ends.",
+        "Transfer requests that ended, by op (read, write) and outcome (released_in_flight and peer_pending on first use): done (NIXL said DONE, from transfer() or the first check_xfer_state/get_xfer_status that saw it), error (refused at creation or post, or reported failed by a status poll; the reason is in nixl_agent_transfer_failures_total), released_in_flight (the handle was released or collected before anyone saw it end), peer_pending (creation refused only because the peer's metadata has not arrived yet, NIXL's documented retry, within NIXL_AGENT_PEER_WAIT of the first such refusal, 60 s by default; past it the refusal is an error). Counted once per posting, when it ends.",
     ),
     Family::new(
         TRANSFER_FAILURES_TOTAL,

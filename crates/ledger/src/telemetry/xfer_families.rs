@@ -31,8 +31,8 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         let op_label = || vec![pair("op", op.as_str())];
         for outcome in XferOutcome::ALL {
             let n = o.outcomes[outcome.index()];
-            // Released in flight is rare: on first use.
-            if outcome != XferOutcome::ReleasedInFlight || n > 0 {
+            // Released in flight and peer pending are rare: on first use.
+            if !matches!(outcome, XferOutcome::ReleasedInFlight | XferOutcome::PeerPending) || n > 0 {
                 transfers.counter(vec![pair("op", op.as_str()), pair("outcome", outcome.as_str())], n);
             }
         }

@@ -8,6 +8,7 @@ struct World {
     vars: HashMap<&'static str, String>,
     /// path → contents, or an error kind.
     files: HashMap<PathBuf, Result<Vec<u8>, io::ErrorKind>>,
+    dirs: Vec<PathBuf>,
 }
 
 impl World {
@@ -44,6 +45,13 @@ impl ConfigWorld for World {
             Some(Err(k)) => Err(io::Error::from(*k)),
         }
     }
+    fn is_dir(&self, path: &Path) -> io::Result<bool> {
+        match self.files.get(path) {
+            None if self.dirs.iter().any(|d| d == path) => Ok(true),
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+            Some(_) => Ok(false),
+        }
+    }
     fn uid(&self) -> Option<u32> {
         Some(65534)
     }
@@ -51,20 +59,20 @@ impl ConfigWorld for World {
 
 #[test]
 fn no_file_or_good_files_are_no_cause() {
-    assert_eq!(diagnose(&World::default()), None);
-    assert_eq!(diagnose(&World::default().var("HOME", "/home/u")), None);
+    assert_eq!(diagnose_file(&World::default()), None);
+    assert_eq!(diagnose_file(&World::default().var("HOME", "/home/u")), None);
     let w = World::default()
         .var("HOME", "/home/u")
         .file("/home/u/.nixl.cfg", "[a]\nb = 1\n");
-    assert_eq!(diagnose(&w), None);
+    assert_eq!(diagnose_file(&w), None);
     let w = World::default().var(VARIABLE, "/x.toml").file("/x.toml", "");
-    assert_eq!(diagnose(&w), None);
+    assert_eq!(diagnose_file(&w), None);
 }
 
 #[test]
 fn a_home_that_cannot_be_searched_is_named_with_the_user_and_the_fix() {
     let w = World::default().var("HOME", "/root").denied("/root/.nixl.cfg");
-    let f = diagnose(&w).expect("a cause");
+    let f = diagnose_file(&w).expect("a cause");
     assert_eq!(f.file, PathBuf::from("/root/.nixl.cfg"));
     assert_eq!(f.chosen_by, ChosenBy::Home);
     assert_eq!(
@@ -74,7 +82,7 @@ fn a_home_that_cannot_be_searched_is_named_with_the_user_and_the_fix() {
             lookup: true
         }
     );
-    let failure = f.failure("creating NIXL agent \"a\"");
+    let failure = Finding::File(f).failure("creating NIXL agent \"a\"");
     assert_eq!(failure.reason, Reason::NixlConfig);
     assert!(failure.message.contains("/root/.nixl.cfg") && failure.message.contains("uid 65534"));
     assert!(
@@ -92,7 +100,7 @@ fn the_variable_wins_even_over_a_good_home_file_and_names_a_missing_file() {
         .var(VARIABLE, "/etc/missing.toml")
         .var("HOME", "/home/u")
         .file("/home/u/.nixl.cfg", "");
-    let f = diagnose(&w).expect("a cause");
+    let f = diagnose_file(&w).expect("a cause");
     assert_eq!((f.chosen_by, &f.problem), (ChosenBy::Variable, &Problem::Missing));
     assert!(f.cause().contains("/etc/missing.toml") && f.cause().contains("does not exist"));
     assert!(f.fix().contains(VARIABLE));
@@ -103,7 +111,7 @@ fn a_file_that_is_not_toml_is_named_with_its_position() {
     let w = World::default()
         .var(VARIABLE, "/c.toml")
         .file("/c.toml", "[ok]\nx = 1\ngarbage = = [\n");
-    let f = diagnose(&w).expect("a cause");
+    let f = diagnose_file(&w).expect("a cause");
     match &f.problem {
         Problem::NotToml { line, column, .. } => assert_eq!((*line, *column), (3, 11)),
         other => panic!("{other:?}"),
@@ -113,7 +121,7 @@ fn a_file_that_is_not_toml_is_named_with_its_position() {
     let w = World::default().var(VARIABLE, "/c.toml");
     let mut w = w;
     w.files.insert(PathBuf::from("/c.toml"), Ok(vec![b'a', b'\n', 0xff]));
-    match diagnose(&w).expect("a cause").problem {
+    match diagnose_file(&w).expect("a cause").problem {
         Problem::NotToml { line, column, .. } => assert_eq!((line, column), (2, 1)),
         other => panic!("{other:?}"),
     }
@@ -122,15 +130,15 @@ fn a_file_that_is_not_toml_is_named_with_its_position() {
 #[test]
 fn the_global_file_is_read_only_without_a_home_file_and_an_empty_variable_counts() {
     let w = World::default().var("HOME", "/home/u").file(GLOBAL_FILE, "= 1");
-    assert_eq!(diagnose(&w).expect("a cause").chosen_by, ChosenBy::Global);
+    assert_eq!(diagnose_file(&w).expect("a cause").chosen_by, ChosenBy::Global);
     let w = World::default()
         .var("HOME", "/home/u")
         .file("/home/u/.nixl.cfg", "")
         .file(GLOBAL_FILE, "= 1");
-    assert_eq!(diagnose(&w), None, "NIXL stops at the home file");
+    assert_eq!(diagnose_file(&w), None, "NIXL stops at the home file");
     // NIXL's getenv sees an empty variable as set, and reads "".
     let w = World::default().var(VARIABLE, "");
-    assert_eq!(diagnose(&w).expect("a cause").problem, Problem::Missing);
+    assert_eq!(diagnose_file(&w).expect("a cause").problem, Problem::Missing);
 }
 
 #[test]
@@ -148,12 +156,15 @@ fn a_file_that_is_found_but_not_readable_is_told_apart_from_a_lookup() {
         fn read(&self, _: &Path) -> io::Result<Vec<u8>> {
             Err(io::Error::from(io::ErrorKind::PermissionDenied))
         }
+        fn is_dir(&self, path: &Path) -> io::Result<bool> {
+            self.0.is_dir(path)
+        }
         fn uid(&self) -> Option<u32> {
             Some(1000)
         }
     }
     w.files.clear();
-    let f = diagnose(&Unreadable(w)).expect("a cause");
+    let f = diagnose_file(&Unreadable(w)).expect("a cause");
     assert_eq!(
         f.problem,
         Problem::Denied {
@@ -162,4 +173,42 @@ fn a_file_that_is_found_but_not_readable_is_told_apart_from_a_lookup() {
         }
     );
     assert!(f.cause().contains("cannot be read by uid 1000"), "{}", f.cause());
+}
+
+#[test]
+fn nixls_own_variables_are_named_after_the_file() {
+    // A bad boolean, whatever else is set.
+    let w = World::default().var(TELEMETRY_ENABLE, "maybe");
+    let f = diagnose(&w).expect("a cause");
+    assert!(f.cause().contains("NIXL_TELEMETRY_ENABLE=\"maybe\""), "{}", f.cause());
+    assert_eq!(f.failure("x").reason, Reason::NixlConfig);
+    assert!(f.fix().contains("yes or no"));
+    let w = World::default().var(TELEMETRY_ENABLE, "");
+    assert!(
+        matches!(diagnose(&w), Some(Finding::Variable(_))),
+        "NIXL refuses an empty value"
+    );
+    // Any case of NIXL's words is fine.
+    for v in ["YES", "Enable", "0", "off"] {
+        assert_eq!(diagnose(&World::default().var(TELEMETRY_ENABLE, v)), None, "{v}");
+    }
+    // The directory matters only with telemetry on.
+    let w = World::default().var(TELEMETRY_ENABLE, "y").var(TELEMETRY_DIR, "/nope");
+    let f = diagnose(&w).expect("a cause");
+    assert!(f.cause().contains("NIXL_TELEMETRY_DIR=/nope"), "{}", f.cause());
+    let w = World::default().var(TELEMETRY_ENABLE, "no").var(TELEMETRY_DIR, "/nope");
+    assert_eq!(diagnose(&w), None);
+    let w = World::default()
+        .var(TELEMETRY_ENABLE, "on")
+        .var(TELEMETRY_DIR, "/f")
+        .file("/f", "");
+    assert!(diagnose(&w).expect("a cause").cause().contains("not a directory"));
+    let mut w = World::default().var(TELEMETRY_ENABLE, "on").var(TELEMETRY_DIR, "/d");
+    w.dirs.push(PathBuf::from("/d"));
+    assert_eq!(diagnose(&w), None);
+    // The file comes first.
+    let w = World::default()
+        .var(VARIABLE, "/missing")
+        .var(TELEMETRY_ENABLE, "maybe");
+    assert!(matches!(diagnose(&w), Some(Finding::File(_))));
 }

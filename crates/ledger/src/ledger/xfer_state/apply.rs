@@ -51,7 +51,11 @@ impl Transfers {
                 peer,
                 failure,
                 prepared,
+                pending: false,
             }) => self.create_failed(s, *agent, *op, peer, failure, *prepared, Instant::now()),
+            Event::XferCreateFailed(crate::event::XferCreateFailed { op, pending: true, .. }) => {
+                self.create_pending(*op)
+            }
             Event::XferPosted(crate::event::XferPosted {
                 handle,
                 at,

@@ -354,3 +354,15 @@ fn a_peers_transports_are_looked_for_once_and_shown_per_op() {
     t.agent_released(&mut s, A, Instant::now());
     assert!(t.transport_series().is_empty());
 }
+
+#[test]
+fn a_creation_refused_while_the_peer_is_awaited_is_no_failure() {
+    let (mut t, s) = (Transfers::new(BOUNDS), Rows::default());
+    t.create_pending(XferOp::Read);
+    t.create_pending(XferOp::Read);
+    assert_eq!(outcome(&t, XferOp::Read, XferOutcome::PeerPending), 2);
+    assert_eq!(outcome(&t, XferOp::Read, XferOutcome::Error), 0);
+    assert!(s.recent_failures.is_empty());
+    assert!(t.counts.failures.is_empty(), "no failure by reason");
+    assert!(t.traced.is_empty(), "nothing on the trace error path");
+}
