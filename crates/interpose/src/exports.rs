@@ -146,6 +146,14 @@ extern "C-unwind" fn fetch_md(this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
     unsafe { hooks::on_peer(crate::recorder(), Sym::FetchRemoteMd, this, peer, opt) }
 }
 
+// `checkRemoteMD(std::string, const nixl_xfer_dlist_t&) const`: the name
+// passed by value is, in the Itanium ABI, a pointer to the caller's copy.
+#[unsafe(export_name = "_ZNK9nixlAgent13checkRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescE")]
+extern "C-unwind" fn check_md(this: Ptr, peer: CPtr, descs: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::on_peer(crate::recorder(), Sym::CheckRemoteMd, this, peer, descs) }
+}
+
 #[unsafe(export_name = "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs")]
 extern "C-unwind" fn gen_notif(this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
     // SAFETY: see above.

@@ -724,6 +724,12 @@ impl Running {
                 peer: peer.to_string(),
                 _mark: Some(obs.call_started(CallKind::FetchMetadata)),
             },
+            Facts::Check { peer } => Token::Peer {
+                agent,
+                op: PeerOp::Check,
+                peer: peer.to_string(),
+                _mark: None,
+            },
             Facts::Notify { peer, message } => Token::Notify {
                 agent,
                 peer: peer.to_string(),
@@ -869,6 +875,9 @@ impl Running {
                     self.prepped.lock().unwrap_or_else(|e| e.into_inner()).remove(&dlist);
                 }
             }
+            // "Not yet" is no event: programs poll it (as the Python
+            // front-end's check_remote_metadata records only True).
+            Token::Peer { op: PeerOp::Check, .. } if !ok => {}
             Token::Peer { agent, op, peer, _mark } => {
                 drop(_mark);
                 let peer = if op == PeerOp::Add { out.name } else { &peer };

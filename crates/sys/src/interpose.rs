@@ -48,12 +48,13 @@ pub enum Sym {
     InvalidateRemoteMd,
     MakeConnection,
     FetchRemoteMd,
+    CheckRemoteMd,
     GenNotif,
     GetNotifs,
 }
 
 impl Sym {
-    pub const COUNT: usize = 18;
+    pub const COUNT: usize = 19;
     pub const ALL: [Sym; Sym::COUNT] = [
         Sym::AgentNew,
         Sym::AgentDrop,
@@ -71,6 +72,7 @@ impl Sym {
         Sym::InvalidateRemoteMd,
         Sym::MakeConnection,
         Sym::FetchRemoteMd,
+        Sym::CheckRemoteMd,
         Sym::GenNotif,
         Sym::GetNotifs,
     ];
@@ -94,6 +96,7 @@ impl Sym {
             Sym::InvalidateRemoteMd => "_ZN9nixlAgent18invalidateRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
             Sym::MakeConnection => "_ZN9nixlAgent14makeConnectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs",
             Sym::FetchRemoteMd => "_ZN9nixlAgent13fetchRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs",
+            Sym::CheckRemoteMd => "_ZNK9nixlAgent13checkRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescE",
             Sym::GenNotif => "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs",
             Sym::GetNotifs => "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs",
         }
@@ -219,6 +222,10 @@ pub enum Facts<'a> {
         peer: &'a str,
     },
     Fetch {
+        peer: &'a str,
+    },
+    /// `checkRemoteMD`: whether the peer's metadata (for a list) is here.
+    Check {
         peer: &'a str,
     },
     /// `genNotif`: the peer and the message.

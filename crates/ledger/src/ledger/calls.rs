@@ -80,6 +80,7 @@ impl State {
                 if !*owned {
                     self.transfers.follows_caller();
                 }
+                self.transfers.agent_named(*agent, name);
                 if !self.agents.0.iter().any(|a| a.id == *agent) {
                     self.agents.0.push(Agent {
                         id: *agent,

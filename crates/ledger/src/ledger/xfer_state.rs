@@ -122,6 +122,9 @@ pub struct Transfers {
     requests: ByHandle<Request>,
     flights: ByHandle<Flight>,
     remote: HashMap<AgentId, Vec<Remote>>,
+    /// Each local NIXL agent's own name: a request to itself is no peer
+    /// arriving.
+    names: HashMap<AgentId, Arc<str>>,
     /// Counts creations and posts: a request's last use.
     uses: u64,
     /// Which transports each peer's transfers take, per op.

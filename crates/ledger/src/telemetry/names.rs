@@ -337,7 +337,7 @@ pub const FAMILIES: &[Family] = &[
         PEER_EVENTS_TOTAL,
         Type::Counter,
         &["event", "outcome"],
-        "Calls about remote agents, by event (add: add_remote_agent/loadRemoteMD, remove, fetch: fetch_remote_metadata, check: check_remote_metadata found it, connect: make_connection) and outcome (ok, error).",
+        "Calls about remote agents, by event (add: add_remote_agent/loadRemoteMD, or metadata that arrived another way, through NIXL's listener or a fetch, counted once when NIXL first shows it: check_remote_metadata found it or a request to it was made; remove, fetch: fetch_remote_metadata, check: check_remote_metadata found it, connect: make_connection) and outcome (ok, error).",
     ),
     Family::new(
         PEER_FAILURES_TOTAL,

@@ -512,6 +512,7 @@ pub unsafe fn on_peer<S: Sink>(sink: &S, sym: Sym, this: Ptr, peer: CPtr, opt: C
     let facts = match sym {
         Sym::InvalidateRemoteMd => Facts::Invalidate { peer: &p },
         Sym::MakeConnection => Facts::Connect { peer: &p },
+        Sym::CheckRemoteMd => Facts::Check { peer: &p },
         _ => Facts::Fetch { peer: &p },
     };
     let t = begin(sink, this, &facts);

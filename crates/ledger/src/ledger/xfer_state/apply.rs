@@ -42,6 +42,10 @@ impl Transfers {
         let mut unmatched = false;
         match e {
             Event::XferCreated(r) => {
+                // A request to a peer whose loading nobody saw: its metadata
+                // arrived another way (NIXL's listener, a fetch, partial
+                // metadata), and arrived now at the latest.
+                self.arrived(s, r.agent, r.peer);
                 self.created(r, Instant::now());
                 return Some(Heard { unmatched });
             }
@@ -79,7 +83,12 @@ impl Transfers {
                 op,
                 peer,
                 failure,
-            }) => self.peer(s, *agent, *op, peer, *failure),
+            }) => {
+                if *op == crate::model::PeerOp::Check && failure.is_none() {
+                    self.arrived(s, *agent, peer);
+                }
+                self.peer(s, *agent, *op, peer, *failure)
+            }
             Event::Notified(crate::event::Notified {
                 agent,
                 direction,
@@ -146,6 +155,7 @@ impl Transfers {
     /// The NIXL agent `agent` is gone: its requests, flights and remote
     /// agents go with it (the ledger's `AgentReleased`).
     pub fn agent_gone(&mut self, agent: AgentId) {
+        self.names.remove(&agent);
         let mut rows = std::mem::take(&mut self.rows);
         self.agent_released(&mut rows, agent, Instant::now());
         self.rows = rows;
@@ -155,5 +165,12 @@ impl Transfers {
     /// The recording follows a caller's NIXL agent.
     pub fn follows_caller(&mut self) {
         self.observing = true;
+    }
+
+    /// The local NIXL agent `agent` is called `name`.
+    pub fn agent_named(&mut self, agent: AgentId, name: &str) {
+        if !name.is_empty() {
+            self.names.insert(agent, name.into());
+        }
     }
 }

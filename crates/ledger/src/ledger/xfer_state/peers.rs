@@ -99,6 +99,26 @@ impl Transfers {
         }
     }
 
+    /// `peer`'s metadata is known to be on `agent` (NIXL found it, or took
+    /// a request to it): when no loading of it was seen since it was last
+    /// removed, it arrived another way than `add_remote_agent` /
+    /// `loadRemoteMD` (NIXL's listener: `send_local_metadata`, partial
+    /// metadata, a fetch) and is counted as added, once, as a loading is.
+    pub(super) fn arrived(&mut self, s: &mut Rows, agent: AgentId, peer: &str) {
+        if peer.is_empty() || self.loaded(agent, peer) || self.names.get(&agent).is_some_and(|n| &**n == peer) {
+            return;
+        }
+        // A table full of loaded peers keeps no more: inferring again at
+        // every request to one it could not keep would count it each time.
+        let full = self
+            .remote
+            .get(&agent)
+            .is_some_and(|l| l.len() >= REMOTE_AGENTS_KEPT && l.iter().all(|p| p.loaded));
+        if !full {
+            self.peer(s, agent, PeerOp::Add, peer, None);
+        }
+    }
+
     fn loaded(&self, agent: AgentId, peer: &str) -> bool {
         self.remote
             .get(&agent)

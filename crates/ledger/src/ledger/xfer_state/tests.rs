@@ -366,3 +366,62 @@ fn a_creation_refused_while_the_peer_is_awaited_is_no_failure() {
     assert!(t.counts.failures.is_empty(), "no failure by reason");
     assert!(t.traced.is_empty(), "nothing on the trace error path");
 }
+
+fn adds(t: &Transfers) -> u64 {
+    t.counts.peer_events[peer_index(PeerOp::Add)][outcome_index(true)]
+}
+
+#[test]
+fn a_peer_whose_metadata_arrived_unseen_is_added_once_when_nixl_first_shows_it() {
+    use crate::event::{Event, Peer};
+    let mut t = Transfers::new(BOUNDS);
+    t.agent_named(A, "prefill");
+    // NIXL's listener delivered decode-0's metadata: the first request to
+    // it is the first sign, counted as its loading; the next is not.
+    t.apply(&Event::XferCreated(&request(1, XferOp::Write, 64)));
+    assert_eq!(adds(&t), 1);
+    t.apply(&Event::XferCreated(&request(2, XferOp::Write, 64)));
+    assert_eq!(adds(&t), 1, "once per arrival");
+    // check_remote_metadata finding a peer nobody loaded: arrived too.
+    let check = |peer| {
+        Event::Peer(Peer {
+            agent: A,
+            op: PeerOp::Check,
+            peer,
+            failure: None,
+        })
+    };
+    t.apply(&check("decode-1"));
+    t.apply(&check("decode-1"));
+    assert_eq!(adds(&t), 2);
+    assert_eq!(t.counts.peer_events[peer_index(PeerOp::Check)][outcome_index(true)], 2);
+    // Removed, then back through the listener: a second arrival.
+    t.apply(&Event::Peer(Peer {
+        agent: A,
+        op: PeerOp::Remove,
+        peer: "decode-0",
+        failure: None,
+    }));
+    t.apply(&Event::XferCreated(&request(3, XferOp::Write, 64)));
+    assert_eq!(adds(&t), 3);
+    // A request to the agent itself is no peer arriving.
+    let own = Transfer {
+        peer: "prefill",
+        ..request(4, XferOp::Read, 64)
+    };
+    t.apply(&Event::XferCreated(&own));
+    assert_eq!(adds(&t), 3);
+    // A peer loaded by the program is not counted again by its requests.
+    t.apply(&Event::Peer(Peer {
+        agent: A,
+        op: PeerOp::Add,
+        peer: "decode-2",
+        failure: None,
+    }));
+    let to2 = Transfer {
+        peer: "decode-2",
+        ..request(5, XferOp::Read, 64)
+    };
+    t.apply(&Event::XferCreated(&to2));
+    assert_eq!(adds(&t), 4);
+}
