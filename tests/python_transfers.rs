@@ -37,6 +37,9 @@ fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {
         &[
             ("UCX_TLS", "tcp"),
             ("NIXL_AGENT_TRANSFER_STALL_AFTER", "1s"),
+            // The one creation to a peer never added is its failure at once,
+            // not a wait for its metadata (tests/interposer.rs tests the wait).
+            ("NIXL_AGENT_PEER_WAIT", "0s"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
             // Every successful transfer traced too: the duration histogram
             // then carries exemplars.

@@ -56,7 +56,14 @@ fn vllms_read_is_counted_once_with_its_bytes_and_the_tcp_fallback_alert_fires_on
     let mut h = Held::start(
         &program("vllm_sequence.py"),
         &[&work],
-        &[("UCX_TLS", "tcp"), transports, ("NIXL_AGENT_EXPECT", "none")],
+        // The creation to a peer never added is its failure at once, not a
+        // wait for its metadata (tests/interposer.rs tests the wait).
+        &[
+            ("UCX_TLS", "tcp"),
+            transports,
+            ("NIXL_AGENT_EXPECT", "none"),
+            ("NIXL_AGENT_PEER_WAIT", "0s"),
+        ],
     );
     let mut lb = Held::start(
         &program("vllm_sequence.py"),
