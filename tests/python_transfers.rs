@@ -383,3 +383,144 @@ fn a_request_at_a_released_ones_address_is_new_and_nixl_is_asked_nothing_for_the
         "the old request released in flight, the new one done once"
     );
 }
+
+/// What tests/python/notifs.py's agent B received, by one front-end's
+/// recording: /metrics' notifications by direction, and /v1/status's
+/// received messages and heartbeats (B's from its peer A). `interposer`:
+/// `nixl-agent instrument --`; else the launcher `nixl-agent-instrument`
+/// alone. Read at the program's `HOLD`, once its last message is counted.
+fn notifs_recorded(interposer: bool) -> ([f64; 2], [u64; 4], Vec<String>) {
+    let script = program("notifs.py");
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let env = [("NIXL_AGENT_LISTEN", listen.as_str()), ("HOLD_BEFORE_EXIT", "1")];
+    let mut cmd = if interposer {
+        support::programs::launched_argv(&[support::python().into(), script.into()], &env)
+    } else {
+        let mut c = command(&script, true, &[], &env);
+        support::programs::plain_env(&mut c);
+        c
+    };
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let mut child = cmd
+        .env("HOLD_BEFORE_EXIT", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr.reopen().unwrap())
+        .spawn()
+        .expect("start notifs.py");
+    let mut stdout = support::Lines::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        match stdout.next_within(Duration::from_secs(120), "notifs.py's HOLD") {
+            Some(l) if l.trim_end() == "HOLD" => break,
+            Some(l) => lines.push(l),
+            None => panic!(
+                "notifs.py ended before HOLD: {lines:?}\n{}",
+                std::fs::read_to_string(stderr.path()).unwrap_or_default()
+            ),
+        }
+    }
+    let received = |s: &support::Scrape| {
+        s.value_at(
+            "nixl_agent_notifications_total",
+            &[("direction", "receive"), ("outcome", "ok")],
+        )
+    };
+    // The recording may trail the program by a moment: up to 5 s for the
+    // seven messages, then whatever it counted.
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    let mut s = support::scrape(addr);
+    while received(&s) < 7.0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+        s = support::scrape(addr);
+    }
+    let counts = [
+        s.value_at(
+            "nixl_agent_notifications_total",
+            &[("direction", "send"), ("outcome", "ok")],
+        ),
+        received(&s),
+    ];
+    let status = support::own_status(&support::status_document(addr)).clone();
+    let x = &status["transfers"];
+    let from_a = x["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "A")
+        .map_or([0, 0], |p| {
+            [
+                p["notifications_received"].as_u64().unwrap(),
+                p["heartbeats_received"].as_u64().unwrap(),
+            ]
+        });
+    let seen = [
+        x["notifications_received"].as_u64().unwrap(),
+        x["heartbeats_received"].as_u64().unwrap(),
+        from_a[0],
+        from_a[1],
+    ];
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    }
+    let rest = stdout.rest_within(Duration::from_secs(60), "notifs.py's end");
+    lines.extend(rest);
+    let status = support::wait_within(&mut child, Duration::from_secs(60), "notifs.py");
+    assert!(
+        status.success(),
+        "notifs.py failed: {status}; {lines:?}\n{}",
+        std::fs::read_to_string(stderr.path()).unwrap_or_default()
+    );
+    (counts, seen, said(&lines))
+}
+
+/// Notifications a program takes through NIXL's own map of the agent
+/// (`check_remote_xfer_done`, finding new and old messages by prefix and
+/// by substring, and `update_notifs`) are each counted once as received,
+/// heartbeats apart, by the Python front-end alone as by the interposer
+/// (which counts what `getNotifs` added to the map); and the program sees
+/// what it sees bare.
+#[test]
+fn notifications_taken_from_nixls_map_are_counted_once_by_both_front_ends() {
+    let bare = support::output_within(
+        &mut {
+            let mut c = command(&program("notifs.py"), false, &[], &[]);
+            support::programs::plain_env(&mut c);
+            c
+        },
+        Duration::from_secs(120),
+        "notifs.py bare",
+    );
+    assert!(bare.status.success(), "bare: {bare:?}");
+    let bare_lines: Vec<String> = String::from_utf8_lossy(&bare.stdout)
+        .lines()
+        .map(String::from)
+        .filter(|l| l != "HOLD")
+        .collect();
+    let (python, python_status, python_said) = notifs_recorded(false);
+    assert_eq!(
+        python_said,
+        said(&bare_lines),
+        "the program saw the same, bare and instrumented"
+    );
+    assert!(
+        python_said.iter().any(|l| l == "left {'A': [b'hello']}"),
+        "{python_said:?}"
+    );
+    // A sent two (hello, HB:beat); B received the five WRITEs' messages and
+    // both, one a heartbeat, all from A.
+    assert_eq!(python, [2.0, 7.0], "Python front-end: [sent, received]");
+    assert_eq!(
+        python_status,
+        [7, 1, 7, 1],
+        "Python front-end: received, heartbeats, of them from A"
+    );
+    let (interposed, interposed_status, _) = notifs_recorded(true);
+    assert_eq!(interposed, python, "the interposer against the Python front-end");
+    assert_eq!(
+        interposed_status, python_status,
+        "the interposer against the Python front-end"
+    );
+}

@@ -43,6 +43,7 @@ __all__ = [
     "dlist_released",
     "peer",
     "notified",
+    "notifs_grew",
 ]
 
 class RegistrationRefused(ValueError): ...
@@ -124,4 +125,11 @@ def notified(
     error: Optional[BaseException],
     args: Optional[tuple[Any, ...]] = None,
     kwargs: Optional[dict[str, Any]] = None,
+) -> None: ...
+def notifs_grew(
+    agent: object,
+    notifs: dict[Any, Any],
+    before: dict[Any, int],
+    removed_from: object = None,
+    removed_new: object = None,
 ) -> None: ...

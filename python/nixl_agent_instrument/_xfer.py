@@ -208,7 +208,198 @@ def wrap(cls, native):
             return notifs
 
         cls.get_new_notifs = get_new_notifs_
+
+    _wrap_map_notifs(cls, native, have, functools)
     return originals
+
+
+def _wrap_map_notifs(cls, native, have, functools):
+    """``update_notifs`` and ``check_remote_xfer_done``: NIXL's ``getNotifs``
+    returns a new map of the agent (``self.notifs``), each peer's old
+    messages followed by those that arrived, and leaves the old map as it
+    was; ``check_remote_xfer_done`` then removes the first message of the
+    peer that matches the tag, the old ones scanned first. Each message
+    delivered counts once as received, as the interposer counts
+    ``getNotifs``: from the peers' lengths in the old map and the new one,
+    and the one removed, old or new. A poll that found nothing and got
+    nothing holds the old map a moment and reads lengths, nothing else: it
+    never reaches the extension."""
+    grew = native.notifs_grew
+    # Set when a map changed in place (not NIXL's binding): what it held
+    # before a call is not known, so nothing more is counted.
+    blind = []
+
+    def failed(e):
+        try:
+            native.hook_failed("notification", f"{type(e).__name__}: {e}")
+        except Exception:
+            pass
+
+    def record(self, held, e=None, peer=None, tag=None, prefix=True, found=None):
+        """After the call: ``held`` the agent's map before it, ``e`` what
+        NIXL raised, ``found`` what ``check_remote_xfer_done`` returned."""
+        try:
+            now = self.notifs
+            if not isinstance(held, dict) or now is held or any(now.get(k) is v for k, v in held.items()):
+                if e is not None:
+                    # getNotifs did not answer: a failed call.
+                    native.notified(self, "receive", None, e)
+                elif not blind:
+                    blind.append(True)
+                    raise TypeError("the agent's notification map changed in place: its notifications are not counted")
+                return
+            before = {k: len(v) for k, v in held.items()}
+            if found is True:
+                grew(self, now, before, *_removed(now, peer, tag, prefix, held.get(peer)))
+            elif _longer(now, held):
+                grew(self, now, before)
+        except Exception as inner:
+            failed(inner)
+
+    def unchanged(self, held):
+        """Whether the map NIXL left holds what ``held`` held (the hot path:
+        a poll that got nothing)."""
+        try:
+            now = self.notifs
+            if now is held or len(now) != len(held):
+                return False
+            for k, v in now.items():
+                o = held.get(k)
+                if o is None or len(v) != len(o):
+                    return False
+            return True
+        except Exception:
+            return False
+
+    f = have("update_notifs")
+    if f is not None:
+        update_notifs = f
+        plain = _plain_params(update_notifs)
+        if plain is not None and [n for n, _ in plain] == ["self", "backends"]:
+            default = plain[1][1]
+
+            # NIXL's own signature: no **kwargs dict per poll, and the
+            # default is NIXL's own object.
+            def update_notifs_(self, backends=default):
+                if blind:
+                    return update_notifs(self, backends)
+                try:
+                    held = self.notifs
+                except Exception:
+                    held = None
+                try:
+                    notifs = update_notifs(self, backends)
+                except Exception as e:
+                    record(self, held, e)
+                    raise
+                if not unchanged(self, held):
+                    record(self, held)
+                return notifs
+
+        else:
+
+            def update_notifs_(self, *args, **kwargs):
+                if blind:
+                    return update_notifs(self, *args, **kwargs)
+                try:
+                    held = self.notifs
+                except Exception:
+                    held = None
+                try:
+                    notifs = update_notifs(self, *args, **kwargs)
+                except Exception as e:
+                    record(self, held, e)
+                    raise
+                if not unchanged(self, held):
+                    record(self, held)
+                return notifs
+
+        cls.update_notifs = functools.wraps(update_notifs)(update_notifs_)
+
+    f = have("check_remote_xfer_done")
+    if f is not None:
+        check = f
+        plain = _plain_params(check)
+        names = ["self", "remote_agent_name", "lookup_tag", "backends", "tag_is_prefix"]
+        if plain is not None and [n for n, _ in plain] == names:
+            d_backends, d_prefix = plain[3][1], plain[4][1]
+
+            # NIXL's own signature: no **kwargs dict per poll.
+            def check_remote_xfer_done_(
+                self, remote_agent_name, lookup_tag, backends=d_backends, tag_is_prefix=d_prefix
+            ):
+                if blind:
+                    return check(self, remote_agent_name, lookup_tag, backends, tag_is_prefix)
+                try:
+                    held = self.notifs
+                except Exception:
+                    held = None
+                try:
+                    found = check(self, remote_agent_name, lookup_tag, backends, tag_is_prefix)
+                except Exception as e:
+                    record(self, held, e)
+                    raise
+                if found is not True and unchanged(self, held):
+                    return found
+                record(self, held, None, remote_agent_name, lookup_tag, tag_is_prefix, found)
+                return found
+
+        else:
+
+            def check_remote_xfer_done_(self, *args, **kwargs):
+                if blind:
+                    return check(self, *args, **kwargs)
+                try:
+                    held = self.notifs
+                except Exception:
+                    held = None
+                try:
+                    found = check(self, *args, **kwargs)
+                except Exception as e:
+                    record(self, held, e)
+                    raise
+                if found is not True and unchanged(self, held):
+                    return found
+                peer = args[0] if args else kwargs.get("remote_agent_name")
+                tag = args[1] if len(args) > 1 else kwargs.get("lookup_tag")
+                prefix = args[3] if len(args) > 3 else kwargs.get("tag_is_prefix", True)
+                record(self, held, None, peer, tag, prefix, found)
+                return found
+
+        cls.check_remote_xfer_done = functools.wraps(check)(check_remote_xfer_done_)
+
+
+def _longer(now, held):
+    """Whether the agent's map ``now`` holds more than ``held``, the one
+    before the call (``getNotifs`` only appends, to new lists)."""
+    if len(now) != len(held):
+        return True
+    for k, v in now.items():
+        o = held.get(k)
+        if o is None or len(v) != len(o):
+            return True
+    return False
+
+
+def _removed(now, peer, tag, prefix, old):
+    """The message ``check_remote_xfer_done`` found for ``tag`` in
+    ``peer``'s list, as the extension's ``removed_from`` and
+    ``removed_new``: NIXL scans the old messages (``old``, the peer's list
+    before the call) then the new ones, and removes the first that matches
+    when it is not empty. () when nothing was removed; (peer,) for an old
+    one; (peer, tag) for a new one, classified by the tag it matched."""
+    for m in old or ():
+        if m.startswith(tag) if prefix else tag in m:
+            return (peer,) if m else ()
+    if tag:
+        return (peer, tag)
+    # An empty tag matched the first new message, removed when not empty:
+    # an empty one where the new ones start is taken as that one.
+    b = len(old or ())
+    mine = now.get(peer)
+    if mine is not None and len(mine) > b and not mine[b]:
+        return ()
+    return (peer, tag)
 
 
 def _plain_params(f):

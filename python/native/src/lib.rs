@@ -472,5 +472,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(xfer_args::dlist_released, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_peers::peer, m)?)?;
     m.add_function(wrap_pyfunction!(xfer_peers::notified, m)?)?;
+    m.add_function(wrap_pyfunction!(xfer_peers::notifs_grew, m)?)?;
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! The data path's calls about peers and notifications, as NIXL's
 //! methods handed them over after the call (`_xfer.wrap`): a remote agent
 //! added, removed or its metadata fetched or sent; notifications sent or
-//! received, heartbeats told apart. Recorded on the observer; nothing here
-//! is called before NIXL's own method.
+//! received (returned by `get_new_notifs`, or added to the agent's own map
+//! by `update_notifs` and `check_remote_xfer_done`), heartbeats told apart.
+//! Recorded on the observer; nothing here is called before NIXL's own
+//! method.
 
 use crate::xfer_args::{failure_of, name_of};
 use crate::{arg, finish, guarded, running, Soft};
@@ -87,6 +89,60 @@ pub(crate) fn notified(
                 r.observer()
                     .notified_peer(id, direction, peer.as_deref().unwrap_or(""), 1, beat);
             }
+        }
+        Some(())
+    });
+    finish()
+}
+
+/// `update_notifs` or `check_remote_xfer_done` returned (or raised after
+/// NIXL's `getNotifs` answered): the agent's map `notifs` (its `notifs`
+/// after the call) holds each peer's `before` messages (peer → count before
+/// the call) followed by those `getNotifs` delivered, less the one message
+/// `check_remote_xfer_done` removed from `removed_from`'s list: one of the
+/// old (`removed_new` None) or one of the new, classified by `removed_new`
+/// (the tag it matched). Each delivered message counts once as received,
+/// as the interposer counts what `getNotifs` added to the map.
+#[pyfunction]
+#[pyo3(signature = (agent, notifs, before, removed_from=None, removed_new=None))]
+pub(crate) fn notifs_grew(
+    agent: &Bound<'_, PyAny>,
+    notifs: &Bound<'_, PyAny>,
+    before: &Bound<'_, PyAny>,
+    removed_from: Option<&Bound<'_, PyAny>>,
+    removed_new: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    guarded(Hooked::Notification, || {
+        let r = running()?;
+        let id = r.agent_id(agent);
+        let map = notifs.cast::<PyDict>().ok()?;
+        let before = before.cast::<PyDict>().ok()?;
+        for (peer, list) in map.iter() {
+            let Ok(list) = list.cast::<PyList>() else { continue };
+            let had = before
+                .get_item(&peer)
+                .soft()
+                .flatten()
+                .and_then(|n| n.extract::<usize>().ok())
+                .unwrap_or(0);
+            let (mut start, mut extra, mut extra_beats) = (had, 0u64, 0u64);
+            if removed_from.is_some_and(|p| p.eq(&peer).soft().unwrap_or(false)) {
+                match removed_new {
+                    None => start = had.saturating_sub(1),
+                    Some(tag) => (extra, extra_beats) = (1, u64::from(heartbeat(tag))),
+                }
+            }
+            let messages = list.len().saturating_sub(start) as u64 + extra;
+            if messages == 0 {
+                continue;
+            }
+            let beats = (start..list.len())
+                .filter(|&i| list.get_item(i).is_ok_and(|m| heartbeat(&m)))
+                .count() as u64
+                + extra_beats;
+            let peer = name_of(&peer).unwrap_or_default();
+            r.observer()
+                .notified_peer(id, NotifDirection::Receive, &peer, messages, beats);
         }
         Some(())
     });
