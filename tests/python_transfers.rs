@@ -524,3 +524,121 @@ fn notifications_taken_from_nixls_map_are_counted_once_by_both_front_ends() {
         "the interposer against the Python front-end"
     );
 }
+
+/// Who runs tests/python/telemetry.py: nobody, the launcher
+/// `nixl-agent-instrument` alone, or the interposer (`nixl-agent instrument
+/// --`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Under {
+    Bare,
+    Python,
+    Interposer,
+}
+
+/// tests/python/telemetry.py `scenario` with NIXL_TELEMETRY_ENABLE=`variable`
+/// under `under`: its stdout, its stderr with NIXL's and UCX's stamps taken
+/// out, its exit code, and (instrumented) the recording's completed WRITEs
+/// and its own failures, scraped at the program's `HOLD`.
+fn telemetry_run(under: Under, scenario: &str, variable: &str) -> (String, String, Option<i32>, [f64; 2]) {
+    let script = program("telemetry.py");
+    // NIXL's telemetry buffers, when it records any, in a directory of this
+    // run's own (NIXL names each file after its agent).
+    let dir = tempfile::tempdir().unwrap();
+    let dir_s = dir.path().display().to_string();
+    let addr = support::free_port();
+    let listen = addr.to_string();
+    let nixl = [
+        ("NIXL_TELEMETRY_ENABLE", variable),
+        ("NIXL_TELEMETRY_DIR", dir_s.as_str()),
+    ];
+    let listening = [("NIXL_AGENT_LISTEN", listen.as_str())];
+    let env: Vec<(&str, &str)> = nixl.iter().chain(listening.iter()).copied().collect();
+    let mut cmd = match under {
+        Under::Interposer => {
+            support::programs::launched_argv(&[support::python().into(), script.into(), scenario.into()], &env)
+        }
+        _ => {
+            let mut c = command(&script, under == Under::Python, &[scenario], &env);
+            support::programs::plain_env(&mut c);
+            c
+        }
+    };
+    let what = format!("telemetry.py {scenario} NIXL_TELEMETRY_ENABLE={variable} ({under:?})");
+    let stderr = tempfile::NamedTempFile::new().unwrap();
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr.reopen().unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let mut stdout = support::Lines::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        match stdout.next_within(Duration::from_secs(120), &what) {
+            Some(l) if l.trim_end() == "HOLD" => break,
+            Some(l) => lines.push(l),
+            None => panic!(
+                "{what} ended before HOLD: {lines:?}\n{}",
+                std::fs::read_to_string(stderr.path()).unwrap_or_default()
+            ),
+        }
+    }
+    let mut counted = [0.0; 2];
+    if under != Under::Bare {
+        let done =
+            |s: &support::Scrape| s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]);
+        // The recording may trail the program's DONE by a moment.
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        let mut s = support::scrape(addr);
+        while done(&s) < 1.0 && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+            s = support::scrape(addr);
+        }
+        let errors = s
+            .text
+            .lines()
+            .filter(|l| l.starts_with("nixl_agent_instrumentation_errors_total"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        counted = [done(&s), errors];
+    }
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    }
+    lines.push("HOLD".into());
+    lines.extend(stdout.rest_within(Duration::from_secs(60), &what));
+    let status = support::wait_within(&mut child, Duration::from_secs(60), &what);
+    let err = std::fs::read(stderr.path()).unwrap();
+    (
+        lines.join("\n"),
+        support::programs::unstamped(&err),
+        status.code(),
+        counted,
+    )
+}
+
+/// NIXL's telemetry asked for in the agent's config but turned off by
+/// NIXL_TELEMETRY_ENABLE=no (NIXL's variable wins), and the opposite (on
+/// by the variable alone): under either front-end the program's stdout,
+/// stderr (byte for byte but NIXL's and UCX's clock stamps) and exit code
+/// are the bare run's: the front-end never asks NIXL for the telemetry of
+/// an agent that does not record it (NIXL would print "cannot return values
+/// when telemetry is not enabled"), and the WRITE is still counted.
+#[test]
+fn telemetry_is_asked_only_of_an_agent_nixl_records_it_for_and_nothing_is_printed() {
+    for (scenario, variable) in [("asked", "no"), ("not-asked", "yes")] {
+        let (out, err, code, _) = telemetry_run(Under::Bare, scenario, variable);
+        assert_eq!(code, Some(0), "bare {scenario} {variable}: {out}\n{err}");
+        assert!(out.contains("transfer DONE\ndata verified"), "bare {scenario}: {out}");
+        for under in [Under::Python, Under::Interposer] {
+            let (i_out, i_err, i_code, [done, errors]) = telemetry_run(under, scenario, variable);
+            let case = format!("{scenario}, NIXL_TELEMETRY_ENABLE={variable}, {under:?}");
+            assert_eq!(i_err, err, "stderr as bare ({case})");
+            assert_eq!(i_out, out, "stdout as bare ({case})");
+            assert_eq!(i_code, code, "exit code as bare ({case})");
+            assert_eq!(done, 1.0, "the WRITE counted done ({case})");
+            assert_eq!(errors, 0.0, "no failure of the instrumentation ({case})");
+        }
+    }
+}

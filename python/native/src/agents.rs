@@ -4,6 +4,7 @@
 
 use crate::{failure_of, guarded, running, Running};
 use nixl_agent::{AgentId, Hooked, Reason};
+use nixl_agent_core::diagnose::nixl_config::{telemetry_on, TELEMETRY_ENABLE};
 use pyo3::prelude::*;
 use std::time::Duration;
 
@@ -35,8 +36,12 @@ pub(crate) fn agent_creating(agent: &Bound<'_, PyAny>) {
 
 /// The agent `agent` was created: its name and the plugins NIXL found.
 /// Returns its identity, for `agent_released` when it is collected.
-/// `telemetry`: the agent captures NIXL's transfer telemetry (asking one
-/// that does not makes NIXL print an error line, so it is never asked).
+/// `telemetry`: the program's config asked for NIXL's transfer telemetry
+/// (`capture_telemetry=True`). Whether NIXL records it is NIXL's rule,
+/// `NIXL_TELEMETRY_ENABLE` first, read here as NIXL just read it: only an
+/// agent that records it is asked for a transfer's telemetry (asking one
+/// that does not makes NIXL print an error line). NIXL exposes no way to
+/// ask an agent whether it records telemetry without that line.
 #[pyfunction]
 #[pyo3(signature = (agent, name, plugins, telemetry=false))]
 pub(crate) fn agent_created(
@@ -49,7 +54,8 @@ pub(crate) fn agent_created(
         let r = running()?;
         // The identity its `__init__` began with (its backends are on it).
         let id = r.agent_id(agent);
-        if telemetry {
+        let variable = std::env::var_os(TELEMETRY_ENABLE);
+        if telemetry_on(variable.as_deref().map(|v| v.to_str().unwrap_or("")), telemetry) {
             r.telemetry.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
         }
         r.observer().saw_agent(id, &name, || plugins);

@@ -361,5 +361,19 @@ impl ConfigFinding {
     }
 }
 
+/// Whether NIXL records telemetry for an agent made while
+/// `NIXL_TELEMETRY_ENABLE` was `variable` (`None`: unset) with
+/// `captureTelemetry` = `capture_telemetry` in its config: NIXL's own rule
+/// (`nixlAgentData`'s constructor). A set variable decides alone, on iff
+/// it is one of [`TRUE_WORDS`] in any case (the config is then ignored);
+/// unset, the config decides. Any other value makes NIXL refuse the agent,
+/// so no agent has it: `false`, which asks NIXL nothing.
+pub fn telemetry_on(variable: Option<&str>, capture_telemetry: bool) -> bool {
+    match variable {
+        Some(v) => TRUE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(v)),
+        None => capture_telemetry,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -212,3 +212,25 @@ fn nixls_own_variables_are_named_after_the_file() {
         .var(TELEMETRY_ENABLE, "maybe");
     assert!(matches!(diagnose(&w), Some(Finding::File(_))));
 }
+
+#[test]
+fn telemetry_is_on_by_the_variable_first_then_by_the_config() {
+    // Set, the variable decides alone, in any case of NIXL's words.
+    for v in ["no", "N", "off", "0", "false", "Disable"] {
+        assert!(!telemetry_on(Some(v), true), "{v} turns the config's telemetry off");
+    }
+    for v in ["yes", "Y", "ON", "1", "true", "enable"] {
+        assert!(
+            telemetry_on(Some(v), false),
+            "{v} turns telemetry on without the config"
+        );
+        assert!(telemetry_on(Some(v), true), "{v}");
+    }
+    // Unset, the config decides.
+    assert!(telemetry_on(None, true));
+    assert!(!telemetry_on(None, false));
+    // A value NIXL refuses (no agent has it) and the empty one: never on.
+    for v in ["maybe", ""] {
+        assert!(!telemetry_on(Some(v), true), "{v:?}");
+    }
+}
