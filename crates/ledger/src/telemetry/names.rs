@@ -361,7 +361,7 @@ pub const FAMILIES: &[Family] = &[
         NOTIFICATIONS_TOTAL,
         Type::Counter,
         &["direction", "outcome"],
-        "Notifications by direction (send: send_notif, receive: messages get_new_notifs returned) and outcome (ok; error, on first use, counts failed calls).",
+        "Notifications by direction (send: send_notif/genNotif, receive: each message NIXL delivered through getNotifs, whether the program took it with get_new_notifs, update_notifs or check_remote_xfer_done) and outcome (ok; error, on first use, counts failed calls).",
     ),
     Family::new(
         TRANSFER_TRANSPORT,
