@@ -585,29 +585,48 @@ impl Alertmanager {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("alertmanager.yml");
         std::fs::write(&path, config).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = std::process::Command::new(dep_bin(
-            "ALERTMANAGER",
-            ".deps/alertmanager/usr/bin/prometheus-alertmanager",
-        ))
-        .arg(format!("--config.file={}", path.display()))
-        .arg(format!("--storage.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--cluster.listen-address=")
-        .arg("--log.level=warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn alertmanager");
-        support::wait_for(Duration::from_secs(20), "alertmanager ready", || {
-            support::get(addr, "/-/ready").ok().filter(|r| r.status == 200)
-        });
-        Alertmanager { child, addr, _dir: dir }
+        // A port picked free can be taken again before Alertmanager binds it
+        // (tests run side by side): a start that ended is told apart from a
+        // slow one by its own words, and one that lost its port tries another.
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let log = dir.path().join(format!("alertmanager-{port}.log"));
+            let mut child = std::process::Command::new(dep_bin(
+                "ALERTMANAGER",
+                ".deps/alertmanager/usr/bin/prometheus-alertmanager",
+            ))
+            .arg(format!("--config.file={}", path.display()))
+            .arg(format!("--storage.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--cluster.listen-address=")
+            .arg("--log.level=warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn alertmanager");
+            let ready = support::wait_for(Duration::from_secs(60), "alertmanager ready", || {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Some(Err(status));
+                }
+                support::get(addr, "/-/ready").ok().filter(|r| r.status == 200).map(Ok)
+            });
+            match ready {
+                Ok(_) => return Alertmanager { child, addr, _dir: dir },
+                Err(status) => {
+                    let said = std::fs::read_to_string(&log).unwrap_or_default();
+                    assert!(
+                        said.contains("address already in use"),
+                        "alertmanager ended ({status}):\n{said}"
+                    );
+                }
+            }
+        }
+        panic!("alertmanager found no free port in three tries");
     }
 
     pub fn alerts(&self) -> Vec<serde_json::Value> {
