@@ -32,30 +32,39 @@ const PEERS_WAITED_FOR: usize = 4096;
 /// Since when each (agent, peer) has been refused for metadata that has
 /// not arrived: the state behind `XferOutcome::PeerPending`.
 #[derive(Default)]
-pub(super) struct PeerWait(std::sync::Mutex<std::collections::HashMap<(AgentId, Box<str>), Instant>>);
+pub(super) struct PeerWait {
+    since: std::sync::Mutex<std::collections::HashMap<(AgentId, Box<str>), Instant>>,
+    /// Set while `since` holds anything: a request created while no peer
+    /// is waited for (the data path's common case) takes no lock.
+    any: std::sync::atomic::AtomicBool,
+}
 
 impl PeerWait {
     /// A creation refused at `now` because `peer`'s metadata is not there:
     /// true while less than `wait` has passed since the first refusal since
     /// the peer last took a request (never, with a wait of zero).
     fn refused(&self, agent: AgentId, peer: &str, now: Instant, wait: Duration) -> bool {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= PEERS_WAITED_FOR && !m.contains_key(&(agent, peer.into())) {
+        let mut m = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (agent, Box::<str>::from(peer));
+        if m.len() >= PEERS_WAITED_FOR && !m.contains_key(&key) {
             let oldest = m.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 m.remove(&k);
             }
         }
-        let since = *m.entry((agent, peer.into())).or_insert(now);
+        let since = *m.entry(key).or_insert(now);
+        self.any.store(true, Ordering::Release);
         now.saturating_duration_since(since) < wait
     }
 
     /// `peer` took a request: its next refusal starts a new wait.
     fn arrived(&self, agent: AgentId, peer: &str) {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if !m.is_empty() {
-            m.remove(&(agent, peer.into()));
+        if !self.any.load(Ordering::Acquire) {
+            return;
         }
+        let mut m = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        m.remove(&(agent, peer.into()));
+        self.any.store(!m.is_empty(), Ordering::Release);
     }
 }
 
@@ -315,10 +324,17 @@ mod tests {
         );
         // A wait of zero: every refusal is the failure.
         assert!(!w.refused(a, "q", t0, Duration::ZERO));
+        // With nobody waited for, a created request takes no lock.
+        let idle = PeerWait::default();
+        assert!(!idle.any.load(Ordering::Relaxed));
+        idle.refused(a, "p", t0, wait);
+        assert!(idle.any.load(Ordering::Relaxed));
+        idle.arrived(a, "p");
+        assert!(!idle.any.load(Ordering::Relaxed), "the last wait ended");
         // Bounded: the oldest waits are forgotten, never grown without end.
         for i in 0..(PEERS_WAITED_FOR + 10) {
             w.refused(a, &format!("peer-{i}"), t0, wait);
         }
-        assert!(w.0.lock().unwrap().len() <= PEERS_WAITED_FOR);
+        assert!(w.since.lock().unwrap().len() <= PEERS_WAITED_FOR);
     }
 }
