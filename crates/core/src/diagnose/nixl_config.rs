@@ -124,11 +124,10 @@ pub fn diagnose(world: &dyn ConfigWorld) -> Option<Finding> {
         return Some(Finding::File(f));
     }
     let enable = world.var(TELEMETRY_ENABLE);
-    let on = match enable.as_deref().map(str::to_ascii_lowercase) {
+    let on = match enable.as_deref().map(boolean) {
         None => false,
-        Some(v) if TRUE_WORDS.contains(&v.as_str()) => true,
-        Some(v) if FALSE_WORDS.contains(&v.as_str()) => false,
-        Some(_) => {
+        Some(Some(on)) => on,
+        Some(None) => {
             return Some(Finding::Variable(VariableFinding {
                 name: TELEMETRY_ENABLE,
                 value: enable.unwrap_or_default(),
@@ -370,8 +369,20 @@ impl ConfigFinding {
 /// so no agent has it: `false`, which asks NIXL nothing.
 pub fn telemetry_on(variable: Option<&str>, capture_telemetry: bool) -> bool {
     match variable {
-        Some(v) => TRUE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(v)),
+        Some(v) => boolean(v) == Some(true),
         None => capture_telemetry,
+    }
+}
+
+/// A value as NIXL reads a boolean: one of [`TRUE_WORDS`] or
+/// [`FALSE_WORDS`] in any case, `None` for anything else.
+fn boolean(v: &str) -> Option<bool> {
+    if TRUE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(v)) {
+        Some(true)
+    } else if FALSE_WORDS.iter().any(|w| w.eq_ignore_ascii_case(v)) {
+        Some(false)
+    } else {
+        None
     }
 }
 
