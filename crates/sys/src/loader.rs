@@ -232,21 +232,73 @@ pub fn status_in_process() -> crate::model::NixlStatus {
     }
 }
 
-/// Paths of loaded shared objects whose file name starts with `prefix`
-/// (read from `/proc/self/maps`).
+/// A shared object the dynamic loader has mapped into this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// Its path as the loader knows it (empty for the main program).
+    pub path: PathBuf,
+    /// Its load base (`dlpi_addr`; `dladdr`'s `dli_fbase` names the same
+    /// object by its first mapping).
+    pub base: usize,
+}
+
+/// Every object the loader has mapped, in its own order (the main program,
+/// then preloads and dependencies, then what `dlopen` added), read from its
+/// list (`dl_iterate_phdr`): a path holding a space or a renamed library
+/// reads as well as any other, and nothing is parsed from text.
+pub fn objects() -> Vec<Object> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        out: *mut libc::c_void,
+    ) -> libc::c_int {
+        // Safety: the loader hands a valid entry, and `out` is the vector
+        // passed below, for the duration of the walk.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<Object>)) };
+        let path = if info.dlpi_name.is_null() {
+            PathBuf::new()
+        } else {
+            // Safety: the loader's NUL-terminated name of the object.
+            let name = unsafe { CStr::from_ptr(info.dlpi_name) };
+            PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes()))
+        };
+        // The first program header that loads sets the object's lowest
+        // address; `dli_fbase` is that address.
+        let mut base = info.dlpi_addr as usize;
+        if !info.dlpi_phdr.is_null() {
+            // Safety: `dlpi_phnum` headers at `dlpi_phdr`, the loader's.
+            let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+            if let Some(first) = headers
+                .iter()
+                .filter(|h| h.p_type == libc::PT_LOAD)
+                .map(|h| h.p_vaddr)
+                .min()
+            {
+                base = (info.dlpi_addr as usize).wrapping_add(first as usize & !0xfff);
+            }
+        }
+        out.push(Object { path, base });
+        0
+    }
+    let mut out: Vec<Object> = Vec::new();
+    // Safety: `each` only reads the entries and pushes to `out`, which
+    // outlives the walk; it never unwinds (no panicking call in it).
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut out as *mut Vec<Object> as *mut libc::c_void) };
+    out
+}
+
+/// Paths of loaded shared objects whose file name starts with `prefix`,
+/// in the loader's order.
 pub(super) fn loaded(prefix: &str) -> Vec<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut out: Vec<PathBuf> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .map(PathBuf::from)
+    let mut out: Vec<PathBuf> = objects()
+        .into_iter()
+        .map(|o| o.path)
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(prefix))
         })
         .collect();
-    out.sort();
     out.dedup();
     out
 }

@@ -142,8 +142,19 @@ impl State {
                     detail: refused.map(|(_, d)| d.to_string()),
                 });
             }
-            Event::Interposed(crate::event::Interposed { status, .. }) => {
+            Event::Interposed(crate::event::Interposed {
+                status,
+                library,
+                version,
+            }) => {
                 p.nixl.interposer = Some((*status).clone());
+                // The copy the interposer found by what it defines (a
+                // renamed `libnixl-<hash>.so` included), where the
+                // process's own look by file name found none.
+                if p.nixl.library.is_none() {
+                    p.nixl.library = library.map(str::to_string);
+                    p.nixl.version = p.nixl.version.take().or_else(|| version.map(str::to_string));
+                }
             }
             Event::AwaitRegistration => p.awaits_registration = true,
             Event::DrainFinished(crate::event::DrainFinished { .. }) => {}

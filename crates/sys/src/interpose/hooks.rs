@@ -98,24 +98,38 @@ impl ErrnoAt {
     }
 }
 
-/// NIXL's own definition of `sym` as `F`.
+/// NIXL's own definition of `sym` as `F`: the gate's copy's, else the
+/// first loaded copy's that defines it ([`super::real::late`]).
 ///
 /// # Safety
 /// `F` is the function type of `sym`'s C++ signature.
 unsafe fn real<F: Copy>(g: &Gate, sym: Sym) -> F {
-    let addr = g.real(sym);
+    let mut addr = g.real(sym);
     if addr == 0 {
-        // The caller reached a method whose NIXL definition cannot be
-        // found: there is nothing to call on its behalf.
-        eprintln!(
-            "nixl-agent interposer: NIXL's own {} cannot be found in this process; aborting",
-            sym.mangled()
-        );
-        std::process::abort();
+        addr = super::real::late(sym);
+    }
+    if addr == 0 {
+        undefined(sym);
     }
     debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
     // Safety: a function address; `F` is its type, as the caller promises.
     unsafe { std::mem::transmute_copy::<usize, F>(&addr) }
+}
+
+/// The caller reached a method no loaded object but the interposer
+/// defines: without the interposer the loader would have failed the same
+/// call (a lazily bound symbol that is nowhere), and it ends the process
+/// as the loader does then: its message on stderr, exit status 127, no
+/// exit handlers run. Nothing of the interposer's own ends a process:
+/// this is the program's missing symbol.
+fn undefined(sym: Sym) -> ! {
+    let line = format!("symbol lookup error: undefined symbol: {}\n", sym.mangled());
+    // Safety: writes the caller's bytes to fd 2, then ends the process
+    // without running anything of the program's (as the loader does).
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::_exit(127)
+    }
 }
 
 /// Tells the sink a call begins (errno kept).

@@ -2,10 +2,17 @@
 //! gate: whether this process's NIXL is a build the interposer reads
 //! (`PROVEN`), decided once, before the first call is recorded.
 //!
-//! A preloaded definition wins every lookup, so `dlsym(RTLD_NEXT)` is tried
-//! first (a program linked against `libnixl.so`), then the loaded
-//! `libnixl.so` itself by path (`dlopen(RTLD_NOLOAD)`: NIXL's Python
-//! bindings load it `RTLD_LOCAL`, where `RTLD_NEXT` finds nothing).
+//! A copy of NIXL is any loaded object that defines `nixlAgent`'s
+//! constructor itself, whatever its file is called (`libnixl.so`,
+//! auditwheel's `libnixl-<hash>.so`, a library NIXL is linked into) and
+//! wherever it lies: the loader's own list of objects is walked
+//! (`dl_iterate_phdr`), nothing is parsed from text. Each is opened by the
+//! loader's own name for it (`dlopen(RTLD_NOLOAD)`: NIXL's Python bindings
+//! load it `RTLD_LOCAL`, where `RTLD_NEXT` finds nothing) and asked by
+//! handle. Calls go to one copy: the one the loader would have bound a
+//! caller to without the interposer (`RTLD_NEXT`), else the first loaded;
+//! every definition forwarded to, the descriptor-list builders the
+//! self-test runs and the version read all come from that copy.
 
 use super::layout::{self, Builders, BUILDER_SYMBOLS};
 use super::Sym;
@@ -76,28 +83,87 @@ fn decide() -> Gate {
     // Safety: registers a handler that only increments an atomic, which is
     // async-signal-safe as a child handler must be.
     unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    let library = crate::loader::loaded("libnixl.so")
-        .into_iter()
-        .find(|p| p.file_name().is_some_and(|n| n == "libnixl.so"));
-    let handle = library.as_deref().and_then(open_loaded);
+    let copies = copies();
+    let chosen = chosen(&copies);
     let mut real = [0usize; Sym::COUNT];
-    for sym in Sym::ALL {
-        real[sym as usize] = find(sym.mangled(), handle);
+    if let Some(c) = chosen {
+        for sym in Sym::ALL {
+            real[sym as usize] = defined_in(c, sym.mangled());
+        }
     }
-    let verdict = judge(library.as_deref(), handle, &real);
+    let verdict = judge(chosen, &copies, &real);
     Gate { verdict, real }
 }
 
-fn judge(library: Option<&Path>, handle: Option<*mut c_void>, real: &[usize]) -> Verdict {
-    let Some(library) = library else {
+/// A loaded copy of NIXL: an object that defines [`ANCHOR`] itself.
+struct Copy {
+    path: PathBuf,
+    base: usize,
+    handle: *mut c_void,
+}
+
+/// The method every NIXL release defines under the same name, by which a
+/// copy is known.
+const ANCHOR: Sym = Sym::AgentNew;
+
+/// Every loaded copy of NIXL, in the loader's order (never the
+/// interposer, which defines the same names).
+fn copies() -> Vec<Copy> {
+    // The interposer: the object this code is in.
+    let ours = base_of(base_of as *const () as usize);
+    crate::loader::objects()
+        .into_iter()
+        .filter(|o| !o.path.as_os_str().is_empty() && Some(o.base) != ours)
+        .filter_map(|o| {
+            let handle = open_loaded(&o.path)?;
+            let copy = Copy {
+                path: o.path,
+                base: o.base,
+                handle,
+            };
+            (defined_in(&copy, ANCHOR.mangled()) != 0).then_some(copy)
+        })
+        .collect()
+}
+
+/// The copy calls go to: the one the loader binds a caller to past the
+/// interposer, else the first loaded.
+fn chosen(copies: &[Copy]) -> Option<&Copy> {
+    let next = lookup(libc::RTLD_NEXT, ANCHOR.mangled());
+    let bound = (next != 0).then(|| base_of(next)).flatten();
+    copies.iter().find(|c| Some(c.base) == bound).or_else(|| copies.first())
+}
+
+/// `name` as `copy` itself defines it (0 when it does not: a name it
+/// neither defines nor takes from elsewhere).
+fn defined_in(copy: &Copy, name: &str) -> usize {
+    let a = lookup(copy.handle, name);
+    if a != 0 && base_of(a) == Some(copy.base) {
+        a
+    } else {
+        0
+    }
+}
+
+fn judge(chosen: Option<&Copy>, copies: &[Copy], real: &[usize]) -> Verdict {
+    let Some(copy) = chosen else {
         return Verdict::Refused {
             library: None,
-            why: "no libnixl.so is mapped in this process".into(),
+            why: "no loaded object defines NIXL's nixlAgent".into(),
         };
     };
-    let shown = Some(library.display().to_string());
+    let library = copy.path.as_path();
+    let mut shown = library.display().to_string();
+    let others: Vec<String> = copies
+        .iter()
+        .filter(|c| c.base != copy.base)
+        .map(|c| c.path.display().to_string())
+        .collect();
+    if !others.is_empty() {
+        shown = format!("{shown} (calls go to this copy; also loaded: {})", others.join(", "));
+    }
     let refuse = |why: String| Verdict::Refused {
-        library: shown.clone(),
+        library: Some(shown.clone()),
         why,
     };
     let version = crate::capi::version_of(library.parent().and_then(crate::discover::wheel_version).as_deref());
@@ -115,38 +181,38 @@ fn judge(library: Option<&Path>, handle: Option<*mut c_void>, real: &[usize]) ->
     }
     if let Some(missing) = Sym::ALL.iter().find(|s| real[**s as usize] == 0) {
         return refuse(format!(
-            "NIXL {version} does not export {} as 1.5.1 does",
+            "NIXL {version} at {} does not define {} as 1.5.1 does",
+            library.display(),
             missing.mangled()
         ));
     }
-    let builders = handle.and_then(|h| {
-        let f: Vec<usize> = BUILDER_SYMBOLS.iter().map(|s| lookup(h, s)).collect();
-        (!f.contains(&0)).then(|| Builders {
-            blob_list_new: f[0],
-            blob_list_add: f[1],
-            blob_list_drop: f[2],
-            basic_new: f[3],
-            blob_new: f[4],
-        })
-    });
-    let Some(builders) = builders else {
+    // The builders this copy uses: its own dependency (`libnixl_build.so`),
+    // asked through its handle.
+    let f: Vec<usize> = BUILDER_SYMBOLS.iter().map(|s| lookup(copy.handle, s)).collect();
+    let Some(builders) = (!f.contains(&0)).then(|| Builders {
+        blob_list_new: f[0],
+        blob_list_add: f[1],
+        blob_list_drop: f[2],
+        basic_new: f[3],
+        blob_new: f[4],
+    }) else {
         return refuse(
             "NIXL's descriptor-list constructors (libnixl_build.so) are not exported: the layout self-test cannot run"
                 .into(),
         );
     };
     // Safety: `builders` are those functions of the libnixl_build.so this
-    // libnixl.so loaded, found by their mangled names.
+    // copy of NIXL loaded, found by their mangled names.
     if let Err(why) = unsafe { layout::self_test(&builders) } {
         return refuse(format!("layout self-test failed: {why}"));
     }
     Verdict::Active {
-        library: library.display().to_string(),
+        library: shown,
         version,
     }
 }
 
-/// A handle on the already loaded library at `path` (never loads it).
+/// A handle on the already loaded object at `path` (never loads it).
 fn open_loaded(path: &Path) -> Option<*mut c_void> {
     use std::os::unix::ffi::OsStrExt;
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
@@ -162,42 +228,34 @@ fn lookup(handle: *mut c_void, name: &str) -> usize {
     unsafe { libc::dlsym(handle, c.as_ptr()) as usize }
 }
 
-/// NIXL's definition of `name`: the next one after the interposer's, else
-/// the one in the loaded `libnixl.so`. Never the interposer's own.
-fn find(name: &str, handle: Option<*mut c_void>) -> usize {
-    let next = lookup(libc::RTLD_NEXT, name);
-    if next != 0 && !is_ours(next) {
-        return next;
+/// NIXL's definition of `sym` where the gate found none: asked again of
+/// every copy loaded now (the gate was decided before NIXL was loaded, or
+/// the copy it chose lacks the name), the first that defines it; cached.
+/// 0 when no loaded object but the interposer defines it.
+pub fn late(sym: Sym) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static LATE: [AtomicUsize; Sym::COUNT] = [const { AtomicUsize::new(0) }; Sym::COUNT];
+    let cached = LATE[sym as usize].load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
     }
-    handle
-        .map(|h| lookup(h, name))
-        .filter(|a| *a != 0 && !is_ours(*a))
-        .unwrap_or(0)
+    let found = copies()
+        .iter()
+        .map(|c| defined_in(c, sym.mangled()))
+        .find(|a| *a != 0)
+        .unwrap_or(0);
+    LATE[sym as usize].store(found, Ordering::Relaxed);
+    found
 }
 
-/// Whether `addr` is in the object this code is in (the interposer).
-fn is_ours(addr: usize) -> bool {
-    let here = object_of(is_ours as *const () as usize);
-    here.is_some() && object_of(addr) == here
-}
-
-/// The path of the object holding `addr`.
-fn object_of(addr: usize) -> Option<PathBuf> {
+/// The load base of the object holding `addr` (`dladdr`'s `dli_fbase`).
+fn base_of(addr: usize) -> Option<usize> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // Safety: dladdr fills `info` for any address; a zeroed one is valid.
     let ok = unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) };
-    if ok == 0 {
-        return None;
-    }
-    // Safety: filled by dladdr.
+    // Safety: zeroed, then filled by dladdr when it succeeded.
     let info = unsafe { info.assume_init() };
-    if info.dli_fname.is_null() {
-        return None;
-    }
-    // Safety: dladdr's file name is a NUL-terminated string of the loader's.
-    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-    use std::os::unix::ffi::OsStrExt;
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+    (ok != 0 && !info.dli_fbase.is_null()).then_some(info.dli_fbase as usize)
 }
 
 /// The interposer's exported word on the process (`exports.rs` of
