@@ -8,7 +8,10 @@
 //!   layout is the only way in.
 //! - `nixlBasicDesc`: `{ addr: uintptr_t, len: size_t, devId: uint64_t }`,
 //!   24 bytes; `nixlBlobDesc` adds a `std::string metaInfo`: 56 bytes.
-//! - `std::string` (C++11 ABI): data pointer at 0, length at 8.
+//! - `std::string` (C++11 ABI): data pointer at 0, length at 8, 32 bytes.
+//! - `nixl_notifs_t` (libstdc++'s `unordered_map<string, vector<string>>`):
+//!   the first node at 16; a node's next node at 0, its key at 8, its
+//!   message vector at 40. Proven with NIXL's own `operator[]` of it.
 //!
 //! Nothing here writes to NIXL's objects, and nothing outlives the call it
 //! was read in: a [`List`] borrows the caller's list for the hook's frame.
@@ -261,14 +264,23 @@ pub struct Builders {
     pub basic_new: usize,
     /// `nixlBlobDesc::nixlBlobDesc(const nixlBasicDesc&, const std::string&)`
     pub blob_new: usize,
+    /// `nixl_notifs_t::operator[](const std::string&)`: the instance of
+    /// libstdc++'s template NIXL's own `getNotifs` inserts with (in
+    /// `libnixl.so`).
+    pub notifs_index: usize,
+    /// libstdc++'s `operator delete(void*)`, which frees what that
+    /// `operator[]` allocated.
+    pub delete: usize,
 }
 
-pub(super) const BUILDER_SYMBOLS: [&str; 5] = [
+pub(super) const BUILDER_SYMBOLS: [&str; 7] = [
     "_ZN12nixlDescListI12nixlBlobDescEC1ERK10nixl_mem_tRKi",
     "_ZN12nixlDescListI12nixlBlobDescE7addDescERKS0_",
     "_ZN12nixlDescListI12nixlBlobDescED1Ev",
     "_ZN13nixlBasicDescC1ERKmS1_S1_",
     "_ZN12nixlBlobDescC1ERK13nixlBasicDescRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+    "_ZNSt8__detail9_Map_baseINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt4pairIKS6_St6vectorIS6_SaIS6_EEESaISC_ENS_10_Select1stESt8equal_toIS6_ESt4hashIS6_ENS_18_Mod_range_hashingENS_20_Default_ranged_hashENS_20_Prime_rehash_policyENS_17_Hashtable_traitsILb1ELb0ELb1EEELb1EEixERS8_",
+    "_ZdlPv",
 ];
 
 /// Aligned room for one of NIXL's objects (larger than any it builds here).
@@ -336,11 +348,118 @@ pub(super) unsafe fn self_test(b: &Builders) -> Result<(), String> {
     // Safety: NIXL's destructor of the list it built, once.
     unsafe { list_drop(list.0.as_mut_ptr().cast()) };
     match read {
-        Some((m, got)) if m == VRAM_SEG && got == want => Ok(()),
+        // Safety: as the caller promises.
+        Some((m, got)) if m == VRAM_SEG && got == want => unsafe { notifs_test(b) },
         Some((m, got)) => Err(format!(
             "a descriptor list NIXL built reads back as type {m} with {got:x?}, not type {VRAM_SEG} with {want:x?}"
         )),
         None => Err("a descriptor list NIXL built does not read as a vector of 56-byte descriptors".into()),
+    }
+}
+
+/// An empty `nixl_notifs_t` as libstdc++'s default constructor leaves it:
+/// one bucket, the map's own (`_M_single_bucket`), no node, a load factor
+/// of 1.
+#[repr(C)]
+struct EmptyMap {
+    buckets: *mut *mut u8,
+    bucket_count: usize,
+    before_begin: *mut u8,
+    element_count: usize,
+    max_load_factor: f32,
+    next_resize: usize,
+    single_bucket: *mut u8,
+}
+
+/// NIXL's own `operator[]` of a `nixl_notifs_t` (what its `getNotifs`
+/// inserts peers with) inserts two peers into an empty map; the map is read
+/// back with [`notif_nodes`] and must hold exactly those peers, each with
+/// its empty message vector where `operator[]` said it is. The nodes and
+/// buckets it allocated are freed with libstdc++'s `operator delete` (the
+/// keys are short: kept inline, nothing else to free).
+///
+/// # Safety
+/// `b` holds the addresses of those functions of the loaded NIXL.
+unsafe fn notifs_test(b: &Builders) -> Result<(), String> {
+    type Index = unsafe extern "C-unwind" fn(*mut c_void, *const c_void) -> *mut u8;
+    type Delete = unsafe extern "C" fn(*mut c_void);
+    // Safety: the named functions, whose signatures these types spell.
+    let (index, delete) = unsafe {
+        (
+            std::mem::transmute::<usize, Index>(b.notifs_index),
+            std::mem::transmute::<usize, Delete>(b.delete),
+        )
+    };
+    let mut map = EmptyMap {
+        buckets: std::ptr::null_mut(),
+        bucket_count: 1,
+        before_begin: std::ptr::null_mut(),
+        element_count: 0,
+        max_load_factor: 1.0,
+        next_resize: 0,
+        single_bucket: std::ptr::null_mut(),
+    };
+    map.buckets = &mut map.single_bucket;
+    let keys: [&[u8]; 2] = [b"nixl-agent-a", b"nixl-agent-b"];
+    let mut values = [std::ptr::null_mut::<u8>(); 2];
+    for (key, value) in keys.iter().zip(values.iter_mut()) {
+        let mut room = std::mem::MaybeUninit::<EmptyString>::uninit();
+        let k = EmptyString::init(&mut room);
+        // Safety: a short key, written into the inline buffer of the string
+        // just built (at most 15 bytes and a NUL).
+        unsafe {
+            let s = &mut *(k as *mut EmptyString);
+            s.local[..key.len()].copy_from_slice(key);
+            s.local[key.len()] = 0;
+            s.len = key.len();
+        }
+        // Safety: NIXL's `operator[]` on a map in libstdc++'s empty state,
+        // with a live key it copies.
+        *value = unsafe { index((&mut map as *mut EmptyMap).cast(), k) };
+    }
+    let mut read: Vec<(Vec<u8>, usize)> = Vec::new();
+    // Safety: the map NIXL's code just filled, live until freed below.
+    unsafe {
+        notif_nodes((&map as *const EmptyMap).cast(), |key, messages| {
+            read.push((key.to_vec(), messages.len()));
+        });
+    }
+    // Where each node's vector is, by [`notif_nodes`]'s offsets: at 40.
+    let mut node = map.before_begin;
+    let mut at = Vec::new();
+    let mut nodes = Vec::new();
+    while !node.is_null() && nodes.len() < 4 {
+        nodes.push(node);
+        // Safety: a node NIXL's code allocated; 40 is inside it.
+        at.push(unsafe { node.add(40) });
+        // Safety: its first word is the next node.
+        node = unsafe { node.cast::<*mut u8>().read() };
+    }
+    let element_count = map.element_count;
+    // Safety: each node and the bucket array (when not the map's own) were
+    // allocated by libstdc++'s `operator new` in NIXL's `operator[]`; the
+    // keys are inline and the vectors empty, so nothing else is owned.
+    unsafe {
+        for n in &nodes {
+            delete(n.cast());
+        }
+        if !std::ptr::eq(map.buckets, &map.single_bucket) {
+            delete(map.buckets.cast());
+        }
+    }
+    let mut got: Vec<Vec<u8>> = read.iter().map(|(k, _)| k.clone()).collect();
+    got.sort();
+    let want: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+    let placed = values.iter().all(|v| at.contains(v));
+    if got == want && read.iter().all(|(_, n)| *n == 0) && placed && element_count == 2 {
+        Ok(())
+    } else {
+        Err(format!(
+            "a notification map NIXL filled reads back as {} peers {:?} (vectors where operator[] put them: {placed}), not {:?}",
+            element_count,
+            got.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect::<Vec<_>>(),
+            keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect::<Vec<_>>(),
+        ))
     }
 }
 
@@ -419,4 +538,48 @@ pub unsafe fn notifs_since(map: *const c_void, before: &[(Vec<u8>, usize)]) -> V
         })
     };
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The self-test on the real NIXL of set-up (`NIXL_LIB_DIR`, as `make
+    /// test` exports it): the descriptor list and the notification map,
+    /// each built by NIXL's own code, read back as this module reads the
+    /// program's.
+    #[test]
+    fn the_self_test_proves_every_layout_read_on_the_real_nixl() {
+        let dir = std::env::var("NIXL_LIB_DIR").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../.deps/nixl/.nixl_cu12.mesonpy.libs").into()
+        });
+        let path = std::ffi::CString::new(format!("{dir}/libnixl.so")).unwrap();
+        // Safety: loads NIXL's library (its constructors only register
+        // NIXL's own statics) and looks up the named functions.
+        let f: Vec<usize> = unsafe {
+            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            assert!(!h.is_null(), "dlopen {dir}/libnixl.so");
+            BUILDER_SYMBOLS
+                .iter()
+                .map(|s| {
+                    let c = std::ffi::CString::new(*s).unwrap();
+                    libc::dlsym(h, c.as_ptr()) as usize
+                })
+                .collect()
+        };
+        assert!(!f.contains(&0), "every builder found: {f:x?}");
+        let b = Builders {
+            blob_list_new: f[0],
+            blob_list_add: f[1],
+            blob_list_drop: f[2],
+            basic_new: f[3],
+            blob_new: f[4],
+            notifs_index: f[5],
+            delete: f[6],
+        };
+        // Safety: those functions of the NIXL just loaded.
+        assert_eq!(unsafe { notifs_test(&b) }, Ok(()));
+        // Safety: as above.
+        assert_eq!(unsafe { self_test(&b) }, Ok(()));
+    }
 }

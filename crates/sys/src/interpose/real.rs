@@ -195,11 +195,19 @@ fn judge(chosen: Option<&Copy>, copies: &[Copy], real: &[usize]) -> Verdict {
         blob_list_drop: f[2],
         basic_new: f[3],
         blob_new: f[4],
+        notifs_index: f[5],
+        delete: f[6],
     }) else {
-        return refuse(
-            "NIXL's descriptor-list constructors (libnixl_build.so) are not exported: the layout self-test cannot run"
-                .into(),
-        );
+        let missing: Vec<&str> = BUILDER_SYMBOLS
+            .iter()
+            .zip(&f)
+            .filter(|(_, a)| **a == 0)
+            .map(|(s, _)| *s)
+            .collect();
+        return refuse(format!(
+            "what the layout self-test builds with is not exported by this NIXL ({}): it cannot run",
+            missing.join(", ")
+        ));
     };
     // Safety: `builders` are those functions of the libnixl_build.so this
     // copy of NIXL loaded, found by their mangled names.
