@@ -32,37 +32,48 @@ fn mtime_nanos(p: &Path) -> u128 {
 /// target/programs/ under the sources' modification time.
 pub fn cpp_program() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let src = programs().join("cpp");
-            let key = ["nixl_plain.cpp", "nixl_decls.h"]
-                .iter()
-                .map(|f| mtime_nanos(&src.join(f)))
-                .max()
-                .unwrap();
-            let out_dir = super::repo().join("target/programs");
-            std::fs::create_dir_all(&out_dir).unwrap();
-            let exe = out_dir.join(format!("nixl_plain-{key}"));
-            if exe.exists() {
-                return exe;
-            }
-            let lib = super::nixl_lib_dir();
-            let tmp = out_dir.join(format!("nixl_plain-{key}.{}", std::process::id()));
-            let status = Command::new("g++")
-                .args(["-std=c++20", "-O1", "nixl_plain.cpp", "-I."])
-                .arg(format!("-L{}", lib.display()))
-                .args(["-lnixl", "-lnixl_build"])
-                .arg(format!("-Wl,-rpath,{}", lib.display()))
-                .arg("-o")
-                .arg(&tmp)
-                .current_dir(&src)
-                .status()
-                .expect("run g++");
-            assert!(status.success(), "g++ nixl_plain.cpp failed: {status}");
-            std::fs::rename(&tmp, &exe).unwrap();
-            exe
-        })
-        .clone()
+    BUILT.get_or_init(|| compile_cpp("nixl_plain")).clone()
+}
+
+/// tests/programs/cpp/nixl_stress.cpp (16 threads transferring, agents
+/// made and destroyed, forks), built as [`cpp_program`] is.
+pub fn cpp_stress_program() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| compile_cpp("nixl_stress")).clone()
+}
+
+/// tests/programs/cpp/`stem`.cpp compiled with g++ into
+/// target/programs/`stem`-`key` (`key`: the newest modification time of it
+/// and nixl_decls.h).
+fn compile_cpp(stem: &str) -> PathBuf {
+    let src = programs().join("cpp");
+    let source = format!("{stem}.cpp");
+    let key = [source.as_str(), "nixl_decls.h"]
+        .iter()
+        .map(|f| mtime_nanos(&src.join(f)))
+        .max()
+        .unwrap();
+    let out_dir = super::repo().join("target/programs");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(format!("{stem}-{key}"));
+    if exe.exists() {
+        return exe;
+    }
+    let lib = super::nixl_lib_dir();
+    let tmp = out_dir.join(format!("{stem}-{key}.{}", std::process::id()));
+    let status = Command::new("g++")
+        .args(["-std=c++20", "-O1", "-pthread", &source, "-I."])
+        .arg(format!("-L{}", lib.display()))
+        .args(["-lnixl", "-lnixl_build"])
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&tmp)
+        .current_dir(&src)
+        .status()
+        .expect("run g++");
+    assert!(status.success(), "g++ {source} failed: {status}");
+    std::fs::rename(&tmp, &exe).unwrap();
+    exe
 }
 
 /// The `nixl-plain` binary of the `nixl-plain-program` workspace member,

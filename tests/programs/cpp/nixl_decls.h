@@ -21,6 +21,7 @@
 
 class nixlBackendH;
 class nixlXferReqH;
+class nixlDlistH;
 
 enum nixl_mem_t { DRAM_SEG, VRAM_SEG, BLK_SEG, OBJ_SEG, FILE_SEG };
 enum nixl_xfer_op_t { NIXL_READ, NIXL_WRITE };
@@ -133,6 +134,17 @@ public:
                                 const nixlDescList<nixlBasicDesc> &remote,
                                 const std::string &remote_agent, nixlXferReqH *&req,
                                 const nixlAgentOptionalArgs *extra = nullptr) const;
+    // The local side's list (NIXL calls the named one for this agent).
+    nixl_status_t prepXferDlist(const nixlDescList<nixlBasicDesc> &descs, nixlDlistH *&dlist,
+                                const nixlAgentOptionalArgs *extra = nullptr) const;
+    nixl_status_t prepXferDlist(const std::string &agent_name,
+                                const nixlDescList<nixlBasicDesc> &descs, nixlDlistH *&dlist,
+                                const nixlAgentOptionalArgs *extra = nullptr) const;
+    nixl_status_t makeXferReq(const nixl_xfer_op_t &op, const nixlDlistH *local,
+                              const std::vector<int> &local_indices, const nixlDlistH *remote,
+                              const std::vector<int> &remote_indices, nixlXferReqH *&req,
+                              const nixlAgentOptionalArgs *extra = nullptr) const;
+    nixl_status_t releasedDlistH(nixlDlistH *dlist) const;
     nixl_status_t postXferReq(nixlXferReqH *req,
                               const nixlAgentOptionalArgs *extra = nullptr) const;
     nixl_status_t getXferStatus(nixlXferReqH *req) const;
