@@ -234,6 +234,64 @@ fn the_seed_failure_from_python_is_counted_with_its_reason() {
     the_seed_failure_is_counted("python", 1);
 }
 
+/// C++ `retry`: kv's first call (a region at address 0) fails, its retry
+/// registers kv's 1 MiB, then aux its 4 KiB. `dram#N` counts what the
+/// program means by its N-th registration (region sets an agent
+/// registered), so the failure and its retry are both `kv`, and aux is
+/// `dram#1` as the documented rule says.
+#[test]
+fn a_failed_registration_and_its_retry_keep_their_group_and_the_next_group_its_own() {
+    let bare = bare("cpp", "retry");
+    assert_eq!(bare.status.code(), Some(0), "bare: {}", text(&bare.stdout));
+    let h = Held::start("cpp", "retry", &[("NIXL_AGENT_GROUPS", "dram#0=kv,dram#1=aux")]);
+    let s = h.scrape_when("the three registration calls counted", |s| {
+        s.metric("nixl_agent_registration_attempts_total").sum() == 3.0
+    });
+    let attempts = |group: &str| {
+        s.metric("nixl_agent_registration_attempts_total")
+            .label("group", group)
+            .sum()
+    };
+    let failures = |group: &str| {
+        s.metric("nixl_agent_registration_failures_total")
+            .label("group", group)
+            .sum()
+    };
+    let bytes = |group: &str| s.metric("nixl_agent_registered_bytes").label("group", group).sum();
+    assert_eq!((attempts("kv"), failures("kv"), bytes("kv")), (2.0, 1.0, 1048576.0));
+    assert_eq!((attempts("aux"), failures("aux"), bytes("aux")), (1.0, 0.0, 4096.0));
+    assert_eq!(attempts("dram"), 0.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout));
+}
+
+/// C++ `throws`: NIXL's `registerMem` throws `std::bad_alloc` (a list too
+/// large for the memory left). The exception reaches the program as bare,
+/// and the call is recorded as one failed attempt (`unknown`: what NIXL
+/// threw cannot be read); the next registration is recorded as before.
+#[test]
+fn a_registration_nixl_throws_out_of_ends_as_a_failed_attempt() {
+    let bare = bare("cpp", "throws");
+    assert_eq!(bare.status.code(), Some(0), "bare: {}", text(&bare.stdout));
+    let h = Held::start("cpp", "throws", &[]);
+    let s = h.scrape_when("the registration after the throw counted", |s| {
+        s.metric("nixl_agent_registered_bytes").sum() == 4096.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
+    assert_eq!(
+        s.metric("nixl_agent_registration_failures_total")
+            .label("reason", "unknown")
+            .sum(),
+        1.0
+    );
+    assert_eq!(s.metric("nixl_agent_registration_failures_total").sum(), 1.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout));
+    assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr));
+}
+
 /// /livez, polled until it is 503 (its body) or `within` passes.
 fn livez_fails_within(addr: SocketAddr, within: Duration) -> Option<String> {
     let end = std::time::Instant::now() + within;
@@ -507,22 +565,39 @@ fn the_python_front_end_hands_sglangs_names_down_and_each_call_counts_once() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
-/// A NIXL build the interposer refuses (`NIXL_AGENT_NIXL_VERSION` states
-/// one it was not proven against) in a Python process whose front-end is
-/// on: the front-end records as without an interposer, and the refusal is
+/// A NIXL build the interposer refuses (a copy of NIXL's Python packages
+/// whose wheel metadata says 1.6.0; `NIXL_AGENT_NIXL_VERSION` saying
+/// 1.5.1 does not overrule it) in a Python process whose front-end is on:
+/// the front-end records as without an interposer, and the refusal is
 /// reported with its fallback; readiness is the front-end's.
 #[test]
 fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
+    let (_root, site) = nixl_moved(None);
+    for name in ["nixl_cu12", "nixl"] {
+        std::fs::rename(
+            site.join(format!("{name}-1.5.1.dist-info")),
+            site.join(format!("{name}-1.6.0.dist-info")),
+        )
+        .unwrap();
+    }
+    let plugins = site.join(support::nixl_lib_dir().file_name().unwrap()).join("plugins");
     let argv: Vec<std::ffi::OsString> = vec![
         support::python().into(),
         program("serving.py").into(),
         "sglang".into(),
         "--hold".into(),
     ];
-    let h = Held::start_argv(
+    let mut cmd = support::programs::launched_argv(
         &argv,
-        &[("NIXL_AGENT_INSTRUMENT", "1"), ("NIXL_AGENT_NIXL_VERSION", "1.6.0")],
+        &[
+            ("NIXL_AGENT_INSTRUMENT", "1"),
+            ("NIXL_AGENT_NIXL_VERSION", "1.5.1"),
+            ("PYTHONPATH", site.to_str().unwrap()),
+            ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
+        ],
     );
+    cmd.env_remove("LD_LIBRARY_PATH");
+    let h = Held::spawn(cmd);
     let s = h.scrape_when("kv, aux and state counted by the front-end", |s| {
         s.metric("nixl_agent_registration_attempts_total").sum() >= 3.0
     });
@@ -680,13 +755,28 @@ fn a_cpp_process_that_dies_of_the_seed_failure_leaves_it_on_the_sidecar() {
 }
 
 /// The lifecycle's batched registration rests on the same proven list as
-/// the interposer's gate: on a NIXL version outside it (here stated with
-/// `NIXL_AGENT_NIXL_VERSION`), the binary registers its plan one region a
-/// call through nixl-sys, says so, and is ready on real NIXL all the same.
+/// the interposer's gate: on a NIXL version outside it (here a copy of the
+/// wheel's libraries with no metadata beside them, the version stated
+/// with `NIXL_AGENT_NIXL_VERSION`), the binary registers its plan one
+/// region a call through nixl-sys, says so, and is ready on real NIXL all
+/// the same.
 #[test]
 fn the_lifecycle_registers_one_region_a_call_on_an_unproven_version() {
+    let real = support::nixl_lib_dir();
+    let root = tempfile::tempdir().unwrap();
+    let libs = root.path().join(".nixl_cu12.mesonpy.libs");
+    copy_dir(&real, &libs);
+    // The libraries' own dependencies ($ORIGIN/../nixl_cu12.libs).
+    std::os::unix::fs::symlink(
+        real.parent().unwrap().join("nixl_cu12.libs"),
+        root.path().join("nixl_cu12.libs"),
+    )
+    .unwrap();
     let mut agent = support::AgentProcess::spawn(support::Spawn {
-        env: &[("NIXL_AGENT_NIXL_VERSION", "1.6.0")],
+        env: &[
+            ("NIXL_LIB_DIR", libs.to_str().unwrap()),
+            ("NIXL_AGENT_NIXL_VERSION", "1.6.0"),
+        ],
         ..Default::default()
     });
     agent.wait_ready(WITHIN);

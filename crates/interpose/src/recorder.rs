@@ -9,7 +9,7 @@
 //! Nothing here panics out: every call of the sink runs under
 //! `catch_unwind`, and a panic is counted as an instrumentation failure.
 
-use crate::naming::Naming;
+use crate::naming::{Counted, Naming};
 use nixl_agent_core::event::CallKind;
 use nixl_agent_core::model::{
     AgentId, Failure, Hooked, InterposerStatus, Kind, MemType, NotifDirection, PeerOp, Region, XferOp,
@@ -232,6 +232,9 @@ pub struct Registration {
     mem: MemType,
     device: u32,
     regions: Vec<Region>,
+    /// What the call takes of [`Naming`]'s ordinals when NIXL registers it
+    /// (`None`: named otherwise, or by no ordinal).
+    counted: Option<Counted>,
     /// Taken by `Observer::end`.
     pending: Option<Pending>,
     finding: Option<nixl_agent_core::validate::Rejection>,
@@ -278,8 +281,23 @@ fn op_of(raw: i32) -> XferOp {
     }
 }
 
+/// The status a call NIXL threw out of ends with: none of NIXL's (never
+/// success nor in progress), its reason `unknown` (the C++ exception
+/// cannot be read here), as the Python front-end's for an exception it
+/// does not know.
+const THREW: i32 = i32::MIN;
+
 fn failure(code: i32, data_path: bool) -> Failure {
-    Failure::new(status::reason(code, data_path), format!("NIXL: {}", status::name(code)))
+    Failure::new(status::reason(code, data_path), said(code))
+}
+
+/// What NIXL said of a failed call: its status's name, or that it threw.
+fn said(code: i32) -> String {
+    if code == THREW {
+        "NIXL threw a C++ exception".into()
+    } else {
+        format!("NIXL: {}", status::name(code))
+    }
 }
 
 impl Recorder {
@@ -602,6 +620,7 @@ impl Running {
             Facts::AgentNew { .. } => Token::None,
             Facts::AgentDrop => {
                 self.agents.write().unwrap_or_else(|e| e.into_inner()).remove(&this);
+                self.naming.forget(agent);
                 obs.agent_released(agent);
                 Token::None
             }
@@ -616,7 +635,10 @@ impl Running {
                 };
                 let regions = Self::regions(&list);
                 let device = obs.device_of(mem, &regions);
-                let (group, kind) = handed.unwrap_or_else(|| self.naming.next(mem, device));
+                let (group, kind, counted) = match handed {
+                    Some((group, kind)) => (group, kind, None),
+                    None => self.naming.next(agent, mem, device, &regions),
+                };
                 let mut r = Box::new(Registration {
                     agent,
                     group,
@@ -624,6 +646,7 @@ impl Running {
                     mem,
                     device,
                     regions,
+                    counted,
                     pending: None,
                     finding: None,
                 });
@@ -741,15 +764,24 @@ impl Running {
 
     /// NIXL threw out of the call `token` began: a constructor that threw
     /// made no agent (NIXL's configuration file is looked at now, as the
-    /// other front-ends do); other calls end unrecorded, as before.
-    fn unwound(&self, token: Token) {
-        if let Token::Agent { name } = token {
-            let failure = Failure::new(
-                nixl_agent_core::model::Reason::NixlUnavailable,
-                format!("creating NIXL agent {name:?}: NIXL's constructor threw"),
-            );
-            self.observer()
-                .nixl_unavailable(&nixl_agent_engine::nixl_config::explain(failure));
+    /// other front-ends do). Any other call ends as one NIXL failed
+    /// ([`THREW`]), so what its begin opened is closed: a registration's
+    /// attempt is counted failed, its capture window settled and its span
+    /// ended; a call's in-flight mark is let go and its failure recorded.
+    /// A status poll that threw records nothing: the next poll says how
+    /// the posting stands.
+    fn unwound(&self, this: usize, token: Token) {
+        match token {
+            Token::Agent { name } => {
+                let failure = Failure::new(
+                    nixl_agent_core::model::Reason::NixlUnavailable,
+                    format!("creating NIXL agent {name:?}: NIXL's constructor threw"),
+                );
+                self.observer()
+                    .nixl_unavailable(&nixl_agent_engine::nixl_config::explain(failure));
+            }
+            Token::Status { .. } => {}
+            token => self.end(this, token, THREW, &Out::default()),
         }
     }
 
@@ -769,13 +801,16 @@ impl Running {
                 } else {
                     Err(Failure::new(
                         nixl_agent_core::model::Reason::BackendInitFailed,
-                        format!("creating backend {plugin}: NIXL: {}", status::name(st)),
+                        format!("creating backend {plugin}: {}", said(st)),
                     ))
                 };
                 obs.backend(agent, &plugin, result);
             }
             Token::Register(mut r) => {
                 let outcome = if ok {
+                    if let Some(c) = r.counted.take() {
+                        self.naming.registered(c);
+                    }
                     Outcome::Registered
                 } else {
                     obs.settle_capture();
@@ -1034,10 +1069,10 @@ impl Sink for Recorder {
     }
 
     fn unwound(&self, begun: Option<Begun>) {
-        let (Some(r), Some(Begun { token, .. })) = (self.running(), begun) else {
+        let (Some(r), Some(Begun { this, token })) = (self.running(), begun) else {
             return;
         };
-        if catch_unwind(AssertUnwindSafe(|| r.unwound(token))).is_err() {
+        if catch_unwind(AssertUnwindSafe(|| r.unwound(this, token))).is_err() {
             r.observer()
                 .hook_failed(Hooked::Init, "the interposer panicked while NIXL threw");
         }

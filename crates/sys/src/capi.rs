@@ -58,14 +58,19 @@ pub const PROVEN: &[&str] = &["1.5.1"];
 /// no wheel metadata beside it (a build from source).
 pub const ENV_NIXL_VERSION: &str = "NIXL_AGENT_NIXL_VERSION";
 
-/// The NIXL version to judge by: the operator's word
-/// ([`ENV_NIXL_VERSION`]), else what was `discovered` (a wheel's metadata).
+/// The NIXL version to judge by: what was `discovered` (the wheel's own
+/// metadata beside the loaded library), else the operator's word
+/// ([`ENV_NIXL_VERSION`]) for a build that has none.
 pub fn version_of(discovered: Option<&str>) -> Option<String> {
-    std::env::var(ENV_NIXL_VERSION)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| v.trim().to_string())
-        .or_else(|| discovered.map(str::to_string))
+    judged_version(discovered, std::env::var(ENV_NIXL_VERSION).ok().as_deref())
+}
+
+/// [`version_of`]'s rule: the metadata is evidence and wins; the stated
+/// version only fills in where there is no metadata (a blank one is none).
+fn judged_version(discovered: Option<&str>, stated: Option<&str>) -> Option<String> {
+    discovered
+        .or_else(|| stated.map(str::trim).filter(|v| !v.is_empty()))
+        .map(str::to_string)
 }
 
 /// Whether `version` is one of [`PROVEN`] (`None`: unknown, not proven).
@@ -641,5 +646,14 @@ mod proven_tests {
         assert!(!proven(Some("1.6.0")));
         assert!(!proven(Some("1.5")));
         assert!(!proven(None));
+    }
+
+    #[test]
+    fn the_wheels_metadata_wins_and_the_stated_version_only_fills_in() {
+        assert_eq!(judged_version(Some("1.5.1"), Some("1.6.0")).as_deref(), Some("1.5.1"));
+        assert_eq!(judged_version(Some("1.6.0"), Some("1.5.1")).as_deref(), Some("1.6.0"));
+        assert_eq!(judged_version(None, Some(" 1.5.1 ")).as_deref(), Some("1.5.1"));
+        assert_eq!(judged_version(None, Some("  ")), None);
+        assert_eq!(judged_version(None, None), None);
     }
 }

@@ -258,9 +258,11 @@ pub trait Sink: Sync {
     fn begin(&self, agent: usize, facts: &Facts<'_>) -> Self::Token;
     /// It returned `status` (void calls: `SUCCESS`).
     fn end(&self, token: Self::Token, status: i32, out: &Out<'_>);
-    /// NIXL's definition threw instead of returning: its C++ exception
-    /// goes on to the caller untouched, and the call ends here, with no
-    /// status. Told while the exception unwinds: it must not panic out.
+    /// NIXL's definition threw instead of returning (any hooked call but a
+    /// post): its C++ exception goes on to the caller untouched, and the
+    /// call ends here, with no status; what `begin` opened for it is
+    /// closed here. Told while the exception unwinds: it must not panic
+    /// out.
     fn unwound(&self, token: Self::Token) {
         drop(token);
     }

@@ -28,6 +28,14 @@
 //   config agent "A" is made, as the first thing a serving process does; when
 //          NIXL throws (its configuration file, say), what it threw is
 //          printed and the program exits 1. Exit 0 when the agent is made.
+//   retry  agent "A" registers "kv", one 1 MiB DRAM region: the first call
+//          names address 0 and fails, the retry names the buffer and
+//          succeeds; then "aux", one 4 KiB DRAM region. Exit 0.
+//   throws agent "A" registers a list of 32,768 descriptors of 64 bytes
+//          while this thread may allocate no 1 MiB or more (the replaced
+//          operator new below throws std::bad_alloc): NIXL's registerMem
+//          throws, and what it threw is printed; then one 4 KiB region
+//          registers. Exit 0 when registerMem threw.
 // Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed
 // unexpectedly, 4 the notification did not arrive within 10 s, 5 the
 // stalled transfer completed.
@@ -48,6 +56,19 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+// `throws`: while set, an allocation of 1 MiB or more on this thread throws
+// std::bad_alloc, as memory that is not there does. NIXL allocates through
+// the program's operator new.
+thread_local bool g_starved = false;
+
+void *operator new(std::size_t n) {
+    if (g_starved && n >= (std::size_t{1} << 20)) throw std::bad_alloc();
+    if (void *p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void *p) noexcept { std::free(p); }
+void operator delete(void *p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -396,6 +417,53 @@ int run_hung() {
     return 0;
 }
 
+void one_region(nixlDescList<nixlBlobDesc> &l, uintptr_t addr, size_t len) {
+    nixlBlobDesc d;
+    d.addr = addr;
+    d.len = len;
+    d.devId = 0;
+    l.addDesc(d);
+}
+
+int run_retry() {
+    nixlAgent *a = make_agent("A");
+    std::vector<unsigned char> kv(1 << 20, 0), aux(4096, 0);
+    nixlDescList<nixlBlobDesc> at0(DRAM_SEG, 0), lkv(DRAM_SEG, 0), laux(DRAM_SEG, 0);
+    one_region(at0, 0, kv.size());
+    one_region(lkv, reinterpret_cast<uintptr_t>(kv.data()), kv.size());
+    one_region(laux, reinterpret_cast<uintptr_t>(aux.data()), aux.size());
+    nixl_status_t st = a->registerMem(at0);
+    std::cout << "kv at address 0: " << nixlEnumStrings::statusStr(st) << std::endl;
+    check(a->registerMem(lkv), "kv registration");
+    std::cout << "registered kv" << std::endl;
+    check(a->registerMem(laux), "aux registration");
+    std::cout << "registered aux" << std::endl;
+    return st == NIXL_SUCCESS ? 3 : 0;
+}
+
+int run_throws() {
+    constexpr size_t n = 32768, len = 64;
+    nixlAgent *a = make_agent("A");
+    std::vector<unsigned char> buf(n * len, 0), small(4096, 0);
+    nixlDescList<nixlBlobDesc> big(DRAM_SEG, 0), one(DRAM_SEG, 0);
+    for (size_t i = 0; i < n; i++) one_region(big, reinterpret_cast<uintptr_t>(buf.data() + i * len), len);
+    one_region(one, reinterpret_cast<uintptr_t>(small.data()), small.size());
+    bool threw = false;
+    g_starved = true;
+    try {
+        nixl_status_t st = a->registerMem(big);
+        g_starved = false;
+        std::cout << "registerMem returned " << nixlEnumStrings::statusStr(st) << std::endl;
+    } catch (const std::bad_alloc &e) {
+        g_starved = false;
+        threw = true;
+        std::cout << "registerMem threw std::bad_alloc" << std::endl;
+    }
+    check(a->registerMem(one), "registerMem after the throw");
+    std::cout << "registered 1" << std::endl;
+    return threw ? 0 : 3;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -406,6 +474,8 @@ int main(int argc, char **argv) {
     else if (scenario == "stall") code = run_stall();
     else if (scenario == "hung") code = run_hung();
     else if (scenario == "config") code = run_config();
+    else if (scenario == "retry") code = run_retry();
+    else if (scenario == "throws") code = run_throws();
     else {
         std::cout << "usage: nixl_plain ok|seed|stall|hung|config" << std::endl;
         code = 2;

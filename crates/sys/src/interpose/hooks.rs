@@ -132,16 +132,19 @@ fn undefined(sym: Sym) -> ! {
     }
 }
 
-/// Tells the sink a call begins (errno kept).
-fn begin<S: Sink>(sink: &S, agent: *const c_void, facts: &Facts<'_>) -> S::Token {
+/// Tells the sink a call begins (errno kept): its token, held while
+/// NIXL's definition runs, so that a definition that throws ends the call
+/// too ([`Unwinding`]).
+fn begin<'s, S: Sink>(sink: &'s S, agent: *const c_void, facts: &Facts<'_>) -> Unwinding<'s, S> {
     let e = Errno::save();
     let t = sink.begin(agent as usize, facts);
     e.restore();
-    t
+    Unwinding::new(sink, t)
 }
 
 /// Tells the sink the call ended (errno kept).
-fn end<S: Sink>(sink: &S, token: S::Token, status: c_int, out: &Out<'_>) {
+fn end<S: Sink>(sink: &S, token: Unwinding<'_, S>, status: c_int, out: &Out<'_>) {
+    let Some(token) = token.returned() else { return };
     let e = Errno::save();
     sink.end(token, status, out);
     e.restore();
@@ -150,8 +153,8 @@ fn end<S: Sink>(sink: &S, token: S::Token, status: c_int, out: &Out<'_>) {
 /// A begun call's token while NIXL's definition runs: when the definition
 /// throws, the C++ exception unwinds through the hook (`C-unwind` runs this
 /// drop, and catches nothing) and the sink hears that the call ended
-/// without a status; when it returns, [`Unwinding::returned`] hands the
-/// token back for [`end`].
+/// without a status ([`Sink::unwound`]), whichever hook it was; when it
+/// returns, [`end`] hands the token back to the sink.
 struct Unwinding<'s, S: Sink> {
     sink: &'s S,
     token: Option<S::Token>,
@@ -198,13 +201,11 @@ pub unsafe fn agent_new<S: Sink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
     };
     // Safety: the caller's name, live for the call.
     let n = unsafe { layout::string(name) };
-    let t = Unwinding::new(sink, begin(sink, this, &Facts::AgentNew { name: &n }));
+    let t = begin(sink, this, &Facts::AgentNew { name: &n });
     // Safety: the caller's arguments, untouched. NIXL throws when it cannot
     // make the agent (its configuration file, its listener's port).
     unsafe { f(this, name, cfg) };
-    if let Some(t) = t.returned() {
-        end(sink, t, super::status::SUCCESS, &Out::default());
-    }
+    end(sink, t, super::status::SUCCESS, &Out::default());
 }
 
 /// `nixlAgent::~nixlAgent()`.
