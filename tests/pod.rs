@@ -837,3 +837,185 @@ fn a_hung_call_in_one_rank_fails_the_zero_config_pods_livez_naming_rank_and_call
 /// Regions of the hung rank's one deregistration: NIXL removes them one by
 /// one, long past a 10 ms deadline and past the pod's passes.
 const HUNG_REGIONS: &str = "1048576";
+
+/// `nixl_plain fork files DIR` (C++, tests/programs/cpp), bare or under
+/// the launcher with `env`: its stdout, unstamped, and the 12 files its
+/// forked child wrote, by name.
+fn fork_files(instrumented: Option<&[(&str, &str)]>) -> (String, Vec<(String, Vec<u8>)>) {
+    use support::programs::{launched, plain_command, unstamped};
+    let files = tempfile::tempdir().unwrap();
+    let to = files.path().to_str().unwrap();
+    let mut cmd = match instrumented {
+        Some(env) => launched("cpp", "fork", env),
+        None => plain_command("cpp", "fork"),
+    };
+    cmd.args(["files", to]);
+    let out = support::output_within(&mut cmd, support::RUN_WITHIN, "nixl_plain fork files");
+    assert!(out.status.success(), "{out:?}");
+    let mut written: Vec<(String, Vec<u8>)> = std::fs::read_dir(files.path())
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    written.sort();
+    (unstamped(&out.stdout), written)
+}
+
+/// Issue #51: a C++ process under the launcher, publishing to a pod
+/// directory and serving HTTP, forks a child that never calls NIXL; the
+/// child closes every fd it inherited and writes 12 files through C stdio,
+/// flushed by `exit`. It keeps every byte (as bare), and it is no rank: the
+/// pod directory holds the parent's rank alone, and the sidecar counts one
+/// exit, the parent's.
+#[test]
+fn a_forked_child_that_never_calls_nixl_keeps_its_bytes_and_is_no_rank() {
+    let (bare_out, bare_files) = fork_files(None);
+    assert_eq!(bare_files.len(), 12, "{bare_files:?}");
+    assert!(bare_files.iter().all(|(_, b)| b.len() == 20), "{bare_files:?}");
+
+    let pod = tempfile::tempdir().unwrap();
+    let d = pod.path().to_str().unwrap();
+    let listen = support::free_port().to_string();
+    let (out, files) = fork_files(Some(&[("NIXL_AGENT_MULTIPROC_DIR", d), ("NIXL_AGENT_LISTEN", &listen)]));
+    assert_eq!(files, bare_files, "the child's files, instrumented vs bare");
+    assert_eq!(out, bare_out);
+
+    let mut names: Vec<String> = std::fs::read_dir(pod.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["rank-0.json", "rank-0.lock"], "the child claimed no slot");
+    let (_sidecar, addr) = support::pod_server(pod.path(), 1);
+    let s = support::wait_for(Duration::from_secs(10), "the parent's exit counted", || {
+        let s = support::scrape(addr);
+        (s.value_at("nixl_agent_pod_rank_exits_total", &[("rank", "0"), ("how", "exited")]) == 1.0).then_some(s)
+    });
+    assert_eq!(s.metric("nixl_agent_pod_rank_exits_total").sum(), 1.0, "{}", s.text);
+    assert_eq!(
+        ranks_of(&s, "nixl_agent_rank_up"),
+        ["0".to_string()].into(),
+        "{}",
+        s.text
+    );
+}
+
+/// A process that outlives the test is killed when this is dropped.
+struct KillPid(u32);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Issue #51: a C++ rank under the launcher forks a helper that sleeps and
+/// never calls NIXL, then is SIGKILLed while the helper lives. The sidecar
+/// reads the rank as died within 10 s (the helper shares none of its slot:
+/// what it inherited was let go of at the fork), and a new process claims
+/// the slot again.
+#[test]
+fn a_killed_rank_whose_forked_helper_lives_is_died_and_its_slot_free() {
+    use support::programs::launched;
+    let pod = tempfile::tempdir().unwrap();
+    let d = pod.path().to_str().unwrap();
+    let (_sidecar, addr) = support::pod_server(pod.path(), 1);
+    let listen = support::free_port().to_string();
+    let mut cmd = launched(
+        "cpp",
+        "fork",
+        &[("NIXL_AGENT_MULTIPROC_DIR", d), ("NIXL_AGENT_LISTEN", &listen)],
+    );
+    cmd.arg("helper");
+    let mut rank = support::Killed(support::spawn_piped(&mut cmd));
+    let mut out = support::Lines::new(rank.0.stdout.take().unwrap());
+    let helper = loop {
+        let line = out
+            .next_within(support::RUN_WITHIN, "the helper's pid")
+            .expect("the program ended before forking its helper");
+        if let Some(pid) = line.trim().strip_prefix("helper ") {
+            break KillPid(pid.parse().unwrap());
+        }
+    };
+    support::wait_for(Duration::from_secs(10), "rank 0 up on the sidecar", || {
+        (support::scrape(addr).value_at("nixl_agent_rank_up", &[("rank", "0")]) == 1.0).then_some(())
+    });
+    let pid = rank.id();
+    support::signal(pid, "KILL");
+    support::wait_within(&mut rank.0, Duration::from_secs(10), "the killed rank");
+    support::wait_for(Duration::from_secs(10), "rank 0 died on the sidecar", || {
+        (support::scrape(addr).value_at("nixl_agent_pod_rank_exits_total", &[("rank", "0"), ("how", "died")]) == 1.0)
+            .then_some(())
+    });
+    let doc = support::status_document(addr);
+    assert_eq!(doc["ranks"][0]["ended"]["how"], "died", "{doc}");
+    // The helper still lives: it is not what freed the slot.
+    assert!(Path::new(&format!("/proc/{}", helper.0)).exists());
+
+    // The slot is free: the next process takes rank 0 (the lowest free).
+    let next = support::output_within(
+        &mut launched(
+            "cpp",
+            "ok",
+            &[("NIXL_AGENT_MULTIPROC_DIR", d), ("NIXL_AGENT_LISTEN", &listen)],
+        ),
+        support::RUN_WITHIN,
+        "the next process of the pod",
+    );
+    assert!(next.status.success(), "{next:?}");
+    assert!(
+        !pod.path().join("rank-1.json").exists(),
+        "the next process took another slot"
+    );
+    support::wait_for(Duration::from_secs(10), "the next process's exit on rank 0", || {
+        (support::scrape(addr).value_at("nixl_agent_pod_rank_exits_total", &[("rank", "0"), ("how", "exited")]) == 1.0)
+            .then_some(())
+    });
+}
+
+/// A forked child that calls NIXL itself (its own agent, one region
+/// registered) records on its own: a rank of its own in the pod
+/// directory, its registration counted there, its exit counted apart from
+/// its parent's.
+#[test]
+fn a_forked_child_that_calls_nixl_is_a_rank_of_its_own() {
+    use support::programs::launched;
+    let pod = tempfile::tempdir().unwrap();
+    let d = pod.path().to_str().unwrap();
+    let listen = support::free_port().to_string();
+    let mut cmd = launched(
+        "cpp",
+        "fork",
+        &[("NIXL_AGENT_MULTIPROC_DIR", d), ("NIXL_AGENT_LISTEN", &listen)],
+    );
+    cmd.arg("nixl");
+    let out = support::output_within(&mut cmd, support::RUN_WITHIN, "nixl_plain fork nixl");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("child exited 0"),
+        "{out:?}"
+    );
+    let (_sidecar, addr) = support::pod_server(pod.path(), 2);
+    let s = support::wait_for(Duration::from_secs(10), "both exits counted", || {
+        let s = support::scrape(addr);
+        (s.metric("nixl_agent_pod_rank_exits_total").label("how", "exited").sum() == 2.0).then_some(s)
+    });
+    for rank in ["0", "1"] {
+        assert_eq!(
+            s.metric("nixl_agent_registration_attempts_total")
+                .label("rank", rank)
+                .sum(),
+            1.0,
+            "rank {rank}: {}",
+            s.text
+        );
+    }
+}

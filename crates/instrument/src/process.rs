@@ -10,6 +10,7 @@ use nixl_agent_ledger::telemetry::traces::TracingGuard;
 use nixl_agent_ledger::{http, telemetry};
 use nixl_agent_pod as pod;
 use nixl_agent_pod::publish::Publisher;
+use nixl_agent_sys::interpose::fork;
 use nixl_agent_sys::StderrTap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ pub struct Instrumentation {
     /// What serves HTTP, once this process holds the port (at start, or
     /// later by taking it over from another rank of its address).
     http: Arc<Mutex<Option<Served>>>,
-    /// The fd tap, when capturing (undone by a forked child).
+    /// The fd tap, when capturing (undone in a forked child at the fork).
     tap: Option<StderrTap>,
     publisher: Mutex<Option<Publisher>>,
     traces: Mutex<Option<TracingGuard>>,
@@ -31,13 +32,12 @@ pub struct Instrumentation {
     http_error: Arc<Mutex<Option<String>>>,
 }
 
-/// The HTTP server: its runtime (its threads end with the process), the
-/// address, and the listening socket's descriptor (closed by a forked
-/// child).
+/// The HTTP server: its runtime (its threads end with the process) and
+/// the address. Its listening socket is closed in a forked child at the
+/// fork (`nixl_agent_sys::interpose::fork`).
 struct Served {
     _rt: tokio::runtime::Runtime,
     addr: SocketAddr,
-    fd: std::os::fd::RawFd,
 }
 
 impl Instrumentation {
@@ -117,12 +117,19 @@ impl Instrumentation {
             if local.is_some() {
                 pod::local::sweep(dir, settings.retention);
             }
-            observer
+            let publisher = observer
                 .publish_as(dir, wish)
                 .map_err(|e| {
                     tracing::warn!(target: LOG_TARGET, dir = %dir.display(), wish = %wish, error = %e, "cannot publish to the pod directory; recording without it");
                 })
-                .ok()
+                .ok();
+            // The slot is this process's alone: a child it forks lets go
+            // of the lock at the fork, so the slot is free once this
+            // process is gone.
+            if let Some(fd) = publisher.as_ref().and_then(Publisher::lock_fd) {
+                fork::hold(fork::Held::RankLock, fd);
+            }
+            publisher
         });
         let http = Arc::new(Mutex::new(None));
         let http_error = Arc::new(Mutex::new(None));
@@ -207,16 +214,25 @@ impl Instrumentation {
     pub fn end(&self, exception: Option<&str>) {
         let publisher = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(p) = publisher {
+            // Before the lock is closed: a child forked from now on never
+            // closes its number, which may be reused by then.
+            if let Some(fd) = p.lock_fd() {
+                fork::let_go_of(fork::Held::RankLock, fd);
+            }
             p.finish(nixl_agent_core::model::Ended::now(exception));
         }
     }
 
     /// In a forked child, the instrumentation it inherited from its parent:
     /// whose threads (HTTP, publisher, exporter) did not survive the fork.
-    /// The child closes the parent's listening socket (so the port is the
-    /// parent's alone and is freed when the parent exits), exports no span
-    /// through the parent's exporter, and never drops what it inherited
-    /// (dropping would wait on threads that do not exist here).
+    /// The child exports no span through the parent's exporter and never
+    /// drops what it inherited (dropping would wait on threads that do not
+    /// exist here). Its descriptors of ours (the listening socket, so the
+    /// port is the parent's alone and is freed when the parent exits; the
+    /// rank slot's lock, so the slot is free once the parent is gone) and
+    /// the fd tap were let go of at the fork itself
+    /// (`nixl_agent_sys::interpose::fork`): nothing is closed here by
+    /// number, which the child may have reused since.
     pub fn abandon_in_child(self) {
         self.let_go_in_child();
         std::mem::forget(self);
@@ -227,21 +243,6 @@ impl Instrumentation {
     /// caller never drops it.
     pub fn let_go_in_child(&self) {
         telemetry::traces::forked();
-        // try_lock: a thread of the parent may have held it at the fork.
-        if let Ok(guard) = self.http.try_lock() {
-            if let Some(s) = guard.as_ref() {
-                nixl_agent_sys::close_inherited(s.fd);
-            }
-        }
-        // The parent's rank slot: free once the parent is gone.
-        if let Ok(guard) = self.publisher.try_lock() {
-            if let Some(fd) = guard.as_ref().and_then(Publisher::lock_fd) {
-                nixl_agent_sys::close_inherited(fd);
-            }
-        }
-        if let Some(t) = &self.tap {
-            t.restore_in_child();
-        }
     }
 
     /// Whether fds 1 and 2 go through the tap (`NIXL_AGENT_CAPTURE=on` or
@@ -287,7 +288,9 @@ fn serve(
         .build()?;
     let listener = rt.block_on(tokio::net::TcpListener::bind(listen))?;
     let addr = listener.local_addr()?;
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    // Served until the process ends; a child it forks closes its copy at
+    // the fork.
+    fork::hold(fork::Held::Listener, std::os::fd::AsRawFd::as_raw_fd(&listener));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Served until the process ends.
     std::mem::forget(stop_tx);
@@ -299,7 +302,7 @@ fn serve(
         }
     };
     rt.spawn(http::server::serve(listener, router, limits.clone(), stop_rx));
-    Ok(Served { _rt: rt, addr, fd })
+    Ok(Served { _rt: rt, addr })
 }
 
 /// Whether what holds `listen` is a nixl-agent (another rank of this

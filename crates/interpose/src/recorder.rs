@@ -30,10 +30,13 @@ pub const SAID_BY: &str = "nixl-agent interposer";
 /// not, when the gate refused or the settings are unusable).
 ///
 /// A child forked after that inherits an instrumentation whose threads did
-/// not survive the fork (its server, publisher, watchdogs): it lets that
-/// one go (the parent's listening socket and rank slot closed) and starts
-/// its own on its next call, as an instrumented Python child does. The
-/// process that started first reads a `OnceLock` and nothing else.
+/// not survive the fork (its server, publisher, watchdogs): the parent's
+/// listening socket, rank slot lock and fd tap were let go of at the fork
+/// (`nixl_agent_sys::interpose::fork`), and it starts a recording of its
+/// own only at its own first hooked NIXL call, as an instrumented Python
+/// child does: a child that never calls NIXL claims no slot, publishes
+/// nothing and writes no end record. The process that started first reads
+/// a `OnceLock` and nothing else.
 #[derive(Default)]
 pub struct Recorder {
     running: OnceLock<Option<Running>>,
@@ -301,6 +304,8 @@ fn said(code: i32) -> String {
 }
 
 impl Recorder {
+    /// The recording a hooked NIXL call is recorded on: in a forked child,
+    /// its own, started now if this is its first call.
     fn running(&self) -> Option<Current<'_>> {
         let forks = nixl_agent_sys::interpose::forks();
         if forks == 0 {
@@ -309,8 +314,23 @@ impl Recorder {
         self.in_child(forks).map(Current::Child)
     }
 
-    /// A forked child's instrumentation: what it inherited let go, its own
-    /// started, once per fork count.
+    /// The recording this process started, if it did; never starts one (a
+    /// forked child that made no NIXL call has none).
+    fn started(&self) -> Option<Current<'_>> {
+        let forks = nixl_agent_sys::interpose::forks();
+        if forks == 0 {
+            return self.running.get().and_then(Option::as_ref).map(Current::Started);
+        }
+        let child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match child.as_ref() {
+            Some((at, Some(r))) if *at == forks => Some(Current::Child(r.clone())),
+            _ => None,
+        }
+    }
+
+    /// A forked child's instrumentation, started at its first call, once
+    /// per fork count. What it inherited was let go of at the fork; here
+    /// it is only marked as an ancestor's (its exporter unused).
     fn in_child(&self, forks: u64) -> Option<Arc<Running>> {
         let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, r)) = child.as_ref() {
@@ -394,10 +414,12 @@ impl Recorder {
 }
 
 /// At `exit`: the rank's file gets its end record, as an instrumented Python
-/// process's does at interpreter exit.
+/// process's does at interpreter exit. A forked child inherits the handler:
+/// it does nothing there unless the child started a recording of its own
+/// (and never starts one).
 extern "C" fn exiting() {
     let _ = catch_unwind(|| {
-        if let Some(r) = crate::recorder().running() {
+        if let Some(r) = crate::recorder().started() {
             r.inst.end(None);
         }
     });

@@ -12,8 +12,11 @@
 //! - passes straight through when the gate refused this NIXL build
 //!   ([`real`]), and when it is re-entered on a thread already inside one.
 //!
-//! Layouts and the self-test that proves them: [`layout`].
+//! Layouts and the self-test that proves them: [`layout`]. What a forked
+//! child lets go of at the fork (the rank slot's lock, the listening
+//! socket, the fd tap): [`fork`].
 
+pub mod fork;
 pub mod hooks;
 pub mod layout;
 pub mod real;

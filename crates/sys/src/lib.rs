@@ -70,17 +70,6 @@ pub fn load_nixl(lib_dir: Option<&std::path::Path>) -> Result<Loaded, LoadError>
     load(discover(lib_dir, &config::ProcessEnv))
 }
 
-/// In a forked child: closes a descriptor it inherited from its parent's
-/// instrumentation (the listening socket), whose owner — a runtime whose
-/// threads did not survive the fork — is never dropped here. The parent's
-/// socket stays open in the parent.
-pub fn close_inherited(fd: std::os::fd::RawFd) {
-    // Safety: `close` takes no pointers; `fd` is the descriptor the
-    // parent's listener held, which nothing in this child uses (its owner
-    // is leaked, never read or dropped). A failure leaves it as it was.
-    let _ = unsafe { libc::close(fd) };
-}
-
 /// Ends the process now, without atexit handlers or C++ static destructors:
 /// for when a drain did not finish and the lifecycle thread may still be
 /// inside NIXL/UCX, whose destructors would then run under it. Rust's stdout

@@ -38,7 +38,10 @@
 //!
 //! C's stdio buffers (`fflush(NULL)`) are flushed only in a process
 //! nixl-agent owns ([`StderrTap::install`]: the binary, `check`), never in
-//! a host program's ([`StderrTap::install_in_host`]).
+//! a host program's ([`StderrTap::install_in_host`]). A child a host
+//! program forks has its fds 1 and 2 pointed back at the real streams at
+//! the fork (`crate::interpose::fork`): the pipes' readers are the parent's
+//! threads, and the child's output must not depend on the parent living.
 
 use crate::diagnose;
 use crate::diagnose::proto::UcxPrefix;
@@ -178,6 +181,13 @@ impl StderrTap {
             owns_stdio,
         )?;
         arm_exit_paths(&tap.exit);
+        if !owns_stdio {
+            // A child the host forks points fds 1 and 2 back at the real
+            // streams at the fork (kept open for good by the exit paths).
+            for (fd, original) in tap.originals.iter() {
+                crate::interpose::fork::tapped(*fd, original.as_raw_fd());
+            }
+        }
         Ok(tap)
     }
 
@@ -187,15 +197,6 @@ impl StderrTap {
     /// [`DRAIN_WAIT`].
     pub fn drain(&self) {
         drain(&self.exit);
-    }
-
-    /// In a forked child: points fds 1 and 2 back at the real streams. The
-    /// pipes' readers are the parent's threads; the child's output must not
-    /// depend on the parent living (a pipe with no reader is EPIPE).
-    pub fn restore_in_child(&self) {
-        for (fd, original) in self.originals.iter() {
-            restore(*fd, original);
-        }
     }
 
     /// The real stderr, for the agent's own log lines.

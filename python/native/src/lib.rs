@@ -318,8 +318,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// `os.register_at_fork(after_in_child=...)`: the parent's instrumentation
-/// is abandoned here (its listening socket closed, its exporter unused, its
-/// tap undone); the child starts its own with its first NIXL agent.
+/// is abandoned here (its exporter unused, never dropped); its listening
+/// socket, rank slot lock and fd tap were let go of at the fork itself
+/// (`nixl_agent_sys::interpose::fork`). The child starts its own with its
+/// first NIXL agent.
 /// [`RUNNING`] is free here: no thread held it at the fork (the forking
 /// one held the GIL).
 #[pyfunction]

@@ -28,6 +28,9 @@
 //   config agent "A" is made, as the first thing a serving process does; when
 //          NIXL throws (its configuration file, say), what it threw is
 //          printed and the program exits 1. Exit 0 when the agent is made.
+//   fork   a forked child beside agent "A": one that never calls NIXL
+//          (`fork files DIR`, `fork helper`) or one that does (`fork nixl`);
+//          see run_fork.
 //   retry  agent "A" registers "kv", one 1 MiB DRAM region: the first call
 //          names address 0 and fails, the retry names the buffer and
 //          succeeds; then "aux", one 4 KiB DRAM region. Exit 0.
@@ -464,6 +467,72 @@ int run_throws() {
     return threw ? 0 : 3;
 }
 
+// `fork MODE [DIR]`: agent "A" registers one 64 KiB DRAM region, then the
+// process forks a child (MODE says what it does) and waits for it:
+//   files DIR  the child never calls NIXL: it closes every fd >= 3 it
+//              inherited, opens DIR/file-0 .. DIR/file-11 with fopen, writes
+//              20 bytes to each through C stdio and exits with exit(0),
+//              which flushes them;
+//   nixl       the child makes agent "C" of its own, registers and
+//              deregisters one region, and exits with exit(0);
+//   helper     the child never calls NIXL: it sleeps (600 s at most) while
+//              the parent prints "helper PID" and waits for a line on stdin
+//              (a test kills the parent meanwhile).
+// The parent prints "child exited N" (files, nixl), deregisters, exits 0.
+int run_fork(const std::string &mode, const std::string &dir) {
+    nixlAgent *a = make_agent("A");
+    Regions ra(1);
+    nixlDescList<nixlBlobDesc> la(DRAM_SEG, 0);
+    ra.reg_list(la);
+    check(a->registerMem(la), "registerMem A");
+    std::cout << "registered A 1" << std::endl;
+    pid_t pid = fork();
+    if (pid < 0) {
+        std::cout << "fork failed" << std::endl;
+        return 3;
+    }
+    if (pid == 0) {
+        if (mode == "files") {
+            long most = sysconf(_SC_OPEN_MAX);
+            if (most < 0 || most > 65536) most = 65536;
+            for (int fd = 3; fd < most; fd++) close(fd);
+            for (int i = 0; i < 12; i++) {
+                std::string path = dir + "/file-" + std::to_string(i);
+                FILE *f = std::fopen(path.c_str(), "w");
+                if (!f) _exit(7);
+                std::fprintf(f, "file %2d of 12, 20 b\n", i);
+            }
+            std::exit(0);
+        }
+        if (mode == "nixl") {
+            nixlAgent *c = make_agent("C");
+            Regions rc(1);
+            nixlDescList<nixlBlobDesc> lc(DRAM_SEG, 0);
+            rc.reg_list(lc);
+            check(c->registerMem(lc), "registerMem C");
+            check(c->deregisterMem(lc), "deregisterMem C");
+            delete c;
+            std::exit(0);
+        }
+        sleep(600);
+        _exit(0);
+    }
+    if (mode == "helper") {
+        std::cout << "helper " << pid << std::endl;
+        std::string line;
+        std::getline(std::cin, line);
+        kill(pid, SIGKILL);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (mode != "helper")
+        std::cout << "child exited " << (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status))
+                  << std::endl;
+    check(a->deregisterMem(la), "deregisterMem A");
+    delete a;
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -474,6 +543,7 @@ int main(int argc, char **argv) {
     else if (scenario == "stall") code = run_stall();
     else if (scenario == "hung") code = run_hung();
     else if (scenario == "config") code = run_config();
+    else if (scenario == "fork") code = run_fork(argc > 2 ? argv[2] : "", argc > 3 ? argv[3] : ".");
     else if (scenario == "retry") code = run_retry();
     else if (scenario == "throws") code = run_throws();
     else {

@@ -65,24 +65,12 @@ pub fn decided() -> Option<&'static Gate> {
     GATE.get()
 }
 
-/// Forks since the gate was decided: 0 in the process that decided it, one
-/// more in each forked child (a `pthread_atfork` child handler).
-static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-extern "C" fn forked_child() {
-    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// How many forks separate this process from the one that decided the
-/// gate (what it started there belongs to an ancestor when not 0).
-pub fn forks() -> u64 {
-    FORKS.load(std::sync::atomic::Ordering::Relaxed)
-}
+/// Forks since the gate was decided (its child handler is registered
+/// first): [`super::fork`].
+pub use super::fork::forks;
 
 fn decide() -> Gate {
-    // Safety: registers a handler that only increments an atomic, which is
-    // async-signal-safe as a child handler must be.
-    unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    super::fork::register();
     let copies = copies();
     let chosen = chosen(&copies);
     let mut real = [0usize; Sym::COUNT];
