@@ -509,6 +509,57 @@ fn a_renamed_copy_of_libnixl_runs_as_bare_and_is_counted() {
     runs_as_bare_from(&site, "/libnixl-5d8a2c1e.so");
 }
 
+/// A port held by a program that is not nixl-agent and answers slowly:
+/// each connection gets one byte every 250 ms for `for_` (what the
+/// interposer's start-up asks of a port it cannot bind). Returns the
+/// address and the count of connections it took.
+fn slow_port_holder(for_: Duration) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let taken = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = taken.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(8) {
+            let Ok(mut conn) = conn else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+                let _ = conn.read(&mut [0u8; 1024]);
+                let until = std::time::Instant::now() + for_;
+                while std::time::Instant::now() < until {
+                    if conn.write_all(b"H").is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            });
+        }
+    });
+    (addr, taken)
+}
+
+/// The recording starts off the host's path: while start-up asks a slow
+/// holder of the listen port who it is (5 s), thread A's first NIXL call
+/// and thread B's call 200 ms later return as they would bare.
+#[test]
+fn a_first_nixl_call_on_one_thread_does_not_delay_another_threads() {
+    let (addr, taken) = slow_port_holder(Duration::from_secs(5));
+    let mut cmd = support::programs::launched("cpp", "first", &[("NIXL_AGENT_LISTEN", &addr.to_string())]);
+    let out = support::output_within(&mut cmd, WITHIN, "the program under the interposer");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let ms: u64 = text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("B took ")?.strip_suffix(" ms")?.parse().ok())
+        .unwrap_or_else(|| panic!("{}", text(&out.stdout)));
+    assert!(
+        taken.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "start-up asked the port's holder who it is"
+    );
+    assert!(ms < 2_000, "B's call waited {ms} ms on A's start-up");
+}
+
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {

@@ -14,6 +14,7 @@ use nixl_agent_sys::interpose::fork;
 use nixl_agent_sys::StderrTap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,14 @@ pub struct Instrumentation {
     http: Arc<Mutex<Option<Served>>>,
     /// The fd tap, when capturing (undone in a forked child at the fork).
     tap: Option<StderrTap>,
-    publisher: Mutex<Option<Publisher>>,
+    /// The pod slot's publisher, once claimed (beside the first call, for
+    /// the interposer: [`Start::Beside`]).
+    publisher: Arc<Mutex<Option<Publisher>>>,
+    /// [`Instrumentation::end`] ran.
+    ended: Arc<AtomicBool>,
+    /// Whether the pod slot was claimed (or will not be): what a failure
+    /// and the end wait for, briefly, so that their evidence is written.
+    claimed: Arc<Claimed>,
     traces: Mutex<Option<TracingGuard>>,
     /// Why this process does not serve its listen address (another program
     /// holds the port, or it cannot be bound), shown while it does not.
@@ -49,6 +57,20 @@ impl Instrumentation {
     /// process (SGLang's engine rank, vLLM's tp rank), preferred when
     /// claiming a pod slot unless a rank was told explicitly.
     pub fn start(settings: &Settings, frameworks: &[&str], rank_hint: Option<u32>) -> Instrumentation {
+        Instrumentation::start_with(settings, frameworks, rank_hint, Start::Here)
+    }
+
+    /// [`Instrumentation::start`] for a caller on the host's path (the
+    /// interposer, inside the host's first NIXL call): the recording
+    /// starts here, and what can wait (claiming the pod slot, sweeping the
+    /// private directory, binding the port and asking its holder) runs on
+    /// a thread of its own, so that neither this call nor another thread's
+    /// NIXL call waits on it.
+    pub fn start_beside(settings: &Settings, frameworks: &[&str], rank_hint: Option<u32>) -> Instrumentation {
+        Instrumentation::start_with(settings, frameworks, rank_hint, Start::Beside)
+    }
+
+    fn start_with(settings: &Settings, frameworks: &[&str], rank_hint: Option<u32>, start: Start) -> Instrumentation {
         let tap = if settings.capture || settings.transports {
             match StderrTap::install_in_host() {
                 Ok(t) => Some(t),
@@ -94,77 +116,29 @@ impl Instrumentation {
             t.line_buffer_c_stdout();
             observer = observer.with_protocol_tables(Box::new(t.clone()));
         }
-        // Without a pod directory, the processes sharing this address are a
-        // pod of their own (the scheduler processes of one container).
-        let local = if settings.serve && settings.publish.is_none() {
-            pod::local::dir_for(settings.config.listen)
-                .map_err(|e| {
-                    tracing::warn!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "no private directory for the processes of this address; each serves only its own recording");
-                })
-                .ok()
-                .flatten()
-        } else {
-            None
-        };
-        let publish_to = settings.publish.clone().or_else(|| local.clone());
-        let publisher = publish_to.as_ref().and_then(|dir| {
-            use pod::claim::Wish;
-            let wish = match (settings.rank, rank_hint) {
-                (Wish::Explicit(r), _) => Wish::Explicit(r),
-                (_, Some(h)) => Wish::Preferred(h),
-                (w, None) => w,
-            };
-            if local.is_some() {
-                pod::local::sweep(dir, settings.retention);
-            }
-            let publisher = observer
-                .publish_as(dir, wish)
-                .map_err(|e| {
-                    tracing::warn!(target: LOG_TARGET, dir = %dir.display(), wish = %wish, error = %e, "cannot publish to the pod directory; recording without it");
-                })
-                .ok();
-            // The slot is this process's alone: a child it forks lets go
-            // of the lock at the fork, so the slot is free once this
-            // process is gone.
-            if let Some(fd) = publisher.as_ref().and_then(Publisher::lock_fd) {
-                fork::hold(fork::Held::RankLock, fd);
-            }
-            publisher
-        });
         let http = Arc::new(Mutex::new(None));
         let http_error = Arc::new(Mutex::new(None));
-        if settings.serve {
-            let listen = settings.config.listen;
-            let limits = settings.config.http.clone();
-            let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
-            match serve(&observer, listen, &limits, local.as_deref(), settings.retention) {
-                Ok(s) => *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
-                // Another rank of this address serves the merged view; this
-                // one takes the port over when that one is gone.
-                Err(e) if local.is_some() && in_use(&e) && held_by_nixl_agent(listen) => {
-                    tracing::debug!(target: LOG_TARGET, listen = %listen, "another rank of this address serves it; taking it over if it goes");
-                    takeover(
-                        http.clone(),
-                        observer.clone(),
-                        listen,
-                        limits,
-                        local.clone(),
-                        settings.retention,
-                    );
-                }
-                // A forked child whose parent serves this address: expected,
-                // and not the child's to say on the program's stderr.
-                Err(e) if telemetry::traces::forked_away() => {
-                    tracing::debug!(target: LOG_TARGET, listen = %listen, error = %e, "a forked child records without HTTP: its parent serves this address");
-                }
-                Err(e) => {
-                    let why = if in_use(&e) {
-                        format!("{listen} is in use by another program (not nixl-agent): probes and scrapes of it reach that program")
-                    } else {
-                        format!("cannot bind {listen}: {e}")
-                    };
-                    tracing::warn!(target: LOG_TARGET, listen = %listen, error = %why, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
-                    *http_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        let publisher = Arc::new(Mutex::new(None));
+        let ended = Arc::new(AtomicBool::new(false));
+        let claimed = Arc::new(Claimed::default());
+        let attach = Attach {
+            claimed: claimed.clone(),
+            settings: settings.clone(),
+            observer: observer.clone(),
+            rank_hint,
+            http: http.clone(),
+            http_error: http_error.clone(),
+            publisher: publisher.clone(),
+            ended: ended.clone(),
+        };
+        match start {
+            Start::Here => attach.run(),
+            Start::Beside => {
+                let spawned = std::thread::Builder::new()
+                    .name("nixl-agent-start".into())
+                    .spawn(move || attach.run());
+                if let Err(e) = spawned {
+                    tracing::warn!(target: LOG_TARGET, error = %e, "cannot start a thread to claim the pod slot and serve HTTP; recording without them");
                 }
             }
         }
@@ -172,10 +146,20 @@ impl Instrumentation {
             observer,
             http,
             tap,
-            publisher: Mutex::new(publisher),
+            publisher,
+            ended,
+            claimed,
             traces: Mutex::new(traces),
             http_error,
         }
+    }
+
+    /// Waits (at most two seconds) until the pod slot is claimed when it is
+    /// claimed beside the first call ([`Instrumentation::start_beside`]):
+    /// what a NIXL failure does before the host sees it, so that a process
+    /// that dies of it leaves it in its rank's file. At once otherwise.
+    pub fn settle_claim(&self) {
+        self.claimed.wait(CLAIM_WAIT);
     }
 
     /// Why this process serves no HTTP although asked to (its listen port is
@@ -212,7 +196,12 @@ impl Instrumentation {
     /// slot is freed. The file stays: the pod serves what this process
     /// counted, and the next process of the rank reads it.
     pub fn end(&self, exception: Option<&str>) {
-        let publisher = self.publisher.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.claimed.wait(CLAIM_WAIT);
+        let publisher = {
+            let mut slot = self.publisher.lock().unwrap_or_else(|e| e.into_inner());
+            self.ended.store(true, Ordering::Release);
+            slot.take()
+        };
         if let Some(p) = publisher {
             // Before the lock is closed: a child forked from now on never
             // closes its number, which may be reused by then.
@@ -265,6 +254,168 @@ impl Instrumentation {
         let guard = self.traces.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = guard {
             t.shutdown(timeout);
+        }
+    }
+}
+
+/// Sets [`Claimed`] when dropped (a claim that panicked is done too).
+struct Set<'a>(&'a Claimed);
+
+impl Drop for Set<'_> {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
+/// Where the pod slot is claimed and HTTP served: on the starting thread,
+/// or beside it.
+#[derive(Clone, Copy)]
+enum Start {
+    Here,
+    Beside,
+}
+
+/// What [`Instrumentation::start`] does beside the recording: the pod
+/// slot claimed (and the private directory swept) and HTTP served, each
+/// filling what the instrumentation shares with it.
+struct Attach {
+    settings: Settings,
+    observer: Observer,
+    rank_hint: Option<u32>,
+    http: Arc<Mutex<Option<Served>>>,
+    http_error: Arc<Mutex<Option<String>>>,
+    publisher: Arc<Mutex<Option<Publisher>>>,
+    /// The process ended ([`Instrumentation::end`]) before this was done:
+    /// no slot is claimed then, and one claimed meanwhile ends at once.
+    ended: Arc<AtomicBool>,
+    claimed: Arc<Claimed>,
+}
+
+/// Set once the pod slot is claimed, or known not to be.
+#[derive(Default)]
+struct Claimed {
+    done: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Claimed {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until set, at most `within`.
+    fn wait(&self, within: Duration) {
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.cv.wait_timeout_while(done, within, |d| !*d);
+    }
+}
+
+/// The longest a failure or the process's end waits for the pod slot to be
+/// claimed beside the first call (a claimer waits at most 100 ms for a
+/// sweeper; the rest is a few file operations).
+const CLAIM_WAIT: Duration = Duration::from_secs(2);
+
+impl Attach {
+    fn run(self) {
+        let Attach {
+            settings,
+            observer,
+            rank_hint,
+            http,
+            http_error,
+            publisher: shared,
+            ended,
+            claimed,
+        } = self;
+        let settings = &settings;
+        // Without a pod directory, the processes sharing this address are a
+        // pod of their own (the scheduler processes of one container).
+        let local = if settings.serve && settings.publish.is_none() {
+            pod::local::dir_for(settings.config.listen)
+                .map_err(|e| {
+                    tracing::warn!(target: LOG_TARGET, listen = %settings.config.listen, error = %e, "no private directory for the processes of this address; each serves only its own recording");
+                })
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
+        let publish_to = settings.publish.clone().or_else(|| local.clone());
+        // Set once the claim is done (or panicked), before HTTP is served.
+        let claim_done = Set(&claimed);
+        let publisher = publish_to.as_ref().filter(|_| !ended.load(Ordering::Acquire)).and_then(|dir| {
+            use pod::claim::Wish;
+            let wish = match (settings.rank, rank_hint) {
+                (Wish::Explicit(r), _) => Wish::Explicit(r),
+                (_, Some(h)) => Wish::Preferred(h),
+                (w, None) => w,
+            };
+            if local.is_some() {
+                pod::local::sweep(dir, settings.retention);
+            }
+            let publisher = observer
+                .publish_as(dir, wish)
+                .map_err(|e| {
+                    tracing::warn!(target: LOG_TARGET, dir = %dir.display(), wish = %wish, error = %e, "cannot publish to the pod directory; recording without it");
+                })
+                .ok();
+            // The slot is this process's alone: a child it forks lets go
+            // of the lock at the fork, so the slot is free once this
+            // process is gone.
+            if let Some(fd) = publisher.as_ref().and_then(Publisher::lock_fd) {
+                fork::hold(fork::Held::RankLock, fd);
+            }
+            publisher
+        });
+        // Shared as soon as claimed: an end from now on finishes it.
+        if let Some(p) = publisher {
+            let mut slot = shared.lock().unwrap_or_else(|e| e.into_inner());
+            if ended.load(Ordering::Acquire) {
+                drop(slot);
+                if let Some(fd) = p.lock_fd() {
+                    fork::let_go_of(fork::Held::RankLock, fd);
+                }
+                p.finish(nixl_agent_core::model::Ended::now(None));
+            } else {
+                *slot = Some(p);
+            }
+        }
+        drop(claim_done);
+        if settings.serve {
+            let listen = settings.config.listen;
+            let limits = settings.config.http.clone();
+            let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
+            match serve(&observer, listen, &limits, local.as_deref(), settings.retention) {
+                Ok(s) => *http.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
+                // Another rank of this address serves the merged view; this
+                // one takes the port over when that one is gone.
+                Err(e) if local.is_some() && in_use(&e) && held_by_nixl_agent(listen) => {
+                    tracing::debug!(target: LOG_TARGET, listen = %listen, "another rank of this address serves it; taking it over if it goes");
+                    takeover(
+                        http.clone(),
+                        observer.clone(),
+                        listen,
+                        limits,
+                        local.clone(),
+                        settings.retention,
+                    );
+                }
+                // A forked child whose parent serves this address: expected,
+                // and not the child's to say on the program's stderr.
+                Err(e) if telemetry::traces::forked_away() => {
+                    tracing::debug!(target: LOG_TARGET, listen = %listen, error = %e, "a forked child records without HTTP: its parent serves this address");
+                }
+                Err(e) => {
+                    let why = if in_use(&e) {
+                        format!("{listen} is in use by another program (not nixl-agent): probes and scrapes of it reach that program")
+                    } else {
+                        format!("cannot bind {listen}: {e}")
+                    };
+                    tracing::warn!(target: LOG_TARGET, listen = %listen, error = %why, "cannot serve /metrics and /readyz; recording without HTTP (set NIXL_AGENT_LISTEN to a free ADDR:PORT, or off)");
+                    *http_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                }
+            }
         }
     }
 }

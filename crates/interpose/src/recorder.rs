@@ -19,7 +19,7 @@ use nixl_agent_instrument::{Instrumentation, Settings};
 use nixl_agent_sys::interpose::{status, BasicDesc, Facts, List, Out, Sink, Verdict};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
@@ -78,20 +78,83 @@ struct Running {
 /// A request NIXL made, as the recording knows it.
 pub struct Request {
     serial: u64,
-    /// Whether its last posting was seen to end: set when a post begins
-    /// (most end within the call), cleared when the post says it is in
-    /// progress, set again by the poll that sees it end.
-    ended: AtomicBool,
+    /// Where its last posting stands ([`Posting`]'s words, with a status a
+    /// poll handed over): the post's thread and any poll's agree through it
+    /// on who records the posting's end, once.
+    posting: AtomicU32,
     /// NIXL released it (or made another at its address): a thread's
     /// [`LAST_POSTED`] naming it is stale.
     gone: AtomicBool,
 }
 
+/// A posting not seen to end (a request never posted, or one whose post
+/// said it is in progress): the poll that sees it end records the end.
+const OPEN: u32 = 0;
+/// A post call is running: what it returns says how the posting stands.
+const POSTING: u32 = 1;
+/// The posting was seen to end and its end recorded.
+const ENDED: u32 = 2;
+/// A poll on another thread saw the posting end while the post call was
+/// still running; its status (in the upper bits) is handed to the post's
+/// thread, which records the post, then that end, in their order.
+const POLLED: u32 = 3;
+
 impl Request {
+    /// A post call of it begins.
+    fn post_begins(&self) {
+        self.posting.store(POSTING, Ordering::Relaxed);
+    }
+
+    /// Its post returned `st`: `Some(status)` when a poll saw the posting
+    /// end meanwhile and handed its status over (to be recorded after the
+    /// post, which returned in progress).
+    fn post_returned(&self, st: i32) -> Option<i32> {
+        if st != status::IN_PROG {
+            // The post's own end is the one recorded; a poll's handed
+            // status, if any, is the same ending seen twice.
+            self.posting.store(ENDED, Ordering::Relaxed);
+            return None;
+        }
+        match self
+            .posting
+            .compare_exchange(POSTING, OPEN, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => None,
+            Err(now) if now & 0xff == POLLED => {
+                self.posting.store(ENDED, Ordering::Relaxed);
+                Some((now >> 8) as u8 as i8 as i32)
+            }
+            // No post began as this thread's says (another thread posted
+            // it again): nothing to hand over.
+            Err(_) => None,
+        }
+    }
+
+    /// A poll saw the posting end with `st`: `true` when this poll records
+    /// the end (the first to see it, with no post call running); a post
+    /// call running is handed the status instead.
+    fn poll_ended(&self, st: i32) -> bool {
+        let mut now = self.posting.load(Ordering::Acquire);
+        loop {
+            let next = match now & 0xff {
+                OPEN => ENDED,
+                POSTING => POLLED | (u32::from(st as i8 as u8) << 8),
+                _ => return false,
+            };
+            match self
+                .posting
+                .compare_exchange_weak(now, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return now & 0xff == OPEN,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
     fn new(serial: u64) -> Request {
         Request {
             serial,
-            ended: AtomicBool::new(false),
+            posting: AtomicU32::new(OPEN),
             gone: AtomicBool::new(false),
         }
     }
@@ -397,7 +460,9 @@ impl Recorder {
         };
         let (frameworks, rank) = PROCESS.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let names: Vec<&str> = frameworks.iter().map(String::as_str).collect();
-        let inst = Instrumentation::start(&settings, &names, rank);
+        // The first call pays for the recording only: the pod slot and the
+        // port are taken beside it.
+        let inst = Instrumentation::start_beside(&settings, &names, rank);
         inst.observer().interposed(&status, library, version);
         // A process that exits through `exit` ends its rank as exited
         // (`_exit`, a signal or an abort leave it to the pod: died).
@@ -513,13 +578,13 @@ impl Running {
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&req)
                 .cloned()?;
-            request.ended.store(true, Ordering::Relaxed);
+            request.post_begins();
             Some(request)
         };
         let cached = LAST_POSTED.try_with(|last| {
             let mut last = last.borrow_mut();
             if let Some(p) = last.as_ref().filter(|p| p.names(req, running, forks)) {
-                p.request.ended.store(true, Ordering::Relaxed);
+                p.request.post_begins();
                 return Some(p.request.serial);
             }
             let request = looked_up()?;
@@ -539,23 +604,25 @@ impl Running {
         }
     }
 
-    /// The posting of `req` this thread just made is in flight: the poll
-    /// that sees it end counts it.
-    fn post_in_flight(&self, req: usize) {
-        let marked = LAST_POSTED
-            .try_with(|last| match last.borrow().as_ref().filter(|p| p.handle == req) {
-                Some(p) => {
-                    p.request.ended.store(false, Ordering::Relaxed);
-                    true
-                }
-                None => false,
+    /// The post of `req` this thread just made returned `st`: the status a
+    /// poll on another thread handed over meanwhile, if one did
+    /// ([`Request::post_returned`]). The thread's last posted request is
+    /// found without the map's lock.
+    fn post_returned(&self, req: usize, st: i32) -> Option<i32> {
+        let cached = LAST_POSTED
+            .try_with(|last| {
+                last.borrow()
+                    .as_ref()
+                    .filter(|p| p.handle == req)
+                    .map(|p| p.request.post_returned(st))
             })
-            .unwrap_or(false);
-        if !marked {
-            if let Some(r) = self.requests.lock().unwrap_or_else(|e| e.into_inner()).get(&req) {
-                r.ended.store(false, Ordering::Relaxed);
-            }
+            .ok()
+            .flatten();
+        if let Some(handed) = cached {
+            return handed;
         }
+        let requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        requests.get(&req).and_then(|r| r.post_returned(st))
     }
 
     /// This instrumentation as [`LAST_POSTED`] names it: its address and
@@ -564,15 +631,14 @@ impl Running {
         (self as *const Running as usize, nixl_agent_sys::interpose::forks())
     }
 
-    /// Marks `req`'s posting ended: its serial the first time, `None` after
-    /// (or for a request the recording does not know). The thread that
+    /// A poll saw `req`'s posting end with `st`: its serial when this poll
+    /// records the end (the first to see it, with no post call running),
+    /// `None` after, or for a request the recording does not know. The thread that
     /// posted a request usually polls it: its last posted one is found
     /// without the map's lock, and a posting already seen to end costs a
     /// load.
-    fn ended(&self, req: usize) -> Option<u64> {
-        let first = |r: &Request| {
-            (!r.ended.load(Ordering::Relaxed) && !r.ended.swap(true, Ordering::Relaxed)).then_some(r.serial)
-        };
+    fn ended(&self, req: usize, st: i32) -> Option<u64> {
+        let first = |r: &Request| r.poll_ended(st).then_some(r.serial);
         let (running, forks) = self.identity();
         let cached = LAST_POSTED.try_with(|last| {
             last.borrow()
@@ -896,7 +962,7 @@ impl Running {
                 }
                 // Only the first poll that sees the posting end counts: a
                 // loop that polls a done request again records nothing.
-                if let Some(serial) = self.ended(req) {
+                if let Some(serial) = self.ended(req, st) {
                     let poll = if ok {
                         XferPoll::Done
                     } else {
@@ -1019,10 +1085,17 @@ impl Running {
             status::SUCCESS => XferPoll::Done,
             _ => XferPoll::Failed(failure(st, true)),
         };
-        let in_flight = matches!(poll, XferPoll::InProgress);
+        let handed = self.post_returned(req, st);
         self.observer().transfer_posted_here(serial, mark, &poll);
-        if in_flight {
-            self.post_in_flight(req);
+        // A poll on another thread saw the posting end while the post was
+        // running: its end, recorded after the post.
+        if let Some(code) = handed {
+            let poll = if code == status::SUCCESS {
+                XferPoll::Done
+            } else {
+                XferPoll::Failed(failure(code, true))
+            };
+            self.observer().transfer_status(serial, &poll, None);
         }
     }
 }
@@ -1094,6 +1167,8 @@ impl Sink for Recorder {
         let (Some(r), Some(Begun { this, token })) = (self.running(), begun) else {
             return;
         };
+        // Its evidence is written before the host sees the exception.
+        r.inst.settle_claim();
         if catch_unwind(AssertUnwindSafe(|| r.unwound(this, token))).is_err() {
             r.observer()
                 .hook_failed(Hooked::Init, "the interposer panicked while NIXL threw");
@@ -1104,9 +1179,65 @@ impl Sink for Recorder {
         let (Some(r), Some(Begun { this, token })) = (self.running(), begun) else {
             return;
         };
+        // A failure's evidence is written (the pod slot claimed beside the
+        // first call) before the host, which may die of it, sees it.
+        if st < 0 {
+            r.inst.settle_claim();
+        }
         if catch_unwind(AssertUnwindSafe(|| r.end(this, token, st, out))).is_err() {
             r.observer()
                 .hook_failed(Hooked::Transfer, "the interposer panicked after a NIXL call");
         }
+    }
+}
+
+#[cfg(test)]
+mod posting_tests {
+    use super::*;
+
+    /// The race of a post and a poll on another thread: the poll sees the
+    /// posting end while the post call still runs (NIXL finished the
+    /// transfer before the post returned in progress). The end is recorded
+    /// once, by the post's thread, after the post.
+    #[test]
+    fn a_poll_that_sees_the_end_during_the_post_hands_it_to_the_post() {
+        let r = Request::new(7);
+        r.post_begins();
+        assert!(!r.poll_ended(status::SUCCESS), "the post's thread records it");
+        assert!(!r.poll_ended(status::SUCCESS), "seen once");
+        assert_eq!(r.post_returned(status::IN_PROG), Some(status::SUCCESS));
+        assert!(!r.poll_ended(status::SUCCESS), "already recorded");
+    }
+
+    #[test]
+    fn a_failure_handed_over_keeps_its_status() {
+        let r = Request::new(7);
+        r.post_begins();
+        assert!(!r.poll_ended(status::ERR_REMOTE_DISCONNECT));
+        assert_eq!(r.post_returned(status::IN_PROG), Some(status::ERR_REMOTE_DISCONNECT));
+    }
+
+    #[test]
+    fn in_progress_then_the_poll_records_the_end_once() {
+        let r = Request::new(7);
+        r.post_begins();
+        assert_eq!(r.post_returned(status::IN_PROG), None);
+        assert!(r.poll_ended(status::SUCCESS));
+        assert!(!r.poll_ended(status::SUCCESS));
+        // Posted again: the next end is recorded again.
+        r.post_begins();
+        assert_eq!(r.post_returned(status::IN_PROG), None);
+        assert!(r.poll_ended(status::SUCCESS));
+    }
+
+    #[test]
+    fn a_post_that_ends_within_the_call_leaves_polls_nothing() {
+        let r = Request::new(7);
+        r.post_begins();
+        assert!(!r.poll_ended(status::SUCCESS));
+        assert_eq!(r.post_returned(status::SUCCESS), None, "the post's own end is recorded");
+        assert!(!r.poll_ended(status::SUCCESS));
+        // A request never posted: its first poll's end is recorded.
+        assert!(Request::new(8).poll_ended(status::ERR_NOT_POSTED));
     }
 }

@@ -39,6 +39,9 @@
 //          operator new below throws std::bad_alloc): NIXL's registerMem
 //          throws, and what it threw is printed; then one 4 KiB region
 //          registers. Exit 0 when registerMem threw.
+//   first  the process's first NIXL call is agent "A"'s constructor on one
+//          thread; 200 ms later another thread makes agent "B"; it prints
+//          how long B's constructor took ("B took N ms"). Exit 0.
 // Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed
 // unexpectedly, 4 the notification did not arrive within 10 s, 5 the
 // stalled transfer completed.
@@ -533,6 +536,23 @@ int run_fork(const std::string &mode, const std::string &dir) {
     return 0;
 }
 
+int run_first() {
+    std::thread a([] {
+        nixlAgentConfig cfg;
+        nixlAgent agent("A", cfg);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto t0 = std::chrono::steady_clock::now();
+    {
+        nixlAgentConfig cfg;
+        nixlAgent agent("B", cfg);
+    }
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    a.join();
+    std::cout << "B took " << ms << " ms" << std::endl;
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -546,6 +566,7 @@ int main(int argc, char **argv) {
     else if (scenario == "fork") code = run_fork(argc > 2 ? argv[2] : "", argc > 3 ? argv[3] : ".");
     else if (scenario == "retry") code = run_retry();
     else if (scenario == "throws") code = run_throws();
+    else if (scenario == "first") code = run_first();
     else {
         std::cout << "usage: nixl_plain ok|seed|stall|hung|config" << std::endl;
         code = 2;
