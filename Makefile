@@ -96,3 +96,9 @@ bench-python:
 .PHONY: soak
 soak: setup
 	bash "$(CURDIR)/scripts/soak.sh"
+
+# The 10-minute stress of the interposer (docs/reliability.md); `make test`
+# runs 15 seconds of it. NIXL_AGENT_STRESS_SECS=120 make stress for less.
+.PHONY: stress
+stress: setup
+	bash "$(CURDIR)/scripts/stress.sh"

@@ -1361,12 +1361,14 @@ fn sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss() {
     let after_warm = n("posted") * (1.0 - rss[warm_at].0 / n("seconds").max(1.0)).max(0.0);
     let growth_kib = peak.saturating_sub(warm);
     let summary = serde_json::json!({
-        "seconds": n("seconds"), "program": counts, "recorded": recorded,
+        "requested_seconds": secs, "seconds": n("seconds"),
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "program": counts, "recorded": recorded,
         "scrapes": scrapes, "scrape_failures": scrape_failures,
         "rss_start_kib": rss.first().map_or(0, |r| r.1), "rss_warm_kib": warm, "rss_peak_kib": peak,
         "rss_end_kib": rss.last().map_or(0, |r| r.1), "rss_growth_kib": growth_kib,
         "rss_growth_bytes_per_transfer": growth_kib as f64 * 1024.0 / after_warm.max(1.0),
-        "rss_samples": rss.len(), "machine": format!("{} cores", std::thread::available_parallelism().map_or(0, |n| n.get())),
+        "rss_samples": rss.len(), "machine": machine(),
     });
     println!("stress summary: {summary}");
     let _ = std::fs::write(
@@ -1415,6 +1417,26 @@ fn sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss() {
         growth_kib <= RSS_GROWTH_KIB,
         "RSS grew {growth_kib} KiB after warm-up: {summary}"
     );
+}
+
+/// This machine in words: CPU model and cores, memory.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpu
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kib: u64 = mem
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:")?.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cores} cores, {} GiB", kib / (1024 * 1024))
 }
 
 /// The most RSS may grow after warm-up in the stress test
