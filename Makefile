@@ -63,6 +63,18 @@ test: setup
 		$(CARGO) test --workspace --no-fail-fast; \
 	fi
 
+# The NIXL release matrix (docs/instrument.md, "Tested"): every build
+# scripts/matrix.sh sets up in .deps/matrix/, NIXL's own example and the
+# C++, Rust and Python programs counted under the interposer on each.
+# `make test` runs three of them: the oldest, the newest, the source layout.
+.PHONY: matrix
+matrix: setup
+	if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --test interposer --run-ignored all --no-fail-fast releases::; \
+	else \
+		$(CARGO) test --test interposer -- --include-ignored releases::; \
+	fi
+
 fmt:
 	$(CARGO) fmt --all
 

@@ -3,6 +3,7 @@
 # Idempotent: every step is skipped when its result is already present.
 #   a. Debian build packages (libclang-dev for bindgen, unzip, pkg-config)
 #   b. NIXL runtime (libnixl_capi.so + plugins) unpacked from the nixl-cu12 wheel
+#   b2. the NIXL release matrix, .deps/matrix/ (scripts/matrix.sh)
 #   c. prometheus + promtool unpacked from Debian's prometheus .deb (no service)
 #   c2. Alertmanager + amtool unpacked from Debian's prometheus-alertmanager .deb
 #   d. .deps/venv: a Python 3.11 virtualenv (the NIXL wheel is cp311) with
@@ -111,6 +112,11 @@ else
     rm -rf "$NIXL_DIR"
     mv "$NIXL_DIR.tmp" "$NIXL_DIR"
 fi
+
+# --- b2. the NIXL release matrix (scripts/matrix.sh) ---------------------------
+# Every NIXL release of the last year, and a source-layout build, in
+# .deps/matrix/ for tests/interposer/releases.rs (make matrix).
+bash "$ROOT/scripts/matrix.sh"
 
 # A Debian package's files unpacked into DIR (downloaded once into
 # .deps/debs; never installed, so no service starts): unpack_deb PKG DIR BIN,

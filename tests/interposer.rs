@@ -10,9 +10,10 @@
 //!   reason from all three, and outlives the process (termination log);
 //! - a C++ `postXferReq` and `deregisterMem` held past the call deadline
 //!   make /livez 503 naming the call, and 200 again once it returned;
-//! - an unproven NIXL build (a copy of the wheel's libraries whose metadata
-//!   says 1.6.0) runs untouched, and the refusal is said on stderr in one
-//!   line, in /readyz?verbose and in /v1/status.
+//! - a NIXL whose version no list names is recorded (proven by what it
+//!   loads); one the interposer cannot prove runs untouched, readiness left
+//!   alone, and the blindness is said on stderr in one line, as a metric,
+//!   in /readyz?verbose and in /v1/status.
 
 mod support;
 
@@ -350,12 +351,11 @@ fn a_cpp_post_and_deregistration_held_past_the_deadline_fail_livez_naming_the_ca
     );
 }
 
-/// A NIXL build the interposer was not proven against: the wheel's
-/// libraries copied beside metadata that says 1.6.0 (the Rust program
-/// loads them from there). It runs as bare; stderr has the one line more;
-/// /readyz?verbose and /v1/status say why nothing is recorded.
+/// A NIXL whose version no list names (its wheel metadata says 1.6.0) is
+/// recorded all the same: what it defines and how its objects read back
+/// are proven on the loaded copy, and the version is a label.
 #[test]
-fn an_unproven_nixl_build_runs_untouched_and_the_refusal_is_reported() {
+fn a_nixl_version_no_list_names_is_proven_by_what_it_loads_and_recorded() {
     let real = support::nixl_lib_dir();
     let root = tempfile::tempdir().unwrap();
     let libs = root.path().join(".nixl_cu12.mesonpy.libs");
@@ -369,38 +369,120 @@ fn an_unproven_nixl_build_runs_untouched_and_the_refusal_is_reported() {
     std::fs::create_dir(root.path().join("nixl_cu12-1.6.0.dist-info")).unwrap();
     let ld = libs.to_str().unwrap().to_string();
     let plugins = libs.join("plugins");
-    let plugins = plugins.to_str().unwrap();
-    let env = [("LD_LIBRARY_PATH", ld.as_str()), ("NIXL_PLUGIN_DIR", plugins)];
-
+    let env = [
+        ("LD_LIBRARY_PATH", ld.as_str()),
+        ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
+    ];
     let mut b = plain_command("rust", "ok");
     b.envs(env);
     let bare = support::output_within(&mut b, WITHIN, "the bare program on the copy");
     assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
 
     let h = Held::start("rust", "ok", &env);
+    let s = h.scrape_when("the WRITE counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 8.0);
+    assert!(s.metric("nixl_agent_interposer_blind").samples().is_empty());
+    let st = support::status_document(h.addr);
+    let own = support::own_status(&st);
+    assert_eq!(own["nixl"]["interposer"]["recording"], true, "{own}");
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(text(&inst.stdout), text(&bare.stdout));
+    assert_eq!(text(&inst.stderr), text(&bare.stderr));
+}
+
+/// The mangled name of a hooked method NIXL's own code never calls through
+/// the loader, and the same name with its last letter changed.
+const UNDEFINED: (&[u8], &[u8]) = (b"_ZNK9nixlAgent13checkRemoteMDE", b"_ZNK9nixlAgent13checkRemoteMXE");
+
+/// `libnixl.so` in `libs` made a NIXL the interposer cannot prove: it no
+/// longer defines `checkRemoteMD` under the name the interposer hooks (the
+/// name rewritten in its symbol tables), as a release that renamed a
+/// method would not. A program that never calls it runs as before.
+fn make_unprovable(libs: &std::path::Path) {
+    let so = libs.join("libnixl.so");
+    let mut bytes = std::fs::read(&so).unwrap();
+    let (from, to) = UNDEFINED;
+    let mut n = 0;
+    let mut at = 0;
+    while let Some(i) = bytes[at..].windows(from.len()).position(|w| w == from) {
+        bytes[at + i..at + i + to.len()].copy_from_slice(to);
+        at += i + from.len();
+        n += 1;
+    }
+    assert!(n > 0, "{} names checkRemoteMD", so.display());
+    std::fs::write(&so, bytes).unwrap();
+}
+
+/// A NIXL the interposer cannot prove (it does not define a hooked
+/// method): the program runs as bare, its readiness is left as it would be
+/// had nothing been refused (ready once started), and the blindness is
+/// loud: a metric with its reason, one line on stderr, the `interposer`
+/// check's note and /v1/status.
+#[test]
+fn a_nixl_the_interposer_cannot_prove_runs_untouched_and_readiness_is_left_alone() {
+    let real = support::nixl_lib_dir();
+    let root = tempfile::tempdir().unwrap();
+    let libs = root.path().join(".nixl_cu12.mesonpy.libs");
+    copy_dir(&real, &libs);
+    std::os::unix::fs::symlink(
+        real.parent().unwrap().join("nixl_cu12.libs"),
+        root.path().join("nixl_cu12.libs"),
+    )
+    .unwrap();
+    std::fs::create_dir(root.path().join("nixl_cu12-1.5.1.dist-info")).unwrap();
+    make_unprovable(&libs);
+    let ld = libs.to_str().unwrap().to_string();
+    let plugins = libs.join("plugins");
+    // The C++ program binds lazily and never calls checkRemoteMD; its
+    // RUNPATH gives way to LD_LIBRARY_PATH.
+    let env = [
+        ("LD_LIBRARY_PATH", ld.as_str()),
+        ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
+    ];
+    let mut b = plain_command("cpp", "ok");
+    b.envs(env);
+    let bare = support::output_within(&mut b, WITHIN, "the bare program on the copy");
+    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+
+    let h = Held::start("cpp", "ok", &env);
     let ready = support::wait_for(WITHIN, "/readyz?verbose names the interposer", || {
         let r = support::get(h.addr, "/readyz?verbose").ok()?;
         r.body.contains("interposer").then_some(r)
     });
-    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert_eq!(ready.status, 200, "{}", ready.body);
     assert!(
         ready
             .body
-            .contains("[-]interposer failed: refused (NIXL 1.6.0 is not a version the interposer was proven against"),
+            .contains("[+]interposer ok (blind: undefined_methods (NIXL 1.5.1 at "),
         "{}",
         ready.body
     );
+    let s = h.scrape().unwrap();
+    assert_eq!(
+        s.value_at("nixl_agent_interposer_blind", &[("reason", "undefined_methods")]),
+        1.0
+    );
+    assert_eq!(s.value_at("nixl_agent_ready", &[]), 1.0);
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 0.0);
     let st = support::status_document(h.addr);
     let i = &support::own_status(&st)["nixl"]["interposer"];
     assert_eq!(i["recording"], false, "{i}");
-    assert!(i["refused"].as_str().unwrap().contains("1.6.0"), "{i}");
-    let s = h.scrape().unwrap();
-    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 0.0);
+    assert_eq!(i["blind"], "undefined_methods", "{i}");
+    assert!(i["refused"].as_str().unwrap().contains("checkRemoteMD"), "{i}");
     let inst = h.finish();
     assert_eq!(inst.status.code(), Some(0));
     assert_eq!(text(&inst.stdout), text(&bare.stdout));
-    let extra = "nixl-agent interposer: not recording NIXL calls: NIXL 1.6.0 is not a version the interposer was proven against (1.5.1)\n";
-    assert_eq!(text(&inst.stderr), format!("{extra}{}", text(&bare.stderr)));
+    let err = text(&inst.stderr);
+    let (line, rest) = err.split_once('\n').unwrap();
+    assert!(
+        line.starts_with("nixl-agent interposer: not recording NIXL calls: NIXL 1.5.1 at ")
+            && line.contains("does not define what the interposer hooks: _ZNK9nixlAgent13checkRemoteMD"),
+        "{err}"
+    );
+    assert_eq!(rest, text(&bare.stderr));
 }
 
 /// NIXL's Python packages copied into `<tmp>/site packages` (a path with a
@@ -617,20 +699,14 @@ fn the_python_front_end_hands_sglangs_names_down_and_each_call_counts_once() {
 }
 
 /// A NIXL build the interposer refuses (a copy of NIXL's Python packages
-/// whose wheel metadata says 1.6.0; `NIXL_AGENT_NIXL_VERSION` saying
-/// 1.5.1 does not overrule it) in a Python process whose front-end is on:
-/// the front-end records as without an interposer, and the refusal is
-/// reported with its fallback; readiness is the front-end's.
+/// whose `libnixl.so` does not define a hooked method, [`make_unprovable`])
+/// in a Python process whose front-end is on: the front-end records as
+/// without an interposer, and the refusal is reported with its fallback;
+/// readiness is the front-end's.
 #[test]
 fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
     let (_root, site) = nixl_moved(None);
-    for name in ["nixl_cu12", "nixl"] {
-        std::fs::rename(
-            site.join(format!("{name}-1.5.1.dist-info")),
-            site.join(format!("{name}-1.6.0.dist-info")),
-        )
-        .unwrap();
-    }
+    make_unprovable(&site.join(support::nixl_lib_dir().file_name().unwrap()));
     let plugins = site.join(support::nixl_lib_dir().file_name().unwrap()).join("plugins");
     let argv: Vec<std::ffi::OsString> = vec![
         support::python().into(),
@@ -642,7 +718,6 @@ fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
         &argv,
         &[
             ("NIXL_AGENT_INSTRUMENT", "1"),
-            ("NIXL_AGENT_NIXL_VERSION", "1.5.1"),
             ("PYTHONPATH", site.to_str().unwrap()),
             ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
         ],
@@ -662,14 +737,26 @@ fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
     let i = &support::own_status(&st)["nixl"]["interposer"];
     assert_eq!(i["recording"], false, "{i}");
     assert_eq!(i["fallback"], "python", "{i}");
-    assert!(i["refused"].as_str().unwrap().contains("1.6.0"), "{i}");
+    assert!(i["refused"].as_str().unwrap().contains("checkRemoteMD"), "{i}");
     let ready = support::get(h.addr, "/readyz?verbose").unwrap();
-    assert!(ready.body.contains("[+]interposer ok"), "{}", ready.body);
+    assert!(ready.body.contains("[+]interposer ok\n"), "{}", ready.body);
+    // The front-end records: nothing is blind.
+    assert!(h
+        .scrape()
+        .unwrap()
+        .metric("nixl_agent_interposer_blind")
+        .samples()
+        .is_empty());
     let out = h.finish();
     assert_eq!(out.status.code(), Some(0));
     let err = text(&out.stderr);
     assert_eq!(
-        err.matches("nixl-agent interposer: not recording NIXL calls: NIXL 1.6.0 is not a version the interposer was proven against (1.5.1); the Python front-end records instead\n").count(),
+        err.lines()
+            .filter(
+                |l| l.starts_with("nixl-agent interposer: not recording NIXL calls: NIXL 1.5.1 at ")
+                    && l.ends_with("; the Python front-end records instead")
+            )
+            .count(),
         1,
         "{err}"
     );

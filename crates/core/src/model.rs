@@ -6,11 +6,13 @@
 
 use std::fmt;
 
+mod blind;
 mod dir_refusal;
 mod ending;
 mod runtime;
 mod transport;
 mod xfer;
+pub use blind::Blind;
 pub use dir_refusal::DirRefusal;
 pub use ending::{Ended, How};
 pub use runtime::{InterposerStatus, NixlStatus, NIXL_SYS_VERSION, REVISION};

@@ -1,6 +1,7 @@
-//! The symbols this library defines ahead of `libnixl.so`: NIXL 1.5.1's
-//! mangled names (`Sym::mangled` spells each, and the gate refuses a
-//! library whose own names differ), each a call of its hook.
+//! The symbols this library defines ahead of `libnixl.so`: NIXL's mangled
+//! names (`Sym::mangled` spells each, and the gate refuses a copy of NIXL
+//! that does not define them, or one of a pair `Sym::instead` names), each
+//! a call of its hook.
 //!
 //! The one place outside nixl-agent-sys that holds `unsafe`: naming an
 //! exported symbol is unsafe by nature (whoever resolves it calls it with
@@ -91,6 +92,34 @@ extern "C-unwind" fn make_xfer(
     // SAFETY: see above.
     unsafe {
         hooks::make_xfer(
+            crate::recorder(),
+            this,
+            op,
+            local,
+            local_idx,
+            remote,
+            remote_idx,
+            req,
+            opt,
+        )
+    }
+}
+
+#[unsafe(export_name = "_ZNK9nixlAgent11makeXferReqERK14nixl_xfer_op_tPK10nixlDlistHRKSt6vectorIiSaIiEES5_SA_RP12nixlXferReqHPK21nixlAgentOptionalArgs")]
+#[allow(clippy::too_many_arguments)]
+extern "C-unwind" fn make_xfer_vec(
+    this: Ptr,
+    op: *const c_int,
+    local: CPtr,
+    local_idx: CPtr,
+    remote: CPtr,
+    remote_idx: CPtr,
+    req: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    // SAFETY: see above.
+    unsafe {
+        hooks::make_xfer_vec(
             crate::recorder(),
             this,
             op,

@@ -424,12 +424,13 @@ impl Recorder {
                 InterposerStatus {
                     recording: true,
                     refused: None,
+                    blind: None,
                     fallback: None,
                 },
                 Some(library.as_str()),
-                Some(version.as_str()),
+                version.as_deref(),
             ),
-            Verdict::Refused { library, why } => {
+            Verdict::Refused { library, why, blind } => {
                 let fallback = python_front_end_on().then_some("python");
                 let instead = if fallback.is_some() {
                     "; the Python front-end records instead"
@@ -443,6 +444,7 @@ impl Recorder {
                 let status = InterposerStatus {
                     recording: false,
                     refused: Some(why.clone()),
+                    blind: Some(*blind),
                     fallback,
                 };
                 if fallback.is_some() {

@@ -52,22 +52,22 @@ pub struct Readiness {
     pub awaits_registration: bool,
     pub anything_registered: bool,
     pub pod_refused: bool,
-    /// The interposer refused this NIXL build and nothing records instead.
-    pub unrecorded: bool,
+    /// The interposer records nothing of this process's NIXL calls, and
+    /// no front-end records instead: what depends on seeing them does not
+    /// hold readiness back.
+    pub blind: bool,
 }
 
 /// Ready: NIXL is up, the lifecycle runs, every required group is
 /// registered (and one group at least, when readiness awaits a
 /// registration), and the pod directory was not refused. The one rule.
+/// An interposer that cannot prove the loaded NIXL fails open, loudly
+/// (`nixl_agent_interposer_blind`, the `interposer` check's note): what
+/// only its recording could tell (NIXL up, the groups registered) does not
+/// hold readiness back, so it never takes serving out of rotation.
 pub fn ready(r: Readiness) -> bool {
-    r.nixl
-        && !r.stuck
-        && !r.lifecycle_dead
-        && r.phase == Phase::Running
-        && r.required_registered
-        && (!r.awaits_registration || r.anything_registered)
-        && !r.pod_refused
-        && !r.unrecorded
+    let seen = r.blind || (r.nixl && r.required_registered && (!r.awaits_registration || r.anything_registered));
+    seen && !r.stuck && !r.lifecycle_dead && r.phase == Phase::Running && !r.pod_refused
 }
 
 pub use crate::model::NixlStatus;
@@ -393,6 +393,9 @@ pub struct Check {
     pub failure: Option<String>,
     /// What to do about the failure, when the agent knows.
     pub fix: Option<String>,
+    /// What a passing check says beside `ok` (a blind interposer: it does
+    /// not hold readiness back, and says why it records nothing).
+    pub note: Option<String>,
 }
 
 impl Status {
@@ -439,7 +442,7 @@ impl Status {
             awaits_registration: self.awaits_registration,
             anything_registered: self.anything_registered(),
             pod_refused: self.pod.as_ref().is_some_and(|p| p.refused.is_some()),
-            unrecorded: self.nixl.unrecorded(),
+            blind: self.nixl.blind().is_some(),
         })
     }
 
@@ -484,6 +487,7 @@ impl Status {
                 (false, None) => Some("starting".to_string()),
             },
             fix: self.nixl.fix.clone().filter(|_| !self.nixl.available),
+            note: None,
         }];
         for g in self.groups.iter().filter(|g| g.required) {
             let failure = match g.state {
@@ -502,6 +506,7 @@ impl Status {
                 name: format!("{}{}", CHECK_GROUP_PREFIX, g.name),
                 failure,
                 fix: None,
+                note: None,
             });
         }
         if self.awaits_registration {
@@ -509,21 +514,21 @@ impl Status {
                 name: CHECK_REGISTERED.to_string(),
                 failure: (!self.anything_registered()).then(|| NOTHING_REGISTERED.to_string()),
                 fix: None,
+                note: None,
             });
         }
         if let Some(i) = &self.nixl.interposer {
+            let blind = self.nixl.blind();
             out.push(Check {
                 name: CHECK_INTERPOSER.to_string(),
-                failure: i
-                    .refused
-                    .as_ref()
-                    .filter(|_| i.fallback.is_none())
-                    .map(|why| format!("refused ({why}); NIXL calls are not recorded")),
-                fix: i
-                    .refused
-                    .as_ref()
-                    .filter(|_| i.fallback.is_none())
-                    .map(|_| "run a NIXL version the interposer was proven against (docs/instrument.md)".to_string()),
+                failure: None,
+                fix: None,
+                note: i.refused.as_ref().filter(|_| blind.is_some()).map(|why| {
+                    format!(
+                        "blind: {} ({why}); NIXL calls are not recorded; fix: see the runbook's NixlInterposerBlind (docs/runbooks.md)",
+                        blind.map_or("", |b| b.as_str())
+                    )
+                }),
             });
         }
         if let Some(p) = &self.pod {
@@ -534,6 +539,7 @@ impl Status {
                     None => r.as_str().to_string(),
                 }),
                 fix: None,
+                note: None,
             });
         }
         if !self.stuck.is_empty() || self.lifecycle_dead {
@@ -548,6 +554,7 @@ impl Status {
                     .to_string(),
                 ),
                 fix: None,
+                note: None,
             });
         }
         if matches!(self.phase, Phase::Draining | Phase::Stopped) {
@@ -555,6 +562,7 @@ impl Status {
                 name: CHECK_DRAINING.to_string(),
                 failure: Some("draining".to_string()),
                 fix: None,
+                note: None,
             });
         }
         out

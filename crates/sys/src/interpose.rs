@@ -24,15 +24,17 @@ pub mod real;
 pub use layout::{BasicDesc, List};
 pub use real::{
     at_exit, forks, hand_down, hand_down_process, in_process, python_in_process, quiet, quiet_thread, Verdict,
-    ENV_NIXL_VERSION, PROVEN,
+    ENV_NIXL_VERSION,
 };
 
 /// The `nixlAgent` methods the interposer exports, with their mangled
 /// names in NIXL 1.5.1 (the Itanium ABI, libstdc++'s C++11 strings).
 ///
-/// Of NIXL's own calls between these, two would be counted twice, and are
-/// left out: the vector `makeXferReq` calls the span one, and the local
-/// `prepXferDlist` calls the one with an agent name.
+/// Of NIXL's own calls between these, one is left out: the local
+/// `prepXferDlist` calls the one with an agent name. Both `makeXferReq`
+/// forms are hooked (releases before 1.5.0 have only the vector one); in
+/// 1.5 the vector one calls the span one, which passes through, re-entered
+/// on a thread already inside a hook: each call is counted once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sym {
     AgentNew,
@@ -44,6 +46,7 @@ pub enum Sym {
     PrepXferDlist,
     ReleasedDlistH,
     MakeXferReq,
+    MakeXferReqVec,
     PostXferReq,
     GetXferStatus,
     ReleaseXferReq,
@@ -57,7 +60,7 @@ pub enum Sym {
 }
 
 impl Sym {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
     pub const ALL: [Sym; Sym::COUNT] = [
         Sym::AgentNew,
         Sym::AgentDrop,
@@ -68,6 +71,7 @@ impl Sym {
         Sym::PrepXferDlist,
         Sym::ReleasedDlistH,
         Sym::MakeXferReq,
+        Sym::MakeXferReqVec,
         Sym::PostXferReq,
         Sym::GetXferStatus,
         Sym::ReleaseXferReq,
@@ -79,6 +83,19 @@ impl Sym {
         Sym::GenNotif,
         Sym::GetNotifs,
     ];
+
+    /// The method NIXL defines instead of this one in some releases: a
+    /// copy must define one of the two. `makeXferReq`'s `std::span` form is
+    /// new in 1.5.0; before it the `std::vector` form is the one programs
+    /// call (and from 1.5.0 it calls the span form, which then passes
+    /// through: one call, counted once).
+    pub const fn instead(self) -> Option<Sym> {
+        match self {
+            Sym::MakeXferReq => Some(Sym::MakeXferReqVec),
+            Sym::MakeXferReqVec => Some(Sym::MakeXferReq),
+            _ => None,
+        }
+    }
 
     /// The symbol's name in `libnixl.so` 1.5.1.
     pub const fn mangled(self) -> &'static str {
@@ -92,6 +109,7 @@ impl Sym {
             Sym::PrepXferDlist => "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
             Sym::ReleasedDlistH => "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH",
             Sym::MakeXferReq => "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
+            Sym::MakeXferReqVec => "_ZNK9nixlAgent11makeXferReqERK14nixl_xfer_op_tPK10nixlDlistHRKSt6vectorIiSaIiEES5_SA_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
             Sym::PostXferReq => "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs",
             Sym::GetXferStatus => "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH",
             Sym::ReleaseXferReq => "_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH",

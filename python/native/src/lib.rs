@@ -290,6 +290,7 @@ fn start_running(py: Python<'_>, frameworks: &[String], rank_hint: Option<u32>) 
         let status = nixl_agent_core::model::InterposerStatus {
             recording: false,
             refused: Some(why),
+            blind: None,
             fallback: Some("python"),
         };
         inst.observer().interposed(&status, None, None);

@@ -46,11 +46,12 @@ pub struct NixlStatus {
 
 impl NixlStatus {
     /// The interposer refused this build and no front-end records instead:
-    /// nothing of the process's NIXL calls is seen.
-    pub fn unrecorded(&self) -> bool {
+    /// nothing of the process's NIXL calls is seen, and why.
+    pub fn blind(&self) -> Option<super::Blind> {
         self.interposer
             .as_ref()
-            .is_some_and(|i| i.refused.is_some() && i.fallback.is_none())
+            .filter(|i| i.refused.is_some() && i.fallback.is_none())
+            .map(|i| i.blind.unwrap_or(super::Blind::NoNixl))
     }
 }
 
@@ -59,9 +60,13 @@ impl NixlStatus {
 pub struct InterposerStatus {
     /// It records every `nixlAgent` call of the process.
     pub recording: bool,
-    /// Why it does not (an unproven version, a failed layout self-test).
+    /// Why it does not (what it could not prove on the loaded NIXL).
     pub refused: Option<String>,
+    /// The same, as a closed word (the metric's `reason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blind: Option<super::Blind>,
     /// Who records instead (`python`: the Python front-end's wrappers), if
-    /// anyone: then the refusal does not hold readiness back.
+    /// anyone. A refusal never holds readiness back either way: an
+    /// observability library does not take serving out of rotation.
     pub fallback: Option<&'static str>,
 }

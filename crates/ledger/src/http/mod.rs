@@ -127,7 +127,10 @@ async fn readyz(State(s): State<AppState>, RawQuery(query): RawQuery) -> Respons
         if verbose {
             for c in st.checks() {
                 match c.failure {
-                    None => body.push_str(&format!("[+]{} ok\n", c.name)),
+                    None => match c.note {
+                        None => body.push_str(&format!("[+]{} ok\n", c.name)),
+                        Some(note) => body.push_str(&format!("[+]{} ok ({note})\n", c.name)),
+                    },
                     Some(why) => match c.fix {
                         None => body.push_str(&format!("[-]{} failed: {why}\n", c.name)),
                         Some(fix) => body.push_str(&format!("[-]{} failed: {why}; fix: {fix}\n", c.name)),

@@ -175,7 +175,7 @@ impl State {
             awaits_registration: p.awaits_registration,
             anything_registered: self.groups.anything_registered(),
             pod_refused: p.pod.as_ref().is_some_and(|p| p.refused.is_some()),
-            unrecorded: p.nixl.unrecorded(),
+            blind: p.nixl.blind().is_some(),
         })
     }
 }

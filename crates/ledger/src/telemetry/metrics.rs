@@ -273,6 +273,11 @@ fn render(st: &State) -> Vec<MetricFamily> {
     if let Some(r) = p.pod.as_ref().and_then(|p| p.refused) {
         pod_refused.gauge(vec![pair("reason", r.as_str())], 1.0);
     }
+    // Only in a process whose interposer records nothing, and nobody else.
+    let mut blind = Out::new(names::INTERPOSER_BLIND, GAUGE);
+    if let Some(r) = p.nixl.blind() {
+        blind.gauge(vec![pair("reason", r.as_str())], 1.0);
+    }
     // Appear on first use: most processes never wrap a foreign call.
     let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL, COUNTER);
     for (op, n) in &st.calls.instrumentation_errors {
@@ -302,6 +307,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
         instrumentation,
         oldest,
         pod_refused,
+        blind,
     ]
     .into_iter()
     .map(|o| o.mf)

@@ -47,6 +47,7 @@ pub const PREVIOUS_RUN_FAILURES: &str = "nixl_agent_previous_run_registration_fa
 pub const PREVIOUS_RUN_END: &str = "nixl_agent_previous_run_end_timestamp_seconds";
 pub const POD_WATCH_LAST_PASS: &str = "nixl_agent_pod_watch_last_pass_timestamp_seconds";
 pub const POD_DIR_REFUSED: &str = "nixl_agent_pod_dir_refused";
+pub const INTERPOSER_BLIND: &str = "nixl_agent_interposer_blind";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
 pub const TRANSFERS_TOTAL: &str = "nixl_agent_transfers_total";
 pub const TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_transfer_failures_total";
@@ -266,6 +267,12 @@ pub const FAMILIES: &[Family] = &[
         Type::Gauge,
         &["reason"],
         "1 when this process was told a pod directory it will not write (reason: link, not_a_directory, not_owner, writable_by_others, unusable) and runs alone; absent otherwise.",
+    ),
+    Family::new(
+        INTERPOSER_BLIND,
+        Type::Gauge,
+        &["reason"],
+        "1 while the interposer preloaded into this process records none of its NIXL calls, because it could not prove the loaded NIXL (reason: no_nixl, undefined_methods, no_self_test, layout_mismatch), and no front-end records instead; readiness is left as it is. Absent otherwise.",
     ),
     Family::new(
         POD_WATCH_SECONDS,
@@ -620,6 +627,7 @@ mod tests {
             POD_WATCH_SECONDS,
             POD_WATCH_LAST_PASS,
             POD_DIR_REFUSED,
+            INTERPOSER_BLIND,
             RANK_EXITS_TOTAL,
             PUBLISH_FAILURES_TOTAL,
             PREVIOUS_RUN_FAILURES,

@@ -402,7 +402,7 @@ impl Span {
 
 /// `makeXferReq(nixl_xfer_op_t, const nixlDlistH& local, span<const int>,
 /// const nixlDlistH& remote, span<const int>, nixlXferReqH*&, const
-/// nixl_opt_args_t*)`.
+/// nixl_opt_args_t*)`, NIXL 1.5's.
 ///
 /// # Safety
 /// See the module.
@@ -422,33 +422,97 @@ pub unsafe fn make_xfer<S: Sink>(
     let (g, inside) = enter(sink);
     // Safety: F is the method's signature.
     let f: F = unsafe { real(g, Sym::MakeXferReq) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
-    };
-    let t = begin(
-        sink,
-        this,
-        &Facts::MakeXfer {
-            op,
-            local: local as usize,
-            local_idx: local_idx.indices(),
-            remote: remote as usize,
-            remote_idx: remote_idx.indices(),
-        },
-    );
     // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            handle: written(st, req),
-            ..Out::default()
-        },
-    );
-    st
+    let call = || unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
+    let Some(_inside) = inside else { return call() };
+    let made = Made {
+        op,
+        local,
+        local_idx: local_idx.indices(),
+        remote,
+        remote_idx: remote_idx.indices(),
+        req,
+    };
+    made.record(sink, this, call)
+}
+
+/// `makeXferReq(const nixl_xfer_op_t&, const nixlDlistH* local, const
+/// std::vector<int>&, const nixlDlistH* remote, const std::vector<int>&,
+/// nixlXferReqH*&, const nixl_opt_args_t*)`: the form releases before 1.5.0
+/// have only (a vector's begin and end pointers at 0 and 8, libstdc++'s
+/// layout the self-test proves on the descriptor lists' vectors).
+///
+/// # Safety
+/// See the module.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn make_xfer_vec<S: Sink>(
+    sink: &S,
+    this: Ptr,
+    op: *const c_int,
+    local: CPtr,
+    local_idx: CPtr,
+    remote: CPtr,
+    remote_idx: CPtr,
+    req: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, *const c_int, CPtr, CPtr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::MakeXferReqVec) };
+    // Safety: the caller's arguments, untouched.
+    let call = || unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
+    let Some(_inside) = inside else { return call() };
+    // Safety: the caller's arguments, live for the call.
+    let made = unsafe {
+        Made {
+            op: if op.is_null() { -1 } else { *op },
+            local,
+            local_idx: layout::ints(local_idx),
+            remote,
+            remote_idx: layout::ints(remote_idx),
+            req,
+        }
+    };
+    made.record(sink, this, call)
+}
+
+/// What either `makeXferReq` form was given.
+struct Made<'a> {
+    op: c_int,
+    local: CPtr,
+    local_idx: &'a [i32],
+    remote: CPtr,
+    remote_idx: &'a [i32],
+    req: *mut Ptr,
+}
+
+impl Made<'_> {
+    /// The call `call`, recorded as a transfer request made.
+    fn record<S: Sink>(self, sink: &S, this: Ptr, call: impl FnOnce() -> c_int) -> c_int {
+        let t = begin(
+            sink,
+            this,
+            &Facts::MakeXfer {
+                op: self.op,
+                local: self.local as usize,
+                local_idx: self.local_idx,
+                remote: self.remote as usize,
+                remote_idx: self.remote_idx,
+            },
+        );
+        let st = call();
+        end(
+            sink,
+            t,
+            st,
+            &Out {
+                handle: written(st, self.req),
+                ..Out::default()
+            },
+        );
+        st
+    }
 }
 
 /// `postXferReq(req, opt)`, on the sink's narrow pair.

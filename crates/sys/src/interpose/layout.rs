@@ -207,6 +207,26 @@ pub unsafe fn basic_list<'a>(list: *const c_void) -> Option<List<'a>> {
     })
 }
 
+/// A `std::vector<int>`'s elements (begin and end pointers at 0 and 8, as
+/// libstdc++ lays out every vector); empty for a null pointer or one that
+/// does not read as a vector of at most 2^24 elements.
+///
+/// # Safety
+/// `v` is null or points to a live `std::vector<int>` for `'a`.
+pub unsafe fn ints<'a>(v: *const c_void) -> &'a [i32] {
+    if v.is_null() {
+        return &[];
+    }
+    // Safety: begin at 0, end at 8, live for the call.
+    let (begin, end) = unsafe { (v.cast::<*const i32>().read(), v.cast::<*const i32>().add(1).read()) };
+    let bytes = (end as usize).wrapping_sub(begin as usize);
+    if begin.is_null() || end < begin || !bytes.is_multiple_of(4) || bytes / 4 > (1 << 24) {
+        return &[];
+    }
+    // Safety: the vector's elements, between its begin and end.
+    unsafe { std::slice::from_raw_parts(begin, bytes / 4) }
+}
+
 /// A `std::string` (C++11 ABI) as text, lossily; empty for a null pointer.
 ///
 /// # Safety

@@ -1,6 +1,8 @@
 //! Finding NIXL's own definitions of what the interposer exports, and the
-//! gate: whether this process's NIXL is a build the interposer reads
-//! (`PROVEN`), decided once, before the first call is recorded.
+//! gate: whether this process's NIXL is a build the interposer reads,
+//! proven on the loaded copy itself (what it defines, how the layout
+//! self-test reads what NIXL's own code built) whatever its version says,
+//! decided once, before the first call is recorded.
 //!
 //! A copy of NIXL is any loaded object that defines `nixlAgent`'s
 //! constructor itself, whatever its file is called (`libnixl.so`,
@@ -19,21 +21,22 @@ use super::Sym;
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
 
-/// NIXL versions the interposer was proven against: the one list,
-/// `crate::capi`'s, which its batched-list assumptions are gated on too.
-pub use crate::capi::PROVEN;
-
-/// The operator's word on a build's version; the layout self-test still
-/// decides.
+/// The operator's word on the version of a build without wheel metadata:
+/// a label only; the loaded copy's symbols and layouts decide.
 pub use crate::capi::ENV_NIXL_VERSION;
 
 /// What the gate decided.
 #[derive(Debug, Clone)]
 pub enum Verdict {
-    /// Calls are recorded: the library, its version.
-    Active { library: String, version: String },
-    /// Calls pass through unrecorded: why, and the library when found.
-    Refused { library: Option<String>, why: String },
+    /// Calls are recorded: the library, its version where known.
+    Active { library: String, version: Option<String> },
+    /// Calls pass through unrecorded: why (in words and as a closed
+    /// word), and the library when found.
+    Refused {
+        library: Option<String>,
+        why: String,
+        blind: crate::model::Blind,
+    },
 }
 
 /// The gate's outcome and NIXL's own functions, by [`Sym`].
@@ -136,6 +139,7 @@ fn defined_in(copy: &Copy, name: &str) -> usize {
 fn judge(chosen: Option<&Copy>, copies: &[Copy], real: &[usize]) -> Verdict {
     let Some(copy) = chosen else {
         return Verdict::Refused {
+            blind: crate::model::Blind::NoNixl,
             library: None,
             why: "no loaded object defines NIXL's nixlAgent".into(),
         };
@@ -150,29 +154,30 @@ fn judge(chosen: Option<&Copy>, copies: &[Copy], real: &[usize]) -> Verdict {
     if !others.is_empty() {
         shown = format!("{shown} (calls go to this copy; also loaded: {})", others.join(", "));
     }
-    let refuse = |why: String| Verdict::Refused {
+    use crate::model::Blind;
+    let refuse = |blind: Blind, why: String| Verdict::Refused {
+        blind,
         library: Some(shown.clone()),
         why,
     };
+    // The version is a label, where known: what is read is proven on the
+    // loaded copy itself, below, whatever its version string says.
     let version = crate::capi::version_of(library.parent().and_then(crate::discover::wheel_version).as_deref());
-    let Some(version) = version else {
-        return refuse(format!(
-            "the NIXL version of {} is unknown (no nixl*.dist-info beside it; set {ENV_NIXL_VERSION} for a build from source)",
-            library.display()
-        ));
-    };
-    if !crate::capi::proven(Some(&version)) {
-        return refuse(format!(
-            "NIXL {version} is not a version the interposer was proven against ({})",
-            PROVEN.join(", ")
-        ));
-    }
-    if let Some(missing) = Sym::ALL.iter().find(|s| real[**s as usize] == 0) {
-        return refuse(format!(
-            "NIXL {version} at {} does not define {} as 1.5.1 does",
-            library.display(),
-            missing.mangled()
-        ));
+    let shown_version = version.as_deref().unwrap_or("of unknown version");
+    let missing: Vec<&str> = Sym::ALL
+        .iter()
+        .filter(|s| real[**s as usize] == 0 && s.instead().is_none_or(|i| real[i as usize] == 0))
+        .map(|s| s.mangled())
+        .collect();
+    if !missing.is_empty() {
+        return refuse(
+            Blind::UndefinedMethods,
+            format!(
+                "NIXL {shown_version} at {} does not define what the interposer hooks: {}",
+                library.display(),
+                missing.join(", ")
+            ),
+        );
     }
     // The builders this copy uses: its own dependency (`libnixl_build.so`),
     // asked through its handle.
@@ -192,15 +197,18 @@ fn judge(chosen: Option<&Copy>, copies: &[Copy], real: &[usize]) -> Verdict {
             .filter(|(_, a)| **a == 0)
             .map(|(s, _)| *s)
             .collect();
-        return refuse(format!(
-            "what the layout self-test builds with is not exported by this NIXL ({}): it cannot run",
-            missing.join(", ")
-        ));
+        return refuse(
+            Blind::NoSelfTest,
+            format!(
+                "what the layout self-test builds with is not exported by this NIXL ({}): it cannot run",
+                missing.join(", ")
+            ),
+        );
     };
     // Safety: `builders` are those functions of the libnixl_build.so this
     // copy of NIXL loaded, found by their mangled names.
     if let Err(why) = unsafe { layout::self_test(&builders) } {
-        return refuse(format!("layout self-test failed: {why}"));
+        return refuse(Blind::LayoutMismatch, format!("layout self-test failed: {why}"));
     }
     Verdict::Active {
         library: shown,
