@@ -13,8 +13,12 @@
 //! - a NIXL whose version no list names is recorded (proven by what it
 //!   loads); one the interposer cannot prove runs untouched, readiness left
 //!   alone, and the blindness is said on stderr in one line, as a metric,
-//!   in /readyz?verbose and in /v1/status.
+//!   in /readyz?verbose and in /v1/status;
+//! - every NIXL release of the last year, and a source-layout build, counts
+//!   NIXL's own example and the three programs ([`releases`]).
 
+#[path = "interposer/releases.rs"]
+mod releases;
 mod support;
 
 use std::io::Write;
