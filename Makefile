@@ -20,8 +20,10 @@ all: test
 setup:
 	bash "$(CURDIR)/scripts/setup.sh"
 
+# The binary and, beside it, the interposer `nixl-agent instrument` preloads
+# (target/release/nixl-agent, target/release/libnixl_agent_interpose.so).
 build: setup
-	$(CARGO) build --release
+	$(CARGO) build --release -p nixl-agent -p nixl-agent-interpose
 
 # The Python package (nixl_agent_instrument) built and installed into .deps/venv.
 python: setup
@@ -41,7 +43,7 @@ wheels: setup
 	bash "$(CURDIR)/scripts/wheels.sh" $(PYTHONS)
 
 # The agent on its embedded default plan; extra arguments: make run ARGS='...'
-run: setup
+run: build
 	$(CARGO) run --release -- run $(ARGS)
 
 # Every test. nextest when available, else cargo test. Lints first: fmt and

@@ -791,6 +791,195 @@ fn the_python_launcher_preloads_the_interposer_for_any_command() {
     assert_eq!(text(&inst.stderr), text(&bare.stderr));
 }
 
+/// One install reaches every language: the wheel `scripts/python.sh`
+/// builds, alone in a fresh virtualenv (`pip install --no-deps`, no
+/// `nixl-agent` on PATH, no `NIXL_AGENT_INTERPOSER`), preloads the
+/// interposer it ships, so a C++ program under its launcher is counted and
+/// prints what it prints bare. The interposer asks no newer glibc than the
+/// wheel's manylinux tag promises.
+#[test]
+fn the_wheel_alone_instruments_a_cpp_program() {
+    let bare = bare("cpp", "ok");
+    assert_eq!(bare.status.code(), Some(0), "bare: {}", text(&bare.stderr));
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let wheels = dir.path().join("wheels");
+    let built = support::output_within(
+        std::process::Command::new("bash")
+            .args(["scripts/python.sh", "dev", "--build-only"])
+            .current_dir(support::repo())
+            .env("NIXL_AGENT_WHEEL_DIR", &wheels),
+        Duration::from_secs(1200),
+        "scripts/python.sh dev --build-only",
+    );
+    assert!(built.status.success(), "{}{}", text(&built.stdout), text(&built.stderr));
+    let wheel = std::fs::read_dir(&wheels)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .expect("a wheel");
+    let venv = dir.path().join("venv");
+    let made = support::output_within(
+        std::process::Command::new(support::python())
+            .args(["-m", "venv"])
+            .arg(&venv),
+        WITHIN,
+        "python -m venv",
+    );
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let installed = support::output_within(
+        std::process::Command::new(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet", "--no-deps", "--no-index"])
+            .arg(&wheel),
+        WITHIN,
+        "pip install the wheel",
+    );
+    assert!(installed.status.success(), "{}", text(&installed.stderr));
+    let shipped = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .join("site-packages/nixl_agent_instrument/libnixl_agent_interpose.so")
+        })
+        .find(|p| p.is_file())
+        .expect("the interposer installed with the package");
+    let tag: u32 = wheel
+        .to_str()
+        .and_then(|w| w.split("manylinux_2_").nth(1))
+        .and_then(|t| t.split('_').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no manylinux_2_N tag in {}", wheel.display()));
+    let bytes = std::fs::read(&shipped).unwrap();
+    let needs = bytes
+        .windows(8)
+        .enumerate()
+        .filter(|(_, w)| w == b"GLIBC_2.")
+        .filter_map(|(i, _)| {
+            let minor: String = bytes[i + 8..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .map(|&b| b as char)
+                .collect();
+            minor.parse::<u32>().ok()
+        })
+        .max()
+        .expect("glibc versions named");
+    assert!(
+        needs <= tag,
+        "the interposer needs GLIBC_2.{needs}, the wheel says manylinux_2_{tag}"
+    );
+
+    let mut cmd = std::process::Command::new(venv.join("bin/nixl-agent-instrument"));
+    cmd.args(support::programs::argv("cpp", "ok"));
+    support::programs::plain_env(&mut cmd);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("NIXL_AGENT_") || k == "PYTHONPATH") {
+        cmd.env_remove(k);
+    }
+    cmd.env("PATH", "/usr/bin:/bin");
+    let h = Held::spawn(cmd);
+    let s = h.scrape_when("the WRITE counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(text(&inst.stdout), text(&bare.stdout));
+    assert_eq!(text(&inst.stderr), text(&bare.stderr));
+}
+
+/// A launcher that finds no interposer (the package as a build from source
+/// leaves it when the interposer was not built, no `nixl-agent` on PATH)
+/// cannot record a C++ program: it says so in one line on stderr, naming
+/// where it looked, and runs the program as it runs bare. A Python
+/// command, which its front-end records, is told nothing.
+#[test]
+fn a_launcher_without_an_interposer_says_so_once() {
+    let bare = bare("cpp", "ok");
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let package = dir.path().join("nixl_agent_instrument");
+    std::fs::create_dir(&package).unwrap();
+    for file in ["__init__.py", "_launcher.py"] {
+        std::fs::copy(
+            support::repo().join("python/nixl_agent_instrument").join(file),
+            package.join(file),
+        )
+        .unwrap();
+    }
+    let launcher = |argv: &[std::ffi::OsString]| {
+        let mut cmd = std::process::Command::new(support::python());
+        cmd.args(["-m", "nixl_agent_instrument._launcher"]).args(argv);
+        support::programs::plain_env(&mut cmd);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("NIXL_AGENT_")) {
+            cmd.env_remove(k);
+        }
+        cmd.env("PYTHONPATH", dir.path())
+            .env("PATH", "/usr/bin:/bin")
+            .env("NIXL_AGENT_LISTEN", "off");
+        cmd
+    };
+    let out = support::output_within(
+        &mut launcher(&support::programs::argv("cpp", "ok")),
+        WITHIN,
+        "the C++ program under a launcher without an interposer",
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), text(&bare.stdout));
+    let err = text(&out.stderr);
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("nixl-agent-instrument: "))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    let looked = package.join("libnixl_agent_interpose.so");
+    assert!(
+        said[0].contains("libnixl_agent_interpose.so not found")
+            && said[0].contains(&format!("(looked at: {})", looked.display()))
+            && said[0].contains("NIXL_AGENT_INTERPOSER"),
+        "{}",
+        said[0]
+    );
+    assert_eq!(
+        err.replacen(&format!("{}\n", said[0]), "", 1),
+        text(&bare.stderr),
+        "the program's own stderr, unchanged"
+    );
+    let py = support::output_within(
+        &mut launcher(&[support::python().into(), "-c".into(), "print('bare')".into()]),
+        WITHIN,
+        "a Python command under it",
+    );
+    assert_eq!(text(&py.stdout), "bare\n");
+    assert_eq!(text(&py.stderr), "");
+}
+
+/// README's `make build` and `make run` leave the interposer beside the
+/// binary, where `nixl-agent instrument` finds it first: their recipes
+/// build the package `nixl-agent-interpose` in the binary's profile.
+#[test]
+fn make_build_and_run_build_the_interposer_beside_the_binary() {
+    for target in ["build", "run"] {
+        let out = support::output_within(
+            std::process::Command::new("make")
+                .args(["-n", target])
+                .current_dir(support::repo()),
+            WITHIN,
+            "make -n",
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let recipe = text(&out.stdout);
+        let builds = recipe.lines().any(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.windows(2).any(|w| w == ["-p", "nixl-agent-interpose"])
+                && words.contains(&"build")
+                && words.contains(&"--release")
+        });
+        assert!(
+            builds,
+            "make {target} does not build the interposer in release:\n{recipe}"
+        );
+    }
+}
+
 /// A Rust embedder in an instrumented process: the kv and aux it hands to
 /// nixl-agent's lifecycle, or registers through `ObservedAgent`, are
 /// counted once, by its own recording (its threads and observed calls pass

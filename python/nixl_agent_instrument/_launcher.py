@@ -12,9 +12,10 @@ import sys
 USAGE = """usage: nixl-agent-instrument COMMAND [ARGS...]
        nixl-agent-instrument --version | --help
 
-Runs COMMAND with NIXL's Python API (nixl_agent) instrumented by nixl-agent;
-with the interposer present (NIXL_AGENT_INTERPOSER, or beside nixl-agent on
-PATH) every NIXL call of the command is recorded, from any language.
+Runs COMMAND with every NIXL call it makes recorded by nixl-agent, from any
+language: the interposer this package ships (or NIXL_AGENT_INTERPOSER, or
+the one beside nixl-agent on PATH) is preloaded, and NIXL's Python API
+(nixl_agent) is instrumented.
   nixl-agent-instrument python -m sglang.launch_server --disaggregation-mode prefill ...
 Settings are NIXL_AGENT_* environment variables (see docs/python.md); the
 instrumentation is off when NIXL_AGENT_INSTRUMENT=off.
@@ -31,23 +32,49 @@ def version():
 INTERPOSER = "libnixl_agent_interpose.so"
 
 
+def searched():
+    """Where the interposer under libnixl.so is looked for, in order: the
+    path NIXL_AGENT_INTERPOSER names (alone), else the copy this package
+    ships beside this file, else beside a ``nixl-agent`` on PATH or in its
+    ``../lib/`` or ``../lib/nixl-agent/`` (as ``nixl-agent instrument``
+    looks)."""
+    named = os.environ.get("NIXL_AGENT_INTERPOSER")
+    if named:
+        return [named]
+    places = [os.path.join(os.path.dirname(os.path.abspath(__file__)), INTERPOSER)]
+    exe = shutil.which("nixl-agent")
+    if exe is not None:
+        here = os.path.dirname(os.path.realpath(exe))
+        for d in (here, os.path.join(here, "..", "lib"), os.path.join(here, "..", "lib", "nixl-agent")):
+            places.append(os.path.normpath(os.path.join(d, INTERPOSER)))
+    return places
+
+
 def interposer():
-    """The interposer under libnixl.so, when this host has one: the path
-    NIXL_AGENT_INTERPOSER names, else beside a ``nixl-agent`` on PATH or in
-    its ``../lib/`` or ``../lib/nixl-agent/`` (as ``nixl-agent instrument``
-    looks). ``None`` without one: the Python front-end alone records."""
+    """The interposer to preload: the path NIXL_AGENT_INTERPOSER names,
+    else the first of :func:`searched` that is a file. ``None`` without
+    one: the Python front-end alone records."""
     named = os.environ.get("NIXL_AGENT_INTERPOSER")
     if named:
         return named
-    exe = shutil.which("nixl-agent")
-    if exe is None:
-        return None
-    here = os.path.dirname(os.path.realpath(exe))
-    for d in (here, os.path.join(here, "..", "lib"), os.path.join(here, "..", "lib", "nixl-agent")):
-        p = os.path.join(d, INTERPOSER)
+    for p in searched():
         if os.path.isfile(p):
             return os.path.realpath(p)
     return None
+
+
+def runs_python(exe):
+    """Whether ``exe`` is a Python interpreter, or a script one runs (its
+    ``#!`` line names python): what the Python front-end instruments without
+    the interposer."""
+    if os.path.basename(exe).startswith("python"):
+        return True
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 def bootstrap_dir():
@@ -75,6 +102,13 @@ def main(argv=None):
         sys.stderr.write(f"nixl-agent-instrument: command not found: {argv[0]}\n")
         return 127
     lib = interposer()
+    if lib is None and not runs_python(exe):
+        # Nothing would record this command's NIXL calls: said once, and the
+        # command runs as it would bare.
+        sys.stderr.write(
+            f"nixl-agent-instrument: not recording the NIXL calls of {argv[0]}: {INTERPOSER} not found "
+            f"(looked at: {', '.join(searched())}); set NIXL_AGENT_INTERPOSER to its path\n"
+        )
     if lib is not None:
         if not os.path.isfile(lib):
             sys.stderr.write(f"nixl-agent-instrument: NIXL_AGENT_INTERPOSER: {lib} is not a file\n")
