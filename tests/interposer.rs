@@ -1611,30 +1611,44 @@ fn sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss() {
     // land within moments.
     // Past 30 s the last scrape is judged below: the summary shows what differs.
     let settle = Instant::now() + Duration::from_secs(30);
+    // The program's own rank: the child that calls NIXL is a rank of its
+    // own on the same address (its calls are its process's, not counted
+    // here).
+    let rank = stress_rank(addr, pid);
     let s = loop {
         let s = support::get(addr, "/metrics")
             .ok()
             .filter(|r| r.status == 200)
             .map(|r| Scrape::parse(&r.body));
         let settled = s.as_ref().is_some_and(|s| {
-            s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) >= done
-                && s.metric("nixl_agent_deregistrations_total").sum() >= n("deregistrations")
+            s.metric("nixl_agent_transfers_total")
+                .label("rank", &rank)
+                .label("op", "write")
+                .label("outcome", "done")
+                .sum()
+                >= done
+                && s.metric("nixl_agent_deregistrations_total").label("rank", &rank).sum() >= n("deregistrations")
         });
         match s {
             Some(s) if settled || Instant::now() > settle => break s,
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
     };
+    let mine = |name: &str| s.metric(name).label("rank", &rank);
+    let recorded_done = mine("nixl_agent_transfers_total")
+        .label("op", "write")
+        .label("outcome", "done")
+        .sum();
     let recorded = serde_json::json!({
-        "done": s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]),
-        "ended_otherwise": s.metric("nixl_agent_transfers_total").sum()
-            - s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]),
-        "bytes": s.value_at("nixl_agent_transfer_bytes_total", &[("op", "write")]),
-        "in_flight": s.metric("nixl_agent_transfers_in_flight").sum(),
-        "registrations": s.metric("nixl_agent_registration_attempts_total").sum(),
-        "registration_failures": s.metric("nixl_agent_registration_failures_total").sum(),
-        "deregistrations": s.metric("nixl_agent_deregistrations_total").sum(),
-        "registered_descriptors": s.metric("nixl_agent_registered_descriptors").sum(),
+        "rank": rank,
+        "done": recorded_done,
+        "ended_otherwise": mine("nixl_agent_transfers_total").sum() - recorded_done,
+        "bytes": mine("nixl_agent_transfer_bytes_total").label("op", "write").sum(),
+        "in_flight": mine("nixl_agent_transfers_in_flight").sum(),
+        "registrations": mine("nixl_agent_registration_attempts_total").sum(),
+        "registration_failures": mine("nixl_agent_registration_failures_total").sum(),
+        "deregistrations": mine("nixl_agent_deregistrations_total").sum(),
+        "registered_descriptors": mine("nixl_agent_registered_descriptors").sum(),
     });
     if let Some(mut i) = stdin.take() {
         let _ = i.write_all(b"\n");
@@ -1707,6 +1721,20 @@ fn sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss() {
         growth_kib <= RSS_GROWTH_KIB,
         "RSS grew {growth_kib} KiB after warm-up: {summary}"
     );
+}
+
+/// The rank the process `pid` serves under at `addr` (the merged view of
+/// the address's ranks names each by its pid); "0" when it cannot tell.
+fn stress_rank(addr: SocketAddr, pid: u32) -> String {
+    let doc: serde_json::Value = support::get(addr, "/v1/status")
+        .ok()
+        .and_then(|r| serde_json::from_str(&r.body).ok())
+        .unwrap_or_default();
+    doc["ranks"]
+        .as_array()
+        .and_then(|ranks| ranks.iter().find(|r| r["pid"] == pid))
+        .and_then(|r| r["rank"].as_u64())
+        .map_or_else(|| "0".to_string(), |r| r.to_string())
 }
 
 /// This machine in words: CPU model and cores, memory.
