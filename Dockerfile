@@ -22,11 +22,13 @@ RUN cargo build --release --locked --bin nixl-agent \
 
 # 2. The nixl_agent_instrument wheel for the stage's python3 (Debian
 #    bookworm: CPython 3.11; one wheel per CPython version, `make wheels`
-#    builds 3.10-3.13), for serving images (docs/image.md).
+#    builds 3.10-3.13), for serving images (docs/image.md). It ships the
+#    interposer built above, as scripts/python.sh's wheels do.
 FROM build AS wheel-build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && rm -rf /var/lib/apt/lists/* \
+ && cp target/interposer/libnixl_agent_interpose.so python/nixl_agent_instrument/ \
  && python3 -m venv /venv \
  && /venv/bin/pip install --no-cache-dir maturin==1.16.0 \
  && /venv/bin/maturin build --release --strip --interpreter python3 -o /wheels

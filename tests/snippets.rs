@@ -40,6 +40,10 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "placeholder programs: tests/interposer.rs runs C++, Rust and Python programs under it",
     ),
     (
+        "nixl-agent-instrument ./my_cpp_server",
+        "a placeholder program: tests/interposer.rs runs the wheel's launcher alone on a C++ program",
+    ),
+    (
         "nixl-agent-instrument vllm serve",
         "no vLLM here: tests/python.rs runs its call shapes",
     ),
