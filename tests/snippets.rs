@@ -52,6 +52,14 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "a pod's emptyDir: tests/pod.rs runs ranks and the sidecar",
     ),
     (
+        "curl -s $A/v1/status | jq '.ranks[].status.nixl.interposer'",
+        "a process under a NIXL the interposer cannot prove: tests/interposer.rs a_nixl_the_interposer_cannot_prove_runs_untouched_and_readiness_is_left_alone reads both",
+    ),
+    (
+        "curl -s \"$A/readyz?verbose\" | grep interposer",
+        "the same process: tests/interposer.rs a_nixl_the_interposer_cannot_prove_runs_untouched_and_readiness_is_left_alone",
+    ),
+    (
         "nixl-agent pod --dir /run/",
         "a pod's emptyDir: tests/pod.rs runs `nixl-agent pod`",
     ),
