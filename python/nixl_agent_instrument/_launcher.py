@@ -12,10 +12,11 @@ import sys
 USAGE = """usage: nixl-agent-instrument COMMAND [ARGS...]
        nixl-agent-instrument --version | --help
 
-Runs COMMAND with every NIXL call it makes recorded by nixl-agent, from any
-language: the interposer this package ships (or NIXL_AGENT_INTERPOSER, or
-the one beside nixl-agent on PATH) is preloaded, and NIXL's Python API
-(nixl_agent) is instrumented.
+Runs COMMAND with the NIXL calls it makes recorded by nixl-agent: NIXL's
+Python API (nixl_agent) is instrumented, and the interposer under libnixl.so
+is preloaded (NIXL_AGENT_INTERPOSER, else for a command that is no Python
+program the one this package ships, else the one beside nixl-agent on PATH),
+so a C++ or Rust command is recorded too.
   nixl-agent-instrument python -m sglang.launch_server --disaggregation-mode prefill ...
 Settings are NIXL_AGENT_* environment variables (see docs/python.md); the
 instrumentation is off when NIXL_AGENT_INSTRUMENT=off.
@@ -32,16 +33,17 @@ def version():
 INTERPOSER = "libnixl_agent_interpose.so"
 
 
-def searched():
+def searched(python=False):
     """Where the interposer under libnixl.so is looked for, in order: the
-    path NIXL_AGENT_INTERPOSER names (alone), else the copy this package
-    ships beside this file, else beside a ``nixl-agent`` on PATH or in its
-    ``../lib/`` or ``../lib/nixl-agent/`` (as ``nixl-agent instrument``
-    looks)."""
+    path NIXL_AGENT_INTERPOSER names (alone), else (for a command that is no
+    Python program: the Python front-end records a Python one) the copy this
+    package ships beside this file, else beside a ``nixl-agent`` on PATH or
+    in its ``../lib/`` or ``../lib/nixl-agent/`` (as ``nixl-agent
+    instrument`` looks)."""
     named = os.environ.get("NIXL_AGENT_INTERPOSER")
     if named:
         return [named]
-    places = [os.path.join(os.path.dirname(os.path.abspath(__file__)), INTERPOSER)]
+    places = [] if python else [os.path.join(os.path.dirname(os.path.abspath(__file__)), INTERPOSER)]
     exe = shutil.which("nixl-agent")
     if exe is not None:
         here = os.path.dirname(os.path.realpath(exe))
@@ -50,14 +52,14 @@ def searched():
     return places
 
 
-def interposer():
+def interposer(python=False):
     """The interposer to preload: the path NIXL_AGENT_INTERPOSER names,
     else the first of :func:`searched` that is a file. ``None`` without
     one: the Python front-end alone records."""
     named = os.environ.get("NIXL_AGENT_INTERPOSER")
     if named:
         return named
-    for p in searched():
+    for p in searched(python):
         if os.path.isfile(p):
             return os.path.realpath(p)
     return None
@@ -101,8 +103,9 @@ def main(argv=None):
     if exe is None:
         sys.stderr.write(f"nixl-agent-instrument: command not found: {argv[0]}\n")
         return 127
-    lib = interposer()
-    if lib is None and not runs_python(exe):
+    python = runs_python(exe)
+    lib = interposer(python)
+    if lib is None and not python:
         # Nothing would record this command's NIXL calls: said once, and the
         # command runs as it would bare.
         sys.stderr.write(
