@@ -595,6 +595,37 @@ fn a_renamed_copy_of_libnixl_runs_as_bare_and_is_counted() {
     runs_as_bare_from(&site, "/libnixl-5d8a2c1e.so");
 }
 
+/// A transfer over lists prepared from N×5 strided arrays (NIXL 1.5's
+/// `nixlDescList<nixlStrideDesc>`, vLLM's NixlConnector's shape) under the
+/// interposer alone: counted with its bytes (16 blocks of 1 KiB), as the
+/// Python front-end counts them, and the program prints what it prints
+/// bare.
+#[test]
+fn a_strided_transfer_under_the_interposer_is_counted_with_its_bytes() {
+    let script = program("strided.py");
+    let mut b = std::process::Command::new(support::python());
+    b.arg(&script);
+    support::programs::plain_env(&mut b);
+    let bare = support::output_within(&mut b, WITHIN, "strided.py bare");
+    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+    let argv: Vec<std::ffi::OsString> = vec![support::python().into(), script.into()];
+    let h = Held::start_argv(&argv, &[]);
+    let s = h.scrape_when("the WRITE counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+    });
+    assert_eq!(
+        s.value_at("nixl_agent_transfer_bytes_total", &[("op", "write")]),
+        16384.0,
+        "16 strided blocks of 1 KiB"
+    );
+    let st = support::status_document(h.addr);
+    assert_eq!(support::own_status(&st)["nixl"]["interposer"]["recording"], true);
+    let out = h.finish();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(unstamped(&out.stdout), unstamped(&bare.stdout));
+    assert_eq!(unstamped(&out.stderr), unstamped(&bare.stderr));
+}
+
 /// A port held by a program that is not nixl-agent and answers slowly:
 /// each connection gets one byte every 250 ms for `for_` (what the
 /// interposer's start-up asks of a port it cannot bind). Returns the

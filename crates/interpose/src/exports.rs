@@ -71,6 +71,12 @@ extern "C-unwind" fn prep_dlist(this: Ptr, peer: CPtr, descs: CPtr, out: *mut Pt
     unsafe { hooks::prep_dlist(crate::recorder(), this, peer, descs, out, opt) }
 }
 
+#[unsafe(export_name = "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOptionalArgs")]
+extern "C-unwind" fn prep_dlist_strided(this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
+    // SAFETY: see above.
+    unsafe { hooks::prep_dlist_strided(crate::recorder(), this, peer, descs, out, opt) }
+}
+
 #[unsafe(export_name = "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH")]
 extern "C-unwind" fn released_dlist(this: Ptr, dlist: Ptr) -> c_int {
     // SAFETY: see above.

@@ -44,6 +44,7 @@ pub enum Sym {
     DeregisterMem,
     CreateXferReq,
     PrepXferDlist,
+    PrepXferDlistStrided,
     ReleasedDlistH,
     MakeXferReq,
     MakeXferReqVec,
@@ -60,7 +61,7 @@ pub enum Sym {
 }
 
 impl Sym {
-    pub const COUNT: usize = 20;
+    pub const COUNT: usize = 21;
     pub const ALL: [Sym; Sym::COUNT] = [
         Sym::AgentNew,
         Sym::AgentDrop,
@@ -69,6 +70,7 @@ impl Sym {
         Sym::DeregisterMem,
         Sym::CreateXferReq,
         Sym::PrepXferDlist,
+        Sym::PrepXferDlistStrided,
         Sym::ReleasedDlistH,
         Sym::MakeXferReq,
         Sym::MakeXferReqVec,
@@ -97,6 +99,13 @@ impl Sym {
         }
     }
 
+    /// A method only some releases have, which a copy need not define:
+    /// the strided `prepXferDlist` (`nixlDescList<nixlStrideDesc>`, what
+    /// NIXL 1.5's Python API prepares Nx5 arrays with).
+    pub const fn optional(self) -> bool {
+        matches!(self, Sym::PrepXferDlistStrided)
+    }
+
     /// The symbol's name in `libnixl.so` 1.5.1.
     pub const fn mangled(self) -> &'static str {
         match self {
@@ -107,6 +116,7 @@ impl Sym {
             Sym::DeregisterMem => "_ZN9nixlAgent13deregisterMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs",
             Sym::CreateXferReq => "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs",
             Sym::PrepXferDlist => "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
+            Sym::PrepXferDlistStrided => "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
             Sym::ReleasedDlistH => "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH",
             Sym::MakeXferReq => "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
             Sym::MakeXferReqVec => "_ZNK9nixlAgent11makeXferReqERK14nixl_xfer_op_tPK10nixlDlistHRKSt6vectorIiSaIiEES5_SA_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
@@ -216,6 +226,13 @@ pub enum Facts<'a> {
     PrepDlist {
         peer: &'a str,
         list: Option<List<'a>>,
+    },
+    /// The strided `prepXferDlist` with an agent name; `None`: a list not
+    /// read (a release whose strided descriptors are not proven). Out: the
+    /// list handle.
+    PrepStrided {
+        peer: &'a str,
+        list: Option<layout::StrideList<'a>>,
     },
     ReleaseDlist {
         dlist: usize,

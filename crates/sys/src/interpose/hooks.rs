@@ -382,6 +382,51 @@ pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, 
     st
 }
 
+/// `prepXferDlist(const std::string& agent, const nixl_stride_dlist_t&,
+/// nixlDlistH*&, const nixl_opt_args_t*)`: NIXL 1.5's strided form, read
+/// only where the self-test proved its descriptors ([`Gate::strided`]).
+///
+/// # Safety
+/// See the module.
+pub unsafe fn prep_dlist_strided<S: Sink>(
+    sink: &S,
+    this: Ptr,
+    peer: CPtr,
+    descs: CPtr,
+    out: *mut Ptr,
+    opt: CPtr,
+) -> c_int {
+    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
+    let (g, inside) = enter(sink);
+    // Safety: F is the method's signature.
+    let f: F = unsafe { real(g, Sym::PrepXferDlistStrided) };
+    let Some(_inside) = inside else {
+        // Safety: the caller's arguments, untouched.
+        return unsafe { f(this, peer, descs, out, opt) };
+    };
+    // Safety: the caller's arguments, live for the call; the list is read
+    // only on a NIXL whose strided descriptors the self-test proved.
+    let (p, list) = unsafe {
+        (
+            layout::string(peer),
+            if g.strided { layout::stride_list(descs) } else { None },
+        )
+    };
+    let t = begin(sink, this, &Facts::PrepStrided { peer: &p, list });
+    // Safety: the caller's arguments, untouched.
+    let st = unsafe { f(this, peer, descs, out, opt) };
+    end(
+        sink,
+        t,
+        st,
+        &Out {
+            handle: written(st, out),
+            ..Out::default()
+        },
+    );
+    st
+}
+
 /// The span `makeXferReq`'s indices (`std::span<const int>`: pointer, length).
 #[repr(C)]
 #[derive(Clone, Copy)]

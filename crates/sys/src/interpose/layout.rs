@@ -8,6 +8,9 @@
 //!   layout is the only way in.
 //! - `nixlBasicDesc`: `{ addr: uintptr_t, len: size_t, devId: uint64_t }`,
 //!   24 bytes; `nixlBlobDesc` adds a `std::string metaInfo`: 56 bytes.
+//! - `nixlStrideDesc` (NIXL 1.5): a `nixlBasicDesc`, then `stride` and
+//!   `count`: 40 bytes, proven per process ([`stride_test`]); a NIXL whose
+//!   strided descriptors read otherwise has its strided lists not read.
 //! - `std::string` (C++11 ABI): data pointer at 0, length at 8, 32 bytes.
 //! - `nixl_notifs_t` (libstdc++'s `unordered_map<string, vector<string>>`):
 //!   the first node at 16; a node's next node at 0, its key at 8, its
@@ -205,6 +208,121 @@ pub unsafe fn basic_list<'a>(list: *const c_void) -> Option<List<'a>> {
         mem_type: unsafe { mem_type(list) },
         descs: Descs::Basic(descs),
     })
+}
+
+/// The size of NIXL 1.5's `nixlStrideDesc` (`nixlBasicDesc`, then the
+/// `stride` and `count` of its run of blocks): proven per process by
+/// [`stride_test`], since releases differ (later NIXL adds a metadata
+/// pointer and a start index).
+pub const STRIDE_DESC: usize = 40;
+
+/// A strided (compressed) transfer list, `nixlDescList<nixlStrideDesc>`:
+/// each descriptor a run of `count` blocks of `len` bytes, `stride` apart.
+#[derive(Clone, Copy)]
+pub struct StrideList<'a> {
+    pub mem_type: i32,
+    runs: &'a [[u64; 5]],
+}
+
+impl StrideList<'_> {
+    /// Each run's block length and count, in order: the prepared list's
+    /// flat block indices count through them.
+    pub fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.runs.iter().map(|r| (r[1], r[4]))
+    }
+}
+
+/// The caller's strided list, read as 40-byte descriptors (addr, len,
+/// devId, stride, count); `None` when it does not read as one.
+///
+/// # Safety
+/// `list` is null or a live `nixlDescList<nixlStrideDesc>` for `'a`, of a
+/// NIXL whose [`stride_test`] passed.
+pub unsafe fn stride_list<'a>(list: *const c_void) -> Option<StrideList<'a>> {
+    // Safety: as the caller promises.
+    let (begin, n) = unsafe { elements(list, STRIDE_DESC)? };
+    if n > (1 << 24) || (n > 0 && !(begin as usize).is_multiple_of(8)) {
+        return None;
+    }
+    let runs = if n == 0 {
+        &[][..]
+    } else {
+        // Safety: `n` descriptors of five 8-byte words, aligned, live.
+        unsafe { std::slice::from_raw_parts(begin.cast::<[u64; 5]>(), n) }
+    };
+    Some(StrideList {
+        // Safety: as the caller promises.
+        mem_type: unsafe { mem_type(list) },
+        runs,
+    })
+}
+
+/// What [`stride_test`] needs of `libnixl_build.so`.
+pub struct StrideBuilders {
+    /// `nixlDescList<nixlStrideDesc>::nixlDescList(const nixl_mem_t&, const int&)`
+    pub list_new: usize,
+    /// `nixlDescList<nixlStrideDesc>::addDesc(const nixlStrideDesc&)`
+    pub list_add: usize,
+    /// `nixlDescList<nixlStrideDesc>::~nixlDescList()`
+    pub list_drop: usize,
+}
+
+pub(super) const STRIDE_SYMBOLS: [&str; 3] = [
+    "_ZN12nixlDescListI14nixlStrideDescEC1ERK10nixl_mem_tRKi",
+    "_ZN12nixlDescListI14nixlStrideDescE7addDescERKS0_",
+    "_ZN12nixlDescListI14nixlStrideDescED1Ev",
+];
+
+/// NIXL's own strided list takes two descriptors (`addDesc` copies
+/// `sizeof(nixlStrideDesc)` bytes of each) and must read back as exactly
+/// those two 40-byte descriptors: a NIXL whose descriptor is another size
+/// reads as another count of bytes, and its strided lists are not read.
+///
+/// # Safety
+/// `b` holds the addresses of those functions of the loaded NIXL.
+pub(super) unsafe fn stride_test(b: &StrideBuilders) -> Result<(), String> {
+    type ListNew = unsafe extern "C-unwind" fn(*mut c_void, *const i32, *const i32);
+    type ListAdd = unsafe extern "C-unwind" fn(*mut c_void, *const c_void);
+    type ListDrop = unsafe extern "C-unwind" fn(*mut c_void);
+    // Safety: each address is the named function, whose signature these
+    // types spell.
+    let (list_new, list_add, list_drop) = unsafe {
+        (
+            std::mem::transmute::<usize, ListNew>(b.list_new),
+            std::mem::transmute::<usize, ListAdd>(b.list_add),
+            std::mem::transmute::<usize, ListDrop>(b.list_drop),
+        )
+    };
+    let want: [[u64; 5]; 2] = [[0x7f00_0000_1000, 4096, 3, 8192, 17], [0x2000, 512, 0, 512, 9]];
+    let mut list = Room([0; 128]);
+    let (mem, reserve) = (DRAM_SEG, 0i32);
+    // Safety: NIXL's constructor builds the list in a room larger than the
+    // class; each descriptor is a room of plain words (larger than any
+    // release's descriptor, the rest zero) that `addDesc` copies; the list's
+    // destructor runs once, after it is read.
+    unsafe {
+        list_new(list.0.as_mut_ptr().cast(), &mem, &reserve);
+        for d in &want {
+            let mut room = Room([0; 128]);
+            for (i, w) in d.iter().enumerate() {
+                room.0[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+            }
+            list_add(list.0.as_mut_ptr().cast(), room.0.as_ptr().cast());
+        }
+    }
+    // Safety: the list NIXL just built, live until dropped below.
+    let read = unsafe { stride_list(list.0.as_ptr().cast()) }.map(|l| (l.mem_type, l.runs.to_vec()));
+    // Safety: NIXL's destructor of the list it built, once.
+    unsafe { list_drop(list.0.as_mut_ptr().cast()) };
+    match read {
+        Some((m, got)) if m == DRAM_SEG && got == want => Ok(()),
+        Some((m, got)) => Err(format!(
+            "a strided list NIXL built reads back as type {m} with {got:x?}, not type {DRAM_SEG} with {want:x?}"
+        )),
+        None => Err(format!(
+            "a strided list NIXL built does not read as {STRIDE_DESC}-byte descriptors"
+        )),
+    }
 }
 
 /// A `std::vector<int>`'s elements (begin and end pointers at 0 and 8, as
@@ -601,5 +719,24 @@ mod tests {
         assert_eq!(unsafe { notifs_test(&b) }, Ok(()));
         // Safety: as above.
         assert_eq!(unsafe { self_test(&b) }, Ok(()));
+        // Safety: those functions of the NIXL just loaded.
+        let s: Vec<usize> = unsafe {
+            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            STRIDE_SYMBOLS
+                .iter()
+                .map(|s| {
+                    let c = std::ffi::CString::new(*s).unwrap();
+                    libc::dlsym(h, c.as_ptr()) as usize
+                })
+                .collect()
+        };
+        let strides = StrideBuilders {
+            list_new: s[0],
+            list_add: s[1],
+            list_drop: s[2],
+        };
+        // Safety: those functions of the NIXL loaded above.
+        let read = unsafe { stride_test(&strides) };
+        assert_eq!(read, Ok(()), "NIXL 1.5.1's 40-byte strided descriptors");
     }
 }

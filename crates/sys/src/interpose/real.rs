@@ -16,7 +16,7 @@
 //! every definition forwarded to, the descriptor-list builders the
 //! self-test runs and the version read all come from that copy.
 
-use super::layout::{self, Builders, BUILDER_SYMBOLS};
+use super::layout::{self, Builders, StrideBuilders, BUILDER_SYMBOLS, STRIDE_SYMBOLS};
 use super::Sym;
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
@@ -43,6 +43,10 @@ pub enum Verdict {
 pub struct Gate {
     pub verdict: Verdict,
     real: [usize; Sym::COUNT],
+    /// Strided lists are read: the copy's `nixlStrideDesc` passed
+    /// [`layout::stride_test`] (else a strided `prepXferDlist` passes
+    /// through unread, its transfers counted without their bytes).
+    pub strided: bool,
 }
 
 impl Gate {
@@ -83,7 +87,26 @@ fn decide() -> Gate {
         }
     }
     let verdict = judge(chosen, &copies, &real);
-    Gate { verdict, real }
+    let strided = matches!(verdict, Verdict::Active { .. })
+        && real[Sym::PrepXferDlistStrided as usize] != 0
+        && chosen.is_some_and(strides_read);
+    Gate { verdict, real, strided }
+}
+
+/// Whether `copy`'s strided descriptors read as [`layout::stride_test`]
+/// proves them.
+fn strides_read(copy: &Copy) -> bool {
+    let f: Vec<usize> = STRIDE_SYMBOLS.iter().map(|s| lookup(copy.handle, s)).collect();
+    if f.contains(&0) {
+        return false;
+    }
+    let b = StrideBuilders {
+        list_new: f[0],
+        list_add: f[1],
+        list_drop: f[2],
+    };
+    // Safety: those functions of the libnixl_build.so this copy loaded.
+    unsafe { layout::stride_test(&b) }.is_ok()
 }
 
 /// A loaded copy of NIXL: an object that defines [`ANCHOR`] itself.
@@ -166,7 +189,7 @@ fn judge(chosen: Option<&Copy>, copies: &[Copy], real: &[usize]) -> Verdict {
     let shown_version = version.as_deref().unwrap_or("of unknown version");
     let missing: Vec<&str> = Sym::ALL
         .iter()
-        .filter(|s| real[**s as usize] == 0 && s.instead().is_none_or(|i| real[i as usize] == 0))
+        .filter(|s| !s.optional() && real[**s as usize] == 0 && s.instead().is_none_or(|i| real[i as usize] == 0))
         .map(|s| s.mangled())
         .collect();
     if !missing.is_empty() {
