@@ -246,6 +246,91 @@ fn soak_figures_are_the_committed_soak_result() {
     }
 }
 
+/// docs/reliability.md's stress figures are those of the committed `make
+/// stress` result (tests/interposer.rs writes it; scripts/stress.sh copies
+/// it to bench/results/stress.json).
+#[test]
+fn stress_figures_are_the_committed_stress_result() {
+    let page = doc("reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let run: serde_json::Value = serde_json::from_str(&read("bench/results/stress.json")).unwrap();
+    let n = |path: &[&str]| {
+        path.iter()
+            .fold(&run, |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or_else(|| panic!("stress.json has no {path:?}"))
+    };
+    let thousands = |v: f64| {
+        let s = format!("{}", v as u64);
+        let mut out = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    };
+    let mb = |k: &str| format!("{:.1} MB", n(&[k]) * 1024.0 / 1e6);
+    for figure in [
+        format!(
+            "`NIXL_AGENT_STRESS_SECS={}` ({} build, {:.1} s of the program) on {}",
+            n(&["requested_seconds"]),
+            run["build"].as_str().unwrap(),
+            n(&["seconds"]),
+            run["machine"].as_str().unwrap()
+        ),
+        format!(
+            "{} transfers posted and done by the program, {} recorded as done",
+            thousands(n(&["program", "posted"])),
+            thousands(n(&["recorded", "done"]))
+        ),
+        format!(
+            "{} bytes by the program, {} recorded",
+            thousands(n(&["program", "bytes"])),
+            thousands(n(&["recorded", "bytes"]))
+        ),
+        format!(
+            "{} registrations and {} deregistrations by the program, {} and {} recorded",
+            thousands(n(&["program", "registrations"])),
+            thousands(n(&["program", "deregistrations"])),
+            thousands(n(&["recorded", "registrations"])),
+            thousands(n(&["recorded", "deregistrations"]))
+        ),
+        format!(
+            "{} agents created and destroyed",
+            thousands(n(&["program", "agents_created"]))
+        ),
+        format!(
+            "{} forks ({} children that call no NIXL, {} that does)",
+            n(&["program", "forks"]),
+            n(&["program", "children_ok"]),
+            n(&["program", "nixl_children_ok"])
+        ),
+        format!(
+            "{} scrapes of /metrics, {} failed",
+            thousands(n(&["scrapes"])),
+            n(&["scrape_failures"])
+        ),
+        format!(
+            "RSS {} at the first sample, {} after warm-up, {} at its peak and {} at the last sample",
+            mb("rss_start_kib"),
+            mb("rss_warm_kib"),
+            mb("rss_peak_kib"),
+            mb("rss_end_kib")
+        ),
+        format!(
+            "growth after warm-up {} KiB, {:.2} bytes per transfer",
+            thousands(n(&["rss_growth_kib"])),
+            n(&["rss_growth_bytes_per_transfer"])
+        ),
+    ] {
+        assert!(
+            page.contains(&figure),
+            "docs/reliability.md lacks `{figure}` (from bench/results/stress.json)"
+        );
+    }
+}
+
 /// GitHub's anchor of a heading: lower case, spaces to `-`, punctuation
 /// other than `-` and `_` dropped.
 fn anchor(heading: &str) -> String {
