@@ -404,3 +404,58 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
 pub fn python_in_process() -> bool {
     lookup(libc::RTLD_DEFAULT, "Py_IsInitialized") != 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two copies of NIXL in one process (the set-up's `libnixl.so` and a
+    /// copy of it at another path, each loaded `RTLD_LOCAL`): both are
+    /// found by what they define, one is chosen, every definition calls go
+    /// to is that copy's own, the proof runs on it, and the verdict names
+    /// the other.
+    #[test]
+    fn with_two_copies_loaded_calls_and_the_proof_go_to_one_and_the_other_is_named() {
+        let dir = std::env::var("NIXL_LIB_DIR").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../.deps/nixl/.nixl_cu12.mesonpy.libs").into()
+        });
+        let first = Path::new(&dir).join("libnixl.so");
+        let tmp = std::env::temp_dir().join(format!("nixl-agent-two-copies-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let second = tmp.join("libnixl-copy.so");
+        std::fs::copy(&first, &second).unwrap();
+        for p in [&first, &second] {
+            let c = CString::new(p.to_str().unwrap()).unwrap();
+            // Safety: loads NIXL's library (and, for the copy, its
+            // dependencies already loaded by the first); its constructors
+            // only set up NIXL's own statics.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            assert!(!h.is_null(), "dlopen {}", p.display());
+        }
+        let copies = copies();
+        let paths: Vec<String> = copies.iter().map(|c| c.path.display().to_string()).collect();
+        assert!(
+            paths.iter().any(|p| p.ends_with("/libnixl.so")) && paths.iter().any(|p| p.ends_with("/libnixl-copy.so")),
+            "{paths:?}"
+        );
+        let chosen = chosen(&copies).expect("a copy is chosen");
+        let mut real = [0usize; Sym::COUNT];
+        for sym in Sym::ALL {
+            real[sym as usize] = defined_in(chosen, sym.mangled());
+            if real[sym as usize] != 0 {
+                assert_eq!(
+                    base_of(real[sym as usize]),
+                    Some(chosen.base),
+                    "{sym:?} is the chosen copy's own"
+                );
+            }
+        }
+        match judge(Some(chosen), &copies, &real) {
+            Verdict::Active { library, .. } => {
+                assert!(library.contains("calls go to this copy; also loaded: "), "{library}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
