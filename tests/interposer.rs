@@ -797,6 +797,20 @@ fn a_refused_build_falls_back_to_the_python_front_end_and_says_so() {
     );
 }
 
+/// `cmd`, the C++ program's `ok` under some launcher: its WRITE and two
+/// registrations counted, and its exit code, stdout and stderr `bare`'s.
+fn cpp_ok_counted_as_bare(cmd: std::process::Command, bare: &Output) {
+    let h = Held::spawn(cmd);
+    let s = h.scrape_when("the WRITE counted", |s| {
+        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
+    });
+    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), Some(0));
+    assert_eq!(text(&inst.stdout), text(&bare.stdout));
+    assert_eq!(text(&inst.stderr), text(&bare.stderr));
+}
+
 /// The Python package's launcher, `nixl-agent-instrument`, is the one
 /// launcher too where the interposer is present (`NIXL_AGENT_INTERPOSER`):
 /// a C++ program under it is counted, and prints what it prints bare.
@@ -811,15 +825,7 @@ fn the_python_launcher_preloads_the_interposer_for_any_command() {
         cmd.env_remove(k);
     }
     cmd.env("NIXL_AGENT_INTERPOSER", support::programs::interposer());
-    let h = Held::spawn(cmd);
-    let s = h.scrape_when("the WRITE counted", |s| {
-        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
-    });
-    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
-    let inst = h.finish();
-    assert_eq!(inst.status.code(), Some(0));
-    assert_eq!(text(&inst.stdout), text(&bare.stdout));
-    assert_eq!(text(&inst.stderr), text(&bare.stderr));
+    cpp_ok_counted_as_bare(cmd, &bare);
 }
 
 /// One install reaches every language: the wheel `scripts/python.sh`
@@ -907,15 +913,7 @@ fn the_wheel_alone_instruments_a_cpp_program() {
         cmd.env_remove(k);
     }
     cmd.env("PATH", "/usr/bin:/bin");
-    let h = Held::spawn(cmd);
-    let s = h.scrape_when("the WRITE counted", |s| {
-        s.value_at("nixl_agent_transfers_total", &[("op", "write"), ("outcome", "done")]) == 1.0
-    });
-    assert_eq!(s.metric("nixl_agent_registration_attempts_total").sum(), 2.0);
-    let inst = h.finish();
-    assert_eq!(inst.status.code(), Some(0));
-    assert_eq!(text(&inst.stdout), text(&bare.stdout));
-    assert_eq!(text(&inst.stderr), text(&bare.stderr));
+    cpp_ok_counted_as_bare(cmd, &bare);
 }
 
 /// A launcher that finds no interposer (the package as a build from source

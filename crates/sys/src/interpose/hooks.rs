@@ -357,29 +357,16 @@ fn written(st: c_int, out: *mut Ptr) -> usize {
 /// # Safety
 /// See the module.
 pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::PrepXferDlist) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, peer, descs, out, opt) };
-    };
-    // Safety: the caller's arguments, live for the call.
-    let (p, list) = unsafe { (layout::string(peer), layout::basic_list(descs)) };
-    let t = begin(sink, this, &Facts::PrepDlist { peer: &p, list });
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, peer, descs, out, opt) };
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            handle: written(st, out),
-            ..Out::default()
-        },
-    );
-    st
+    fn facts<'a>(_: &Gate, p: &'a str, descs: CPtr) -> Facts<'a> {
+        Facts::PrepDlist {
+            peer: p,
+            // Safety: the caller's list, live for the call.
+            list: unsafe { layout::basic_list(descs) },
+        }
+    }
+    let args = [this, peer.cast_mut(), descs.cast_mut(), opt.cast_mut()];
+    // Safety: the caller's arguments, as the module says.
+    unsafe { prep(sink, Sym::PrepXferDlist, args, out, facts) }
 }
 
 /// `prepXferDlist(const std::string& agent, const nixl_stride_dlist_t&,
@@ -396,25 +383,47 @@ pub unsafe fn prep_dlist_strided<S: Sink>(
     out: *mut Ptr,
     opt: CPtr,
 ) -> c_int {
+    fn facts<'a>(g: &Gate, p: &'a str, descs: CPtr) -> Facts<'a> {
+        Facts::PrepStrided {
+            peer: p,
+            list: if g.strided {
+                // Safety: the caller's list, live for the call, read only on
+                // a NIXL whose strided descriptors the self-test proved.
+                unsafe { layout::stride_list(descs) }
+            } else {
+                None
+            },
+        }
+    }
+    let args = [this, peer.cast_mut(), descs.cast_mut(), opt.cast_mut()];
+    // Safety: the caller's arguments, as the module says.
+    unsafe { prep(sink, Sym::PrepXferDlistStrided, args, out, facts) }
+}
+
+/// Either `prepXferDlist` form (`args`: this, the peer's name, the list,
+/// the optional arguments), its list described by `facts`.
+///
+/// # Safety
+/// `sym` is a `prepXferDlist` form, called through its exported symbol
+/// with its caller's arguments.
+unsafe fn prep<S: Sink>(
+    sink: &S,
+    sym: Sym,
+    [this, peer, descs, opt]: [Ptr; 4],
+    out: *mut Ptr,
+    facts: impl for<'a> FnOnce(&Gate, &'a str, CPtr) -> Facts<'a>,
+) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
     let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::PrepXferDlistStrided) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, peer, descs, out, opt) };
-    };
-    // Safety: the caller's arguments, live for the call; the list is read
-    // only on a NIXL whose strided descriptors the self-test proved.
-    let (p, list) = unsafe {
-        (
-            layout::string(peer),
-            if g.strided { layout::stride_list(descs) } else { None },
-        )
-    };
-    let t = begin(sink, this, &Facts::PrepStrided { peer: &p, list });
+    // Safety: F is both forms' signature.
+    let f: F = unsafe { real(g, sym) };
     // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, peer, descs, out, opt) };
+    let call = || unsafe { f(this, peer, descs, out, opt) };
+    let Some(_inside) = inside else { return call() };
+    // Safety: the caller's name, live for the call.
+    let p = unsafe { layout::string(peer) };
+    let t = begin(sink, this, &facts(g, &p, descs));
+    let st = call();
     end(
         sink,
         t,
