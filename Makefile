@@ -67,7 +67,8 @@ test: setup
 
 # The NIXL release matrix (docs/instrument.md, "Tested"): every build
 # scripts/matrix.sh sets up in .deps/matrix/, NIXL's own example and the
-# C++, Rust and Python programs counted under the interposer on each.
+# C++, Rust and Python programs counted under the interposer on each, the
+# lifecycle (`nixl-agent run`) and the Python front-end too.
 # `make test` runs three of them: the oldest, the newest, the source layout.
 .PHONY: matrix
 matrix: setup

@@ -14,12 +14,26 @@
 //!
 //! Each prints what it prints bare, with the same exit code, and its
 //! registrations, deregistrations, WRITE, bytes and notification are counted
-//! on the sidecar. `make test` runs the oldest release, the newest and the
-//! source layout; `make matrix` runs every build.
+//! on the sidecar.
+//!
+//! The rest of the product runs on each build too:
+//! - the lifecycle: `nixl-agent run` on its default plan, with NIXL_LIB_DIR
+//!   at the build's libraries, is ready with kv's 8 and aux's 4 regions
+//!   registered (one `registerMem` of a list a group on a version of
+//!   `capi::PROVEN`, one region a call on any other, as its log says) and
+//!   drains on SIGTERM to nothing registered, exit 0;
+//! - the Python front-end: the Python program under the virtualenv's
+//!   launcher `nixl-agent-instrument` with no interposer to preload, so
+//!   that the front-end itself records it, counted as above and unchanged.
+//!
+//! `make test` runs the oldest release, the newest and the source layout;
+//! `make matrix` runs every build.
 
 use super::support;
 use super::support::programs::{argv, launched_argv, plain_env, unstamped};
+use super::support::{AgentProcess, Spawn};
 use super::{text, WITHIN};
+use nixl_agent_sys::capi;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -35,6 +49,17 @@ struct Build {
 }
 
 impl Build {
+    /// Its NIXL version as the lifecycle judges it: the wheel's, none for
+    /// the source layout (no dist-info, no NIXL_AGENT_NIXL_VERSION).
+    fn version(&self) -> Option<&'static str> {
+        self.folder.strip_prefix(self.dist)?.strip_prefix('-')
+    }
+
+    /// Where its libraries are (`libnixl_capi.so`, `plugins/`).
+    fn libs(&self) -> PathBuf {
+        self.root().join(format!(".{}.mesonpy.libs", self.dist))
+    }
+
     fn root(&self) -> PathBuf {
         let root = support::repo().join(".deps/matrix").join(self.folder);
         assert!(
@@ -52,7 +77,7 @@ impl Build {
     /// tests/python/cpu_torch where NIXL's Python API imports torch).
     fn env(&self) -> Vec<(&'static str, OsString)> {
         let root = self.root();
-        let libs = root.join(format!(".{}.mesonpy.libs", self.dist));
+        let libs = self.libs();
         let mut path = OsString::from(root.as_os_str());
         if self.imports_torch {
             path.push(":");
@@ -124,10 +149,45 @@ fn run(mut cmd: Command, what: &str) -> Output {
     support::output_within(&mut cmd, WITHIN, what)
 }
 
-/// `program` on `build`: bare, then under the launcher publishing to a pod
-/// directory, its rank served by a sidecar once it has exited.
-fn counted_and_unchanged(build: &Build, program: &Program) {
-    let at = format!("{} on {}", program.name, build.folder);
+/// Who records an instrumented run.
+#[derive(Clone, Copy, PartialEq)]
+enum Front {
+    /// The interposer, under `nixl-agent instrument --`.
+    Interposer,
+    /// The Python front-end alone: the virtualenv's launcher
+    /// `nixl-agent-instrument`, with no `NIXL_AGENT_INTERPOSER` and no
+    /// `nixl-agent` on PATH, preloads nothing for a Python command.
+    Python,
+}
+
+/// `argv` under `front`'s launcher, publishing to the pod directory `pod`.
+fn instrumented(front: Front, argv: &[OsString], pod: &str) -> Command {
+    match front {
+        Front::Interposer => launched_argv(argv, &[("NIXL_AGENT_MULTIPROC_DIR", pod)]),
+        Front::Python => {
+            let mut cmd = Command::new(support::venv_bin("nixl-agent-instrument"));
+            cmd.args(argv);
+            plain_env(&mut cmd);
+            for (k, _) in std::env::vars() {
+                if k.starts_with("NIXL_AGENT_") || k.starts_with("OTEL_") || k == "PYTHONPATH" {
+                    cmd.env_remove(k);
+                }
+            }
+            cmd.env("PATH", "/usr/bin:/bin")
+                .env_remove("LD_PRELOAD")
+                .env("NIXL_AGENT_MULTIPROC_DIR", pod);
+            cmd
+        }
+    }
+}
+
+/// `program` on `build`: bare, then under `front`'s launcher publishing to
+/// a pod directory, its rank served by a sidecar once it has exited.
+fn counted_and_unchanged(build: &Build, program: &Program, front: Front) {
+    let at = match front {
+        Front::Interposer => format!("{} on {}", program.name, build.folder),
+        Front::Python => format!("{} on {} under the Python front-end", program.name, build.folder),
+    };
     let env = build.env();
     let mut bare = Command::new(&program.argv[0]);
     bare.args(&program.argv[1..]);
@@ -137,8 +197,7 @@ fn counted_and_unchanged(build: &Build, program: &Program) {
     assert_eq!(bare.status.code(), Some(0), "{at}, bare: {}", text(&bare.stderr));
 
     let pod = tempfile::tempdir().unwrap();
-    let pod_s = pod.path().to_str().unwrap();
-    let mut launched = launched_argv(&program.argv, &[("NIXL_AGENT_MULTIPROC_DIR", pod_s)]);
+    let mut launched = instrumented(front, &program.argv, pod.path().to_str().unwrap());
     launched.envs(env.iter().map(|(k, v)| (k, v)));
     let inst = run(launched, &format!("{at}, under the launcher"));
     let stderr = text(&inst.stderr);
@@ -207,6 +266,16 @@ fn counted_and_unchanged(build: &Build, program: &Program) {
         "{seen}"
     );
 
+    // Who recorded: the interposer says so in `nixl.interposer`; the
+    // Python front-end alone leaves it out.
+    let doc: serde_json::Value =
+        serde_json::from_str(&support::get(addr, "/v1/status").unwrap().body).expect("status is JSON");
+    let interposer = &doc["ranks"][0]["status"]["nixl"]["interposer"];
+    match front {
+        Front::Interposer => assert_eq!(interposer["recording"], true, "{at}: {doc}"),
+        Front::Python => assert!(interposer.is_null(), "{at}: no interposer: {doc}"),
+    }
+
     assert_eq!(inst.status.code(), bare.status.code(), "{at}: exit code");
     assert_eq!(comparable(&inst.stdout), comparable(&bare.stdout), "{at}: stdout");
     assert_eq!(comparable(&inst.stderr), comparable(&bare.stderr), "{at}: stderr");
@@ -214,8 +283,113 @@ fn counted_and_unchanged(build: &Build, program: &Program) {
 
 fn every_program_is_counted_on(build: Build) {
     for program in programs(&build) {
-        counted_and_unchanged(&build, &program);
+        counted_and_unchanged(&build, &program, Front::Interposer);
     }
+}
+
+/// The Python program under the Python front-end alone.
+fn the_python_front_end_counts_on(build: Build) {
+    let python = programs(&build)
+        .into_iter()
+        .find(|p| p.name == "python")
+        .expect("the Python program");
+    counted_and_unchanged(&build, &python, Front::Python);
+}
+
+/// The embedded default plan (crates/core/src/config.rs): kv 8 × 512 KiB
+/// and aux 4 × 64 KiB of DRAM on UCX.
+const PLAN: [(&str, f64, f64); 2] = [("kv", 8.0, 8.0 * 524_288.0), ("aux", 4.0, 4.0 * 65_536.0)];
+
+/// The log line of the lifecycle's fallback on a version not proven.
+const ONE_A_CALL: &str =
+    "this NIXL version's handling of descriptor lists is not proven: registering one region a call";
+
+/// `nixl-agent run` on its default plan with NIXL_LIB_DIR at `build`'s
+/// libraries: ready with every group registered, batched on a proven
+/// version and one region a call elsewhere, then drained by SIGTERM.
+fn the_lifecycle_on(build: Build) {
+    let at = format!("the lifecycle on {}", build.folder);
+    let libs = build.libs();
+    let plugins = libs.join("plugins");
+    let mut agent = AgentProcess::spawn(Spawn {
+        no_nixl: true,
+        env: &[
+            ("NIXL_LIB_DIR", libs.to_str().unwrap()),
+            ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
+        ],
+        ..Default::default()
+    });
+    let log = |agent: &AgentProcess| agent.log().join("\n");
+    support::wait_for(Duration::from_secs(60), &format!("{at}: /readyz 200"), || {
+        (agent.get("/readyz").status == 200).then_some(())
+    });
+    let s = agent.scrape();
+    let group = |name: &str, group: &str| {
+        s.metric(name)
+            .label("group", group)
+            .label("mem_type", "DRAM")
+            .label("backend", "UCX")
+            .sum()
+    };
+    for (g, descriptors, bytes) in PLAN {
+        assert_eq!(
+            group("nixl_agent_registration_attempts_total", g),
+            1.0,
+            "{at}: {g}\n{}",
+            log(&agent)
+        );
+        assert_eq!(group("nixl_agent_registered_descriptors", g), descriptors, "{at}: {g}");
+        assert_eq!(group("nixl_agent_registered_bytes", g), bytes, "{at}: {g}");
+    }
+    assert_eq!(s.metric("nixl_agent_registration_failures_total").sum(), 0.0, "{at}");
+    assert_eq!(s.metric("nixl_agent_ready").value(), 1.0, "{at}");
+    let version = build.version().unwrap_or("unknown");
+    assert_eq!(
+        s.metric("nixl_agent_build_info").label("nixl_version", version).value(),
+        1.0,
+        "{at}: the build's version"
+    );
+    let st = agent.status();
+    let library = st["nixl"]["library"].as_str().unwrap_or_default();
+    assert!(
+        Path::new(library).starts_with(&libs),
+        "{at}: loaded {library}, not the build's"
+    );
+
+    // Batched (one registerMem of a list a group) only where the version is
+    // proven; one region a call elsewhere, as the log says once.
+    let batched = capi::proven(build.version());
+    let said = agent.events(ONE_A_CALL).len();
+    assert_eq!(said, usize::from(!batched), "{at}: batched {batched}\n{}", log(&agent));
+    let registered: Vec<(String, u64)> = agent
+        .events("group registered")
+        .iter()
+        .map(|e| {
+            (
+                e["group"].as_str().unwrap().to_string(),
+                e["descriptors"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(registered.len(), 2, "{at}: {registered:?}");
+    for (g, descriptors, _) in PLAN {
+        assert!(
+            registered.contains(&(g.to_string(), descriptors as u64)),
+            "{at}: {g} registered whole: {registered:?}"
+        );
+    }
+
+    agent.signal("TERM");
+    let status = agent.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{at}: exit\n{}", log(&agent));
+    let groups = agent.events("group deregistered");
+    let total: u64 = groups.iter().map(|e| e["descriptors"].as_u64().unwrap()).sum();
+    assert_eq!(total, 12, "{at}: kv 8 + aux 4 deregistered");
+    assert!(groups.iter().all(|e| e["failed"] == 0), "{at}: {groups:?}");
+    let done = agent.events("drain complete");
+    assert_eq!(done.len(), 1, "{at}");
+    assert_eq!(done[0]["registered_descriptors"], 0, "{at}: {}", done[0]);
+    assert_eq!(done[0]["deregistered_descriptors"], 12, "{at}: {}", done[0]);
 }
 
 fn wheel(dist: &'static str, folder: &'static str, imports_torch: bool) -> Build {
@@ -226,61 +400,66 @@ fn wheel(dist: &'static str, folder: &'static str, imports_torch: bool) -> Build
     }
 }
 
-/// The oldest release of the last year.
-#[test]
-fn nixl_cu12_1_0_1_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "nixl_cu12-1.0.1", true));
+/// One build's tests, in a module named for it: every program under the
+/// interposer, the lifecycle, and the Python front-end alone. `matrix`:
+/// only `make matrix` runs them.
+macro_rules! build {
+    (@tests $(#[$m:meta])* $name:ident = $build:expr; [$(#[$t:meta])*]) => {
+        $(#[$m])*
+        mod $name {
+            use super::*;
+
+            #[test]
+            $(#[$t])*
+            fn every_program_is_counted_and_unchanged() {
+                every_program_is_counted_on($build);
+            }
+
+            #[test]
+            $(#[$t])*
+            fn the_lifecycle_registers_and_drains() {
+                the_lifecycle_on($build);
+            }
+
+            #[test]
+            $(#[$t])*
+            fn the_python_front_end_counts_and_is_unchanged() {
+                the_python_front_end_counts_on($build);
+            }
+        }
+    };
+    ($(#[$m:meta])* $name:ident = $build:expr, matrix) => {
+        build!(@tests $(#[$m])* $name = $build; [#[ignore = "the full release matrix: `make matrix`"]]);
+    };
+    ($(#[$m:meta])* $name:ident = $build:expr) => {
+        build!(@tests $(#[$m])* $name = $build; []);
+    };
 }
 
-#[test]
-#[ignore = "the full release matrix: `make matrix`"]
-fn nixl_cu12_1_1_0_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "nixl_cu12-1.1.0", true));
+build! {
+    /// The oldest release of the last year.
+    nixl_cu12_1_0_1 = wheel("nixl_cu12", "nixl_cu12-1.0.1", true)
 }
-
-#[test]
-#[ignore = "the full release matrix: `make matrix`"]
-fn nixl_cu12_1_3_2_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "nixl_cu12-1.3.2", true));
+build! { nixl_cu12_1_1_0 = wheel("nixl_cu12", "nixl_cu12-1.1.0", true), matrix }
+build! { nixl_cu12_1_3_2 = wheel("nixl_cu12", "nixl_cu12-1.3.2", true), matrix }
+build! { nixl_cu12_1_4_1 = wheel("nixl_cu12", "nixl_cu12-1.4.1", false), matrix }
+build! { nixl_cu12_1_5_0 = wheel("nixl_cu12", "nixl_cu12-1.5.0", false), matrix }
+build! {
+    /// The newest release (the set-up's own `.deps/nixl` is the same wheel).
+    nixl_cu12_1_5_1 = wheel("nixl_cu12", "nixl_cu12-1.5.1", false)
 }
-
-#[test]
-#[ignore = "the full release matrix: `make matrix`"]
-fn nixl_cu12_1_4_1_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "nixl_cu12-1.4.1", false));
+build! {
+    /// Dynamo 1.6.1's `ai-dynamo[vllm]` pin.
+    nixl_cu13_1_4_1 = wheel("nixl_cu13", "nixl_cu13-1.4.1", false), matrix
 }
-
-#[test]
-#[ignore = "the full release matrix: `make matrix`"]
-fn nixl_cu12_1_5_0_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "nixl_cu12-1.5.0", false));
+build! {
+    /// Dynamo 1.6.1's `ai-dynamo[sglang]` pin.
+    nixl_cu13_1_5_0 = wheel("nixl_cu13", "nixl_cu13-1.5.0", false), matrix
 }
-
-/// The newest release (the set-up's own `.deps/nixl` is the same wheel).
-#[test]
-fn nixl_cu12_1_5_1_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "nixl_cu12-1.5.1", false));
-}
-
-/// Dynamo 1.6.1's `ai-dynamo[vllm]` pin.
-#[test]
-#[ignore = "the full release matrix: `make matrix`"]
-fn nixl_cu13_1_4_1_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu13", "nixl_cu13-1.4.1", false));
-}
-
-/// Dynamo 1.6.1's `ai-dynamo[sglang]` pin.
-#[test]
-#[ignore = "the full release matrix: `make matrix`"]
-fn nixl_cu13_1_5_0_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu13", "nixl_cu13-1.5.0", false));
-}
-
-/// 1.5.1 as an image built from source carries it: no dist-info beside
-/// the libraries, and no NIXL_AGENT_NIXL_VERSION.
-#[test]
-fn source_layout_1_5_1_every_program_is_counted_and_unchanged() {
-    every_program_is_counted_on(wheel("nixl_cu12", "source-1.5.1", false));
+build! {
+    /// 1.5.1 as an image built from source carries it: no dist-info beside
+    /// the libraries, and no NIXL_AGENT_NIXL_VERSION.
+    source_layout_1_5_1 = wheel("nixl_cu12", "source-1.5.1", false)
 }
 
 /// The table above is the set-up's: scripts/matrix.sh --list names the
@@ -302,8 +481,9 @@ fn the_tested_builds_are_the_set_ups() {
     let here = include_str!("releases.rs");
     let tested: Vec<&str> = here
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("every_program_is_counted_on(wheel("))
-        .filter_map(|l| l.split('"').nth(3))
+        .filter_map(|l| l.trim().trim_start_matches("build! { ").split_once(" = wheel("))
+        .filter(|(name, _)| name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .filter_map(|(_, l)| l.split('"').nth(3))
         .collect();
     assert_eq!(tested, listed);
 }
