@@ -436,6 +436,7 @@ pub const ON_FIRST_USE: &[&str] = &[
     PEER_FAILURES_TOTAL,
     PROBE_TRANSFER_FAILURES_TOTAL,
     TRANSFER_TRANSPORT,
+    INTERPOSER_BLIND,
 ];
 
 /// The data path's families: exported only by a recording that follows a
