@@ -90,7 +90,8 @@ pub struct Request {
 /// A posting not seen to end (a request never posted, or one whose post
 /// said it is in progress): the poll that sees it end records the end.
 const OPEN: u32 = 0;
-/// A post call is running: what it returns says how the posting stands.
+/// A post call is running (what it returns says how the posting stands),
+/// or the last one ended within the call and recorded its own end.
 const POSTING: u32 = 1;
 /// The posting was seen to end and its end recorded.
 const ENDED: u32 = 2;
@@ -1127,7 +1128,11 @@ impl Running {
             status::SUCCESS => XferPoll::Done,
             _ => XferPoll::Failed(failure(st, true)),
         };
-        let handed = self.post_returned(req, st);
+        // A post that ended within the call recorded its own end: the
+        // request stays "posting", so a poll that sees it end now hands a
+        // status nobody takes (the end is recorded once), and the next
+        // post begins anew. Only a post in flight asks what a poll handed.
+        let handed = (st == status::IN_PROG).then(|| self.post_returned(req, st)).flatten();
         self.observer().transfer_posted_here(serial, mark, &poll);
         // A poll on another thread saw the posting end while the post was
         // running: its end, recorded after the post.
@@ -1249,6 +1254,22 @@ mod posting_tests {
         assert!(!r.poll_ended(status::SUCCESS), "seen once");
         assert_eq!(r.post_returned(status::IN_PROG), Some(status::SUCCESS));
         assert!(!r.poll_ended(status::SUCCESS), "already recorded");
+    }
+
+    /// What the recorder does after a post that ended within its call: it
+    /// asks nothing more, and no later poll records the end again.
+    #[test]
+    fn after_a_post_that_ended_in_the_call_no_poll_records_an_end() {
+        let r = Request::new(7);
+        r.post_begins();
+        assert!(!r.poll_ended(status::SUCCESS));
+        assert!(!r.poll_ended(status::SUCCESS));
+        r.post_begins();
+        assert_eq!(r.post_returned(status::IN_PROG), None);
+        assert!(
+            r.poll_ended(status::SUCCESS),
+            "a later posting in flight ends once, by its poll"
+        );
     }
 
     #[test]
