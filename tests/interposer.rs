@@ -360,27 +360,10 @@ fn a_cpp_post_and_deregistration_held_past_the_deadline_fail_livez_naming_the_ca
 /// are proven on the loaded copy, and the version is a label.
 #[test]
 fn a_nixl_version_no_list_names_is_proven_by_what_it_loads_and_recorded() {
-    let real = support::nixl_lib_dir();
-    let root = tempfile::tempdir().unwrap();
-    let libs = root.path().join(".nixl_cu12.mesonpy.libs");
-    copy_dir(&real, &libs);
-    // The libraries' own dependencies ($ORIGIN/../nixl_cu12.libs).
-    std::os::unix::fs::symlink(
-        real.parent().unwrap().join("nixl_cu12.libs"),
-        root.path().join("nixl_cu12.libs"),
-    )
-    .unwrap();
-    std::fs::create_dir(root.path().join("nixl_cu12-1.6.0.dist-info")).unwrap();
-    let ld = libs.to_str().unwrap().to_string();
-    let plugins = libs.join("plugins");
-    let env = [
-        ("LD_LIBRARY_PATH", ld.as_str()),
-        ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
-    ];
-    let mut b = plain_command("rust", "ok");
-    b.envs(env);
-    let bare = support::output_within(&mut b, WITHIN, "the bare program on the copy");
-    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+    let (_root, libs) = libs_copy("1.6.0");
+    let (ld, plugins) = (libs.to_str().unwrap(), libs.join("plugins"));
+    let env = [("LD_LIBRARY_PATH", ld), ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap())];
+    let bare = bare_with("rust", &env);
 
     let h = Held::start("rust", "ok", &env);
     let s = h.scrape_when("the WRITE counted", |s| {
@@ -395,6 +378,32 @@ fn a_nixl_version_no_list_names_is_proven_by_what_it_loads_and_recorded() {
     assert_eq!(inst.status.code(), Some(0));
     assert_eq!(text(&inst.stdout), text(&bare.stdout));
     assert_eq!(text(&inst.stderr), text(&bare.stderr));
+}
+
+/// The wheel's libraries copied into a fresh tree beside wheel metadata
+/// that says `version` (their own dependencies, `$ORIGIN/../nixl_cu12.libs`,
+/// linked): the tree and the libraries' folder.
+fn libs_copy(version: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let real = support::nixl_lib_dir();
+    let root = tempfile::tempdir().unwrap();
+    let libs = root.path().join(".nixl_cu12.mesonpy.libs");
+    copy_dir(&real, &libs);
+    std::os::unix::fs::symlink(
+        real.parent().unwrap().join("nixl_cu12.libs"),
+        root.path().join("nixl_cu12.libs"),
+    )
+    .unwrap();
+    std::fs::create_dir(root.path().join(format!("nixl_cu12-{version}.dist-info"))).unwrap();
+    (root, libs)
+}
+
+/// `ok` of the program in `lang`, bare, with `env` too; it exits 0.
+fn bare_with(lang: &str, env: &[(&str, &str)]) -> Output {
+    let mut b = plain_command(lang, "ok");
+    b.envs(env.iter().copied());
+    let bare = support::output_within(&mut b, WITHIN, "the bare program on the copy");
+    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+    bare
 }
 
 /// The mangled name of a hooked method NIXL's own code never calls through
@@ -427,29 +436,13 @@ fn make_unprovable(libs: &std::path::Path) {
 /// check's note and /v1/status.
 #[test]
 fn a_nixl_the_interposer_cannot_prove_runs_untouched_and_readiness_is_left_alone() {
-    let real = support::nixl_lib_dir();
-    let root = tempfile::tempdir().unwrap();
-    let libs = root.path().join(".nixl_cu12.mesonpy.libs");
-    copy_dir(&real, &libs);
-    std::os::unix::fs::symlink(
-        real.parent().unwrap().join("nixl_cu12.libs"),
-        root.path().join("nixl_cu12.libs"),
-    )
-    .unwrap();
-    std::fs::create_dir(root.path().join("nixl_cu12-1.5.1.dist-info")).unwrap();
+    let (_root, libs) = libs_copy("1.5.1");
     make_unprovable(&libs);
-    let ld = libs.to_str().unwrap().to_string();
-    let plugins = libs.join("plugins");
+    let (ld, plugins) = (libs.to_str().unwrap(), libs.join("plugins"));
     // The C++ program binds lazily and never calls checkRemoteMD; its
     // RUNPATH gives way to LD_LIBRARY_PATH.
-    let env = [
-        ("LD_LIBRARY_PATH", ld.as_str()),
-        ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap()),
-    ];
-    let mut b = plain_command("cpp", "ok");
-    b.envs(env);
-    let bare = support::output_within(&mut b, WITHIN, "the bare program on the copy");
-    assert_eq!(bare.status.code(), Some(0), "{}", text(&bare.stderr));
+    let env = [("LD_LIBRARY_PATH", ld), ("NIXL_PLUGIN_DIR", plugins.to_str().unwrap())];
+    let bare = bare_with("cpp", &env);
 
     let h = Held::start("cpp", "ok", &env);
     let ready = support::wait_for(WITHIN, "/readyz?verbose names the interposer", || {
