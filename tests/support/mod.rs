@@ -67,12 +67,26 @@ pub fn venv_bin(name: &str) -> PathBuf {
     p
 }
 
-/// A loopback address nothing listens on (bound, then released).
+/// A loopback address nothing listens on (bound, then released), never
+/// handed out before in this test process, and with no pod directory left
+/// by an earlier process of the same address (`/dev/shm/nixl-agent-UID/`:
+/// an ended rank's file is kept there for its retention, and a process
+/// given the address would show it in its merged view).
 pub fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    use std::os::unix::fs::MetadataExt;
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    loop {
+        let a = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let left = Path::new(&format!("/dev/shm/nixl-agent-{uid}/127.0.0.1_{}", a.port())).exists();
+        if !left && GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(a.port()) {
+            return a;
+        }
+    }
 }
 
 /// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
