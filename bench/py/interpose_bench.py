@@ -11,11 +11,20 @@ reg N REPS: agent "A" (UCX, no progress thread); one numpy buffer of N x
 first register_memory of the process; then REPS warm deregister_memory +
 register_memory pairs: reg_ns[] and dereg_ns[]. One JSON line on stdout,
 nanoseconds. Exit 2 on usage.
+
+loop THREADS N: the data path's loop a serving process runs, from THREADS
+threads at once (scripts/bench-threads.sh pairs it bare and under the
+interposer): each thread has agents "A<i>" (UCX, no progress thread) and
+"B<i>" (with one, so the WRITEs land), B's metadata loaded into A, one 4 KiB DRAM region each, and makes
+N loopback WRITEs, each `initialize_xfer`, `transfer`, `check_xfer_state`
+until DONE, `release_xfer_handle`. Set-up is not timed; `seconds` is from
+every thread starting its loop to the last one ending. One JSON line.
 """
 
 import json
 import logging
 import sys
+import threading
 import time
 
 import numpy as np
@@ -47,10 +56,62 @@ def run_reg(n, reps):
     return 0
 
 
+def loop_pair(i):
+    """Thread i's agents, its regions and the lists a WRITE is made of."""
+    a = nixl_agent(f"A{i}", nixl_agent_config(enable_prog_thread=False, backends=["UCX"]))
+    # B only receives: its progress thread makes the WRITEs land.
+    b = nixl_agent(f"B{i}", nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
+    src = np.ones(REGION, dtype=np.uint8)
+    dst = np.zeros(REGION, dtype=np.uint8)
+    keep = (a.register_memory([(src.ctypes.data, REGION, 0, "")], "DRAM"),
+            b.register_memory([(dst.ctypes.data, REGION, 0, "")], "DRAM"))
+    a.add_remote_agent(b.get_agent_metadata())
+    xa = a.get_xfer_descs([(src.ctypes.data, REGION, 0)], "DRAM")
+    xb = b.get_xfer_descs([(dst.ctypes.data, REGION, 0)], "DRAM")
+    return a, b, (src, dst, keep), xa, xb
+
+
+def run_loop(threads, n):
+    logging.getLogger("nixl").setLevel(logging.WARNING)
+    pairs = [loop_pair(i) for i in range(threads)]
+    start = threading.Barrier(threads + 1)
+    done = [0] * threads
+    failed = []
+
+    def worker(i):
+        a, _b, _keep, xa, xb = pairs[i]
+        peer = f"B{i}"
+        start.wait()
+        for _ in range(n):
+            req = a.initialize_xfer("WRITE", xa, xb, peer)
+            state = a.transfer(req)
+            while state != "DONE":
+                if state == "ERR":
+                    failed.append(i)
+                    return
+                state = a.check_xfer_state(req)
+            a.release_xfer_handle(req)
+            done[i] += 1
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"mode": "loop", "threads": threads, "transfers": sum(done),
+                      "failed": len(failed), "seconds": seconds}), flush=True)
+    return 0 if not failed else 3
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "reg":
         return run_reg(int(argv[2]), int(argv[3]))
-    print("usage: interpose_bench.py reg N REPS", file=sys.stderr)
+    if len(argv) == 4 and argv[1] == "loop":
+        return run_loop(int(argv[2]), int(argv[3]))
+    print("usage: interpose_bench.py reg N REPS | loop THREADS N", file=sys.stderr)
     return 2
 
 
