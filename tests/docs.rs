@@ -44,8 +44,14 @@ fn metrics_table_is_generated_from_the_declarations() {
     const END: &str = "<!-- end of the generated table -->\n";
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
     let text = doc("metrics.md");
-    let start = text.find(BEGIN).expect("docs/metrics.md: the generated table's first marker") + BEGIN.len();
-    let end = start + text[start..].find(END).expect("docs/metrics.md: the generated table's last marker");
+    let start = text
+        .find(BEGIN)
+        .expect("docs/metrics.md: the generated table's first marker")
+        + BEGIN.len();
+    let end = start
+        + text[start..]
+            .find(END)
+            .expect("docs/metrics.md: the generated table's last marker");
     let want = nixl_agent::names::markdown_table();
     if std::env::var_os("NIXL_AGENT_BLESS").is_some() {
         std::fs::write(&path, format!("{}{want}{}", &text[..start], &text[end..])).unwrap();
