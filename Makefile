@@ -65,6 +65,12 @@ test: setup
 		$(CARGO) test --workspace --no-fail-fast; \
 	fi
 
+# docs/metrics.md's families table, generated from the declarations
+# (crates/ledger/src/telemetry/names.rs); `make test` checks it.
+.PHONY: docs
+docs:
+	NIXL_AGENT_BLESS=1 $(CARGO) test --test docs -- --exact metrics_table_is_generated_from_the_declarations
+
 # The NIXL release matrix (docs/instrument.md, "Tested"): every build
 # scripts/matrix.sh sets up in .deps/matrix/, NIXL's own example and the
 # C++, Rust and Python programs counted under the interposer on each, the

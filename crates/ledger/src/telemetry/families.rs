@@ -3,7 +3,7 @@
 //! registry's families ([`super::metrics`]) and the data path's
 //! ([`super::xfer_families`]) are both built with it.
 
-use super::names::Family;
+use super::names::{Family, Type};
 use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
 
 /// One label pair of a series.
@@ -14,25 +14,45 @@ pub(super) fn pair(k: &str, v: &str) -> LabelPair {
     p
 }
 
-/// One family being rendered.
+/// One family being rendered: its type and help are its declaration's
+/// (`names::FAMILIES`), and each series carries exactly the label names
+/// declared there (checked in debug builds, so every test checks it).
 pub(super) struct Out {
     pub(super) mf: MetricFamily,
+    family: &'static Family,
 }
 
 impl Out {
-    pub(super) fn new(name: &str, kind: MetricType) -> Out {
+    pub(super) fn new(name: &str) -> Out {
         let f = Family::get(name);
         let mut mf = MetricFamily::default();
         mf.set_name(f.name.to_string());
         mf.set_help(f.help.to_string());
-        mf.set_field_type(kind);
-        Out { mf }
+        mf.set_field_type(match f.kind {
+            Type::Counter => MetricType::COUNTER,
+            Type::Gauge => MetricType::GAUGE,
+            Type::Histogram => MetricType::HISTOGRAM,
+        });
+        Out { mf, family: f }
+    }
+
+    /// A series of this family with these labels.
+    fn metric(&self, labels: Vec<LabelPair>, kind: Type) -> Metric {
+        debug_assert_eq!(self.family.kind, kind, "{}: a {kind:?} series", self.family.name);
+        debug_assert!(
+            labels.len() == self.family.labels.len() && labels.iter().all(|l| self.family.labels.contains(&l.name())),
+            "{}: labels {:?}, declared {:?}",
+            self.family.name,
+            labels.iter().map(|l| l.name()).collect::<Vec<_>>(),
+            self.family.labels
+        );
+        Metric::from_label(labels)
     }
 
     pub(super) fn gauge(&mut self, labels: Vec<LabelPair>, v: f64) {
         let mut g = prometheus::proto::Gauge::default();
         g.set_value(v);
-        let mut m = Metric::from_label(labels);
+        let mut m = self.metric(labels, Type::Gauge);
         m.set_gauge(g);
         self.mf.mut_metric().push(m);
     }
@@ -40,7 +60,7 @@ impl Out {
     pub(super) fn counter(&mut self, labels: Vec<LabelPair>, v: u64) {
         let mut c = prometheus::proto::Counter::default();
         c.set_value(v as f64);
-        let mut m = Metric::from_label(labels);
+        let mut m = self.metric(labels, Type::Counter);
         m.set_counter(c);
         self.mf.mut_metric().push(m);
     }
@@ -62,7 +82,7 @@ impl Out {
                 })
                 .collect(),
         );
-        let mut m = Metric::from_label(labels);
+        let mut m = self.metric(labels, Type::Histogram);
         m.set_histogram(ph);
         self.mf.mut_metric().push(m);
     }

@@ -9,13 +9,13 @@
 
 use super::exemplars::{Exemplar, Exemplars};
 use super::families::{pair, Out};
-use super::names::{self, Family};
+use super::names::{self, Family, Kept};
 use crate::event::Event;
 use crate::ledger::groups::Group;
 use crate::ledger::{Applied, Ledger, State};
 use crate::model::GroupState;
 use prometheus::core::Desc;
-use prometheus::proto::{LabelPair, MetricFamily, MetricType};
+use prometheus::proto::{LabelPair, MetricFamily};
 use prometheus::{IntGaugeVec, Opts, Registry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -116,51 +116,15 @@ struct LedgerCollector {
     descs: Vec<Desc>,
 }
 
-/// Every family rendered from the ledger (the rest are the build info, the
-/// trace counters and the process collector).
-const LEDGER_FAMILIES: &[&str] = &[
-    names::REGISTRATION_ATTEMPTS_TOTAL,
-    names::REGISTRATION_FAILURES_TOTAL,
-    names::REGISTRATION_DESCRIPTORS,
-    names::REGISTRATION_DURATION_SECONDS,
-    names::REGISTERED_DESCRIPTORS,
-    names::REGISTERED_BYTES,
-    names::DEREGISTRATIONS_TOTAL,
-    names::DEREGISTRATION_FAILURES_TOTAL,
-    names::GROUP_REGISTERED,
-    names::GROUP_STATE,
-    names::MEMLOCK_EXEMPT,
-    names::READY,
-    names::NIXL_AVAILABLE,
-    names::NIXL_FAILURES_TOTAL,
-    names::BACKEND_UP,
-    names::LAST_FAILURE_TIMESTAMP_SECONDS,
-    names::MEMLOCK_LIMIT_BYTES,
-    names::TIME_TO_READY_SECONDS,
-    names::LIFECYCLE_STUCK,
-    names::ACCEPTED_INVALID_TOTAL,
-    names::INSTRUMENTATION_ERRORS_TOTAL,
-    names::OLDEST_CALL_SECONDS,
-    names::TRANSFERS_TOTAL,
-    names::TRANSFER_FAILURES_TOTAL,
-    names::TRANSFERS_STALLED_TOTAL,
-    names::TRANSFER_BYTES_TOTAL,
-    names::TRANSFER_DURATION_SECONDS,
-    names::TRANSFERS_IN_FLIGHT,
-    names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS,
-    names::PEER_EVENTS_TOTAL,
-    names::PEER_FAILURES_TOTAL,
-    names::PEERS_LOST_TOTAL,
-    names::REMOTE_AGENTS,
-    names::NOTIFICATIONS_TOTAL,
-];
-
 impl LedgerCollector {
     fn new(ledger: Ledger) -> LedgerCollector {
-        let descs = LEDGER_FAMILIES
+        // Every family rendered from the ledger (the rest are the build
+        // info, the trace counters, a rank's own series and the process
+        // collector).
+        let descs = names::FAMILIES
             .iter()
-            .map(|n| {
-                let f = Family::get(n);
+            .filter(|f| f.kept == Kept::Ledger)
+            .map(|f| {
                 Desc::new(
                     f.name.to_string(),
                     f.help.to_string(),
@@ -187,20 +151,19 @@ impl prometheus::core::Collector for LedgerCollector {
 /// The ledger's state as metric families: gauges copied from the state,
 /// counters and histograms from its counts — one moment, one truth.
 fn render(st: &State) -> Vec<MetricFamily> {
-    use MetricType::{COUNTER, GAUGE, HISTOGRAM};
     let p = &st.process;
-    let mut attempts = Out::new(names::REGISTRATION_ATTEMPTS_TOTAL, COUNTER);
-    let mut failures = Out::new(names::REGISTRATION_FAILURES_TOTAL, COUNTER);
-    let mut last_failure = Out::new(names::LAST_FAILURE_TIMESTAMP_SECONDS, GAUGE);
-    let mut descriptors = Out::new(names::REGISTRATION_DESCRIPTORS, HISTOGRAM);
-    let mut duration = Out::new(names::REGISTRATION_DURATION_SECONDS, HISTOGRAM);
-    let mut registered_descriptors = Out::new(names::REGISTERED_DESCRIPTORS, GAUGE);
-    let mut registered_bytes = Out::new(names::REGISTERED_BYTES, GAUGE);
-    let mut deregistrations = Out::new(names::DEREGISTRATIONS_TOTAL, COUNTER);
-    let mut deregistration_failures = Out::new(names::DEREGISTRATION_FAILURES_TOTAL, COUNTER);
-    let mut group_registered = Out::new(names::GROUP_REGISTERED, GAUGE);
-    let mut group_state = Out::new(names::GROUP_STATE, GAUGE);
-    let mut accepted_invalid = Out::new(names::ACCEPTED_INVALID_TOTAL, COUNTER);
+    let mut attempts = Out::new(names::REGISTRATION_ATTEMPTS_TOTAL);
+    let mut failures = Out::new(names::REGISTRATION_FAILURES_TOTAL);
+    let mut last_failure = Out::new(names::LAST_FAILURE_TIMESTAMP_SECONDS);
+    let mut descriptors = Out::new(names::REGISTRATION_DESCRIPTORS);
+    let mut duration = Out::new(names::REGISTRATION_DURATION_SECONDS);
+    let mut registered_descriptors = Out::new(names::REGISTERED_DESCRIPTORS);
+    let mut registered_bytes = Out::new(names::REGISTERED_BYTES);
+    let mut deregistrations = Out::new(names::DEREGISTRATIONS_TOTAL);
+    let mut deregistration_failures = Out::new(names::DEREGISTRATION_FAILURES_TOTAL);
+    let mut group_registered = Out::new(names::GROUP_REGISTERED);
+    let mut group_state = Out::new(names::GROUP_STATE);
+    let mut accepted_invalid = Out::new(names::ACCEPTED_INVALID_TOTAL);
     for g in st.groups.iter() {
         let values = Values::of(g);
         let l = &values;
@@ -237,49 +200,49 @@ fn render(st: &State) -> Vec<MetricFamily> {
             accepted_invalid.counter(group_labels(l, Some(("reason", r.reason.as_str()))), r.count);
         }
     }
-    let mut ready = Out::new(names::READY, GAUGE);
+    let mut ready = Out::new(names::READY);
     ready.gauge(Vec::new(), f64::from(u8::from(p.ready)));
-    let mut nixl = Out::new(names::NIXL_AVAILABLE, GAUGE);
+    let mut nixl = Out::new(names::NIXL_AVAILABLE);
     nixl.gauge(Vec::new(), f64::from(u8::from(p.nixl.available)));
     // Appear on first use: a healthy process never fails to load NIXL.
-    let mut nixl_failures = Out::new(names::NIXL_FAILURES_TOTAL, COUNTER);
+    let mut nixl_failures = Out::new(names::NIXL_FAILURES_TOTAL);
     for (r, n) in &p.nixl_failures {
         nixl_failures.counter(vec![pair("reason", r.as_str())], *n);
     }
-    let mut stuck = Out::new(names::LIFECYCLE_STUCK, GAUGE);
+    let mut stuck = Out::new(names::LIFECYCLE_STUCK);
     stuck.gauge(
         Vec::new(),
         f64::from(u8::from(!st.calls.stuck.is_empty() || p.lifecycle_dead)),
     );
-    let mut memlock = Out::new(names::MEMLOCK_LIMIT_BYTES, GAUGE);
+    let mut memlock = Out::new(names::MEMLOCK_LIMIT_BYTES);
     memlock.gauge(Vec::new(), p.memlock_limit.map_or(f64::INFINITY, |b| b as f64));
-    let mut exempt = Out::new(names::MEMLOCK_EXEMPT, GAUGE);
+    let mut exempt = Out::new(names::MEMLOCK_EXEMPT);
     exempt.gauge(Vec::new(), f64::from(u8::from(p.memlock_exempt)));
     // Absent until the first time readiness is reached.
-    let mut ttr = Out::new(names::TIME_TO_READY_SECONDS, GAUGE);
+    let mut ttr = Out::new(names::TIME_TO_READY_SECONDS);
     if let Some(t) = p.time_to_ready {
         ttr.gauge(Vec::new(), t);
     }
-    let mut backend_up = Out::new(names::BACKEND_UP, GAUGE);
+    let mut backend_up = Out::new(names::BACKEND_UP);
     for b in &p.backends {
         backend_up.gauge(vec![pair("backend", &b.name)], f64::from(u8::from(b.up)));
     }
-    let mut oldest = Out::new(names::OLDEST_CALL_SECONDS, GAUGE);
+    let mut oldest = Out::new(names::OLDEST_CALL_SECONDS);
     for (op, d) in &st.calls.in_flight {
         oldest.gauge(vec![pair("operation", op.as_str())], d.as_secs_f64());
     }
     // Only in a process told a pod directory it will not write.
-    let mut pod_refused = Out::new(names::POD_DIR_REFUSED, GAUGE);
+    let mut pod_refused = Out::new(names::POD_DIR_REFUSED);
     if let Some(r) = p.pod.as_ref().and_then(|p| p.refused) {
         pod_refused.gauge(vec![pair("reason", r.as_str())], 1.0);
     }
     // Only in a process whose interposer records nothing, and nobody else.
-    let mut blind = Out::new(names::INTERPOSER_BLIND, GAUGE);
+    let mut blind = Out::new(names::INTERPOSER_BLIND);
     if let Some(r) = p.nixl.blind() {
         blind.gauge(vec![pair("reason", r.as_str())], 1.0);
     }
     // Appear on first use: most processes never wrap a foreign call.
-    let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL, COUNTER);
+    let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL);
     for (op, n) in &st.calls.instrumentation_errors {
         instrumentation.counter(vec![pair("operation", op.as_str())], *n);
     }
