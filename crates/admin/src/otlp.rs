@@ -65,7 +65,8 @@ pub fn traces_url(endpoint: &str, protocol: OtlpProtocol, exact: bool) -> String
     }
 }
 
-enum Msg {
+/// What the export thread is sent: a span, a flush to acknowledge, the resource.
+enum Queued {
     Span(Box<SpanData>),
     Flush(SyncSender<()>),
     Resource(Box<Resource>),
@@ -74,7 +75,7 @@ enum Msg {
 /// A span processor with a bounded queue and one export thread.
 #[derive(Debug)]
 struct BoundedProcessor {
-    tx: Mutex<Option<SyncSender<Msg>>>,
+    tx: Mutex<Option<SyncSender<Queued>>>,
     full: AtomicBool,
     timeout: Duration,
 }
@@ -100,7 +101,7 @@ impl BoundedProcessor {
         let (ack_tx, ack_rx) = sync_channel(1);
         let sent = match self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             // A full queue cannot take the flush request: report, do not wait.
-            Some(tx) => tx.try_send(Msg::Flush(ack_tx)).is_ok(),
+            Some(tx) => tx.try_send(Queued::Flush(ack_tx)).is_ok(),
             None => return Ok(()),
         };
         if !sent {
@@ -116,7 +117,7 @@ impl SpanProcessor for BoundedProcessor {
     fn on_end(&self, span: SpanData) {
         let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let Some(tx) = guard.as_ref() else { return };
-        match tx.try_send(Msg::Span(Box::new(span))) {
+        match tx.try_send(Queued::Span(Box::new(span))) {
             Ok(()) => self.full.store(false, Ordering::Relaxed),
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 counters().dropped.inc();
@@ -134,7 +135,7 @@ impl SpanProcessor for BoundedProcessor {
     fn set_resource(&mut self, resource: &Resource) {
         if let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             // Sent before any span: the queue is empty when the provider is built.
-            let _ = tx.try_send(Msg::Resource(Box::new(resource.clone())));
+            let _ = tx.try_send(Queued::Resource(Box::new(resource.clone())));
         }
     }
 
@@ -199,7 +200,7 @@ impl Exporter {
     }
 }
 
-fn export_loop(rx: Receiver<Msg>, cfg: TracingConfig, endpoint: String) {
+fn export_loop(rx: Receiver<Queued>, cfg: TracingConfig, endpoint: String) {
     let mut exporter = match Exporter::build(&cfg, &endpoint) {
         Ok(e) => e,
         Err(e) => {
@@ -215,7 +216,7 @@ fn export_loop(rx: Receiver<Msg>, cfg: TracingConfig, endpoint: String) {
     loop {
         let wait = oldest.map_or(LINGER, |t| LINGER.saturating_sub(t.elapsed()));
         match rx.recv_timeout(wait) {
-            Ok(Msg::Span(s)) => {
+            Ok(Queued::Span(s)) => {
                 oldest.get_or_insert_with(Instant::now);
                 batch.push(*s);
                 if batch.len() >= BATCH {
@@ -223,8 +224,8 @@ fn export_loop(rx: Receiver<Msg>, cfg: TracingConfig, endpoint: String) {
                     oldest = None;
                 }
             }
-            Ok(Msg::Resource(r)) => exporter.set_resource(&r),
-            Ok(Msg::Flush(ack)) => {
+            Ok(Queued::Resource(r)) => exporter.set_resource(&r),
+            Ok(Queued::Flush(ack)) => {
                 send(&exporter, &mut batch, &mut failing);
                 oldest = None;
                 let _ = ack.send(());

@@ -1,5 +1,5 @@
 //! One metric family being rendered from the ledger's state at scrape time
-//! (`Out`: gauges, counters, histograms with their label pairs). The
+//! (`RenderedFamily`: gauges, counters, histograms with their label pairs). The
 //! registry's families ([`super::metrics`]) and the data path's
 //! ([`super::xfer_families`]) are both built with it.
 
@@ -15,18 +15,18 @@ pub(super) fn pair(k: &str, v: &str) -> LabelPair {
 }
 
 /// One family being rendered.
-pub(super) struct Out {
+pub(super) struct RenderedFamily {
     pub(super) mf: MetricFamily,
 }
 
-impl Out {
-    pub(super) fn new(name: &str, kind: MetricType) -> Out {
+impl RenderedFamily {
+    pub(super) fn new(name: &str, kind: MetricType) -> RenderedFamily {
         let f = Family::get(name);
         let mut mf = MetricFamily::default();
         mf.set_name(f.name.to_string());
         mf.set_help(f.help.to_string());
         mf.set_field_type(kind);
-        Out { mf }
+        RenderedFamily { mf }
     }
 
     pub(super) fn gauge(&mut self, labels: Vec<LabelPair>, v: f64) {

@@ -4,7 +4,7 @@
 //! flight, peer events, peers lost, remote agents, notifications, and the
 //! transports peers' transfers take.
 
-use super::families::{pair, Out};
+use super::families::{pair, RenderedFamily};
 use super::names;
 use crate::ledger::State;
 use crate::model::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
@@ -20,12 +20,12 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         return Vec::new();
     }
     let c = &t.counts;
-    let mut transfers = Out::new(names::TRANSFERS_TOTAL, COUNTER);
-    let mut stalled = Out::new(names::TRANSFERS_STALLED_TOTAL, COUNTER);
-    let mut bytes = Out::new(names::TRANSFER_BYTES_TOTAL, COUNTER);
-    let mut duration = Out::new(names::TRANSFER_DURATION_SECONDS, HISTOGRAM);
-    let mut in_flight = Out::new(names::TRANSFERS_IN_FLIGHT, GAUGE);
-    let mut oldest = Out::new(names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS, GAUGE);
+    let mut transfers = RenderedFamily::new(names::TRANSFERS_TOTAL, COUNTER);
+    let mut stalled = RenderedFamily::new(names::TRANSFERS_STALLED_TOTAL, COUNTER);
+    let mut bytes = RenderedFamily::new(names::TRANSFER_BYTES_TOTAL, COUNTER);
+    let mut duration = RenderedFamily::new(names::TRANSFER_DURATION_SECONDS, HISTOGRAM);
+    let mut in_flight = RenderedFamily::new(names::TRANSFERS_IN_FLIGHT, GAUGE);
+    let mut oldest = RenderedFamily::new(names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS, GAUGE);
     for op in XferOp::ALL {
         let o = &c.ops[op.index()];
         let op_label = || vec![pair("op", op.as_str())];
@@ -42,11 +42,11 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         in_flight.gauge(op_label(), o.in_flight as f64);
         oldest.gauge(op_label(), o.oldest_seconds);
     }
-    let mut failures = Out::new(names::TRANSFER_FAILURES_TOTAL, COUNTER);
+    let mut failures = RenderedFamily::new(names::TRANSFER_FAILURES_TOTAL, COUNTER);
     for (op, reason, n) in &c.failures {
         failures.counter(vec![pair("op", op.as_str()), pair("reason", reason.as_str())], *n);
     }
-    let mut peer_events = Out::new(names::PEER_EVENTS_TOTAL, COUNTER);
+    let mut peer_events = RenderedFamily::new(names::PEER_EVENTS_TOTAL, COUNTER);
     for (i, event) in PeerOp::ALL.iter().enumerate() {
         // On first use: most workers add a handful of peers in their life.
         for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
@@ -58,15 +58,15 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
             }
         }
     }
-    let mut peer_failures = Out::new(names::PEER_FAILURES_TOTAL, COUNTER);
+    let mut peer_failures = RenderedFamily::new(names::PEER_FAILURES_TOTAL, COUNTER);
     for (event, reason, n) in &c.peer_failures {
         peer_failures.counter(vec![pair("event", event.as_str()), pair("reason", reason.as_str())], *n);
     }
-    let mut lost = Out::new(names::PEERS_LOST_TOTAL, COUNTER);
+    let mut lost = RenderedFamily::new(names::PEERS_LOST_TOTAL, COUNTER);
     lost.counter(Vec::new(), c.peers_lost);
-    let mut remote = Out::new(names::REMOTE_AGENTS, GAUGE);
+    let mut remote = RenderedFamily::new(names::REMOTE_AGENTS, GAUGE);
     remote.gauge(Vec::new(), c.remote_agents as f64);
-    let mut notifications = Out::new(names::NOTIFICATIONS_TOTAL, COUNTER);
+    let mut notifications = RenderedFamily::new(names::NOTIFICATIONS_TOTAL, COUNTER);
     for (i, direction) in NotifDirection::ALL.iter().enumerate() {
         // Failed notification calls on first use.
         for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
@@ -80,7 +80,7 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     }
     // On first use: only with NIXL_AGENT_TRANSPORTS=1, once a peer's
     // transports are known (bounded by the closed label values).
-    let mut transport = Out::new(names::TRANSFER_TRANSPORT, GAUGE);
+    let mut transport = RenderedFamily::new(names::TRANSFER_TRANSPORT, GAUGE);
     for (op, scope, tr) in t.transport_series() {
         transport.gauge(
             vec![
@@ -122,23 +122,23 @@ pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
         return Vec::new();
     };
     // From the round thread's start: what freshness is judged against.
-    let mut interval = Out::new(names::PROBE_INTERVAL_SECONDS, GAUGE);
+    let mut interval = RenderedFamily::new(names::PROBE_INTERVAL_SECONDS, GAUGE);
     interval.gauge(Vec::new(), p.interval_seconds);
     let (Some(ok), Some(last)) = (p.up, p.last_round_unix_seconds) else {
         return vec![interval.mf];
     };
-    let mut up = Out::new(names::PROBE_TRANSFER_UP, GAUGE);
+    let mut up = RenderedFamily::new(names::PROBE_TRANSFER_UP, GAUGE);
     up.gauge(Vec::new(), if ok { 1.0 } else { 0.0 });
-    let mut last_round = Out::new(names::PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS, GAUGE);
+    let mut last_round = RenderedFamily::new(names::PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS, GAUGE);
     last_round.gauge(Vec::new(), last);
-    let mut rounds = Out::new(names::PROBE_TRANSFERS_TOTAL, COUNTER);
+    let mut rounds = RenderedFamily::new(names::PROBE_TRANSFERS_TOTAL, COUNTER);
     rounds.counter(vec![pair("outcome", OUTCOME_OK)], p.rounds_ok);
     rounds.counter(vec![pair("outcome", OUTCOME_ERROR)], p.rounds_failed);
-    let mut failures = Out::new(names::PROBE_TRANSFER_FAILURES_TOTAL, COUNTER);
+    let mut failures = RenderedFamily::new(names::PROBE_TRANSFER_FAILURES_TOTAL, COUNTER);
     for f in &p.failures {
         failures.counter(vec![pair("reason", f.reason.as_str())], f.count);
     }
-    let mut bandwidth = Out::new(names::PROBE_TRANSFER_BYTES_PER_SECOND, GAUGE);
+    let mut bandwidth = RenderedFamily::new(names::PROBE_TRANSFER_BYTES_PER_SECOND, GAUGE);
     bandwidth.gauge(vec![pair("op", XferOp::Read.as_str())], p.read_bytes_per_second);
     bandwidth.gauge(vec![pair("op", XferOp::Write.as_str())], p.write_bytes_per_second);
     [up, rounds, failures, bandwidth, last_round, interval]
