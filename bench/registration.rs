@@ -30,7 +30,7 @@ use nixl_agent::{Capture, Failure, GroupSpec, Kind, Plan, Region};
 use nixl_agent_core::model::{NixlStatus, RuntimeFacts};
 use nixl_agent_core::validate::MemoryProbe;
 use nixl_agent_engine::lifecycle::driver::{Control, Driver};
-use nixl_agent_engine::lifecycle::registrar::{Held, NixlRegistrar};
+use nixl_agent_engine::lifecycle::registrar::{HeldRegions, NixlRegistrar};
 use nixl_agent_engine::lifecycle::{ListFailure, Registrar, Unreleased};
 use nixl_agent_ledger::record::Recorder;
 use nixl_agent_ledger::telemetry::metrics::BuildInfo;
@@ -324,7 +324,7 @@ struct Timed<'a> {
 }
 
 impl Registrar for Timed<'_> {
-    type Handle = Held;
+    type Handle = HeldRegions;
     type Backing = Backing;
 
     fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
@@ -339,10 +339,10 @@ impl Registrar for Timed<'_> {
     fn probe(&self) -> &dyn MemoryProbe {
         self.inner.probe()
     }
-    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Held, ListFailure> {
+    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<HeldRegions, ListFailure> {
         self.inner.register(spec, regions)
     }
-    fn deregister(&mut self, handle: Held) -> Result<(), Unreleased<Held>> {
+    fn deregister(&mut self, handle: HeldRegions) -> Result<(), Unreleased<HeldRegions>> {
         let mut m = self.marks.get();
         if m.first_deregister.is_none() {
             m.first_deregister = Some(Instant::now());

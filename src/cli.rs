@@ -176,7 +176,7 @@ pub fn config_failed(command: Option<&Command>, error: &dyn std::fmt::Display) {
 /// exit code (0, 1 when the port cannot be bound).
 pub fn run_pod(config: &Config, dir: PathBuf, ranks: u32, retention: std::time::Duration) -> u8 {
     // The binary's own log (format, NIXL_AGENT_LOG filter); no spans to export.
-    let _traces = crate::telemetry::logs::init(config, None);
+    let _traces = init_logs(config, None);
     let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -353,7 +353,7 @@ pub use crate::check::{proto_info_for, run_cli as run_check};
 pub use crate::nixl::{exit_now, PLUGIN_DIR_ENV};
 pub use crate::rules::{DEFAULT_RUNBOOK_URL_BASE, DEFAULT_SELECTOR};
 pub use crate::signals::Signals;
-pub use crate::telemetry::logs::init as init_logs;
+pub use nixl_agent_admin::otlp::init_logs;
 
 #[cfg(test)]
 mod tests {

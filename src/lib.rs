@@ -84,10 +84,11 @@ mod signals;
 
 // The layers below (crates of this workspace, ARCHITECTURE.md), under the
 // names this crate's modules use.
+use nixl_agent_admin::http;
 #[cfg(feature = "cli")]
 use nixl_agent_core::{diagnose, units};
 use nixl_agent_core::{event, model, plan, validate};
 use nixl_agent_engine::{canary, datapath, lifecycle, observe};
-use nixl_agent_ledger::{http, record, telemetry};
+use nixl_agent_ledger::{record, telemetry};
 use nixl_agent_pod as pod;
 use nixl_agent_sys as nixl;

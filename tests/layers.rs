@@ -135,3 +135,159 @@ fn test_programs_depend_on_no_nixl_agent_crate() {
         wrong.join("\n")
     );
 }
+
+/// Type names that more than one product file defines, on purpose, each
+/// with why. Anything else defined twice is one name for two concepts.
+const SHARED_TYPE_NAMES: &[(&str, &str)] = &[
+    (
+        "Inner",
+        "the private body behind an Arc'd handle (Observer, the C API's agent)",
+    ),
+    (
+        "Shared",
+        "the private state a thread and its owner share (the fd tap, the publisher)",
+    ),
+    (
+        "Seen",
+        "a table's private note of what it last saw (watchdog, peer transports, pod life)",
+    ),
+    (
+        "Ptr",
+        "the interposer's private C pointer alias, in each file that spells C signatures",
+    ),
+    (
+        "CPtr",
+        "the interposer's private C pointer alias, in each file that spells C signatures",
+    ),
+    (
+        "Running",
+        "each front-end's private per-process state (the extension, the interposer)",
+    ),
+    (
+        "Made",
+        "one makeXferReq as the interposer's hook and its recorder each hold it",
+    ),
+    (
+        "Prepped",
+        "a prepXferDlist list as each front-end keeps it (the interposer's is private)",
+    ),
+    // renamed on branch wt-table
+    ("Recorder", "renamed on branch wt-table"),
+    ("Sink", "renamed on branch wt-table"),
+    ("Registration", "renamed on branch wt-table"),
+];
+
+/// The product's Rust files: src/, crates/*/src and python/native/src,
+/// without test-only modules (`#[cfg(test)] mod x;` files and folders,
+/// `tests.rs`) — each file's text up to its inline `#[cfg(test)] mod x {`.
+fn product_sources() -> Vec<(std::path::PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        let mut test_only = Vec::new();
+        for p in entries.iter().filter(|p| p.extension().is_some_and(|e| e == "rs")) {
+            let text = std::fs::read_to_string(p).unwrap();
+            let mut lines = text.lines().peekable();
+            while let Some(line) = lines.next() {
+                if line == "#[cfg(test)]" {
+                    if let Some(m) = lines.peek().and_then(|l| l.strip_prefix("mod ")?.strip_suffix(';')) {
+                        // Beside lib.rs or mod.rs, else in the folder of the file's name.
+                        let stem = p.file_stem().unwrap();
+                        let base = if stem == "lib" || stem == "mod" {
+                            dir.to_path_buf()
+                        } else {
+                            dir.join(stem)
+                        };
+                        test_only.extend([base.join(format!("{m}.rs")), base.join(m)]);
+                    }
+                }
+            }
+        }
+        for p in entries {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if test_only.contains(&p) || name == "tests.rs" || name == "tests" {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out);
+            } else if name.ends_with(".rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let lines: Vec<&str> = text.lines().collect();
+                let end = (0..lines.len())
+                    .find(|&i| {
+                        lines[i] == "#[cfg(test)]"
+                            && lines
+                                .get(i + 1)
+                                .is_some_and(|l| l.starts_with("mod ") && l.ends_with('{'))
+                    })
+                    .unwrap_or(lines.len());
+                out.push((p, lines[..end].join("\n")));
+            }
+        }
+    }
+    let mut roots = vec![repo().join("src"), repo().join("python/native/src")];
+    for c in std::fs::read_dir(repo().join("crates")).unwrap() {
+        roots.push(c.unwrap().path().join("src"));
+    }
+    let mut out = Vec::new();
+    for r in roots.iter().filter(|r| r.is_dir()) {
+        walk(r, &mut out);
+    }
+    out
+}
+
+/// `struct|enum|trait|type|union Name` at a file's top level (not an
+/// associated type, not an item inside a function), whatever its `pub`.
+fn defined_type(line: &str) -> Option<&str> {
+    let mut rest = line;
+    if let Some(r) = rest.strip_prefix("pub") {
+        rest = r
+            .strip_prefix('(')
+            .map_or(r, |r| r.split_once(')').map_or(r, |(_, r)| r));
+        rest = rest.strip_prefix(' ')?;
+    }
+    let (_, rest) = ["struct ", "enum ", "trait ", "type ", "union "]
+        .iter()
+        .find_map(|k| rest.strip_prefix(k).map(|r| (k, r)))?;
+    let name = rest.split(|c: char| !c.is_alphanumeric() && c != '_').next()?;
+    (!name.is_empty()).then_some(name)
+}
+
+#[test]
+fn one_type_name_is_defined_in_one_product_file() {
+    let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let sources = product_sources();
+    assert!(sources.len() > 100, "found too few product files: {}", sources.len());
+    for (path, text) in &sources {
+        let file = path.strip_prefix(repo()).unwrap().display().to_string();
+        for name in text.lines().filter_map(defined_type) {
+            let files = defined.entry(name.to_string()).or_default();
+            if !files.contains(&file) {
+                files.push(file.clone());
+            }
+        }
+    }
+    assert!(
+        defined.contains_key("Ledger") && defined.contains_key("Observer"),
+        "the scan found no types"
+    );
+    let twice: Vec<_> = defined
+        .iter()
+        .filter(|(name, files)| files.len() > 1 && !SHARED_TYPE_NAMES.iter().any(|(n, _)| n == name))
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "one type name for two concepts (rename one; a private helper that must keep its name goes in SHARED_TYPE_NAMES):\n{}",
+        twice.join("\n")
+    );
+    let stale: Vec<_> = SHARED_TYPE_NAMES
+        .iter()
+        .filter(|(n, _)| defined.get(*n).is_none_or(|f| f.len() < 2))
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "SHARED_TYPE_NAMES names types defined once or not at all: {stale:?}"
+    );
+}

@@ -103,6 +103,7 @@ fn the_documented_list_is_exactly_what_lib_rs_exports() {
         "record",
         "lifecycle",
         "http",
+        "otlp",
         "telemetry",
         "pod",
         "engine",
@@ -131,6 +132,7 @@ const PUBLIC_FILES: &[&str] = &[
     "crates/ledger/src/status.rs",
     "crates/ledger/src/telemetry/metrics.rs",
     "crates/ledger/src/telemetry/traces.rs",
+    "crates/admin/src/otlp.rs",
 ];
 
 const FOREIGN: &[&str] = &[

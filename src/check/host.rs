@@ -5,7 +5,7 @@
 //! ("/" in production, a fake sysfs/procfs tree in tests); every outcome is
 //! advice (ok, warn or skip, never fail): the caller decides what is fatal.
 
-use super::Outcome;
+use super::CheckOutcome;
 use crate::units::{format_size, parse_size};
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -36,7 +36,7 @@ pub struct HostCheck {
 /// Whether CAP_IPC_LOCK lifts the memlock limit, and the non-root trap.
 #[derive(Debug, Clone, Serialize)]
 pub struct CapCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     /// Effective uid (`Uid:` of /proc/self/status).
     pub uid: Option<u32>,
     pub ipc_lock_effective: bool,
@@ -50,7 +50,7 @@ pub struct CapCheck {
 /// Whether GPU memory can go over RDMA (nvidia_peermem or DMA-BUF).
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuRdmaCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     /// Whether the plan has VRAM groups; without them this check is skipped.
     pub vram: bool,
     /// RDMA devices in /sys/class/infiniband.
@@ -67,7 +67,7 @@ pub struct GpuRdmaCheck {
 /// How close each GPU is to its nearest RDMA NIC.
 #[derive(Debug, Clone, Serialize)]
 pub struct AffinityCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub gpus: Vec<GpuAffinity>,
     pub nics: Vec<Nic>,
     pub finding: String,
@@ -129,7 +129,7 @@ impl Distance {
 /// Size of /dev/shm.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShmCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub mounted: bool,
     /// The tmpfs `size=` option; `None` = not given (half of RAM, the tmpfs default).
     pub size_bytes: Option<u64>,
@@ -151,7 +151,7 @@ pub fn host_check(root: &Path, vram: bool, plan_dram_bytes: u64, memlock_soft: O
 
 /// One row per check for people: name, outcome, and a line that ends in
 /// " — fix: …" when there is advice.
-pub fn summary(host: &HostCheck) -> Vec<(&'static str, Outcome, String)> {
+pub fn summary(host: &HostCheck) -> Vec<(&'static str, CheckOutcome, String)> {
     let row = |name, outcome, finding: &str, advice: &Option<String>| match advice {
         Some(a) => (name, outcome, format!("{finding} — fix: {a}")),
         None => (name, outcome, finding.to_string()),
@@ -191,7 +191,7 @@ pub fn cap_check(root: &Path, plan_dram_bytes: u64, memlock_soft: Option<u64>) -
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|v| v.split_whitespace().nth(1)?.parse().ok());
     let mut c = CapCheck {
-        outcome: Outcome::Ok,
+        outcome: CheckOutcome::Ok,
         uid,
         ipc_lock_effective: caps_have(&status, "CapEff:", CAP_IPC_LOCK),
         ipc_lock_bounding: caps_have(&status, "CapBnd:", CAP_IPC_LOCK),
@@ -201,7 +201,7 @@ pub fn cap_check(root: &Path, plan_dram_bytes: u64, memlock_soft: Option<u64>) -
     };
     let enough = memlock_soft.is_none_or(|soft| soft >= plan_dram_bytes);
     c.finding = if status.is_empty() {
-        c.outcome = Outcome::Skip;
+        c.outcome = CheckOutcome::Skip;
         "cannot read /proc/self/status".into()
     } else if c.ipc_lock_effective {
         "CAP_IPC_LOCK is effective: the memlock limit does not bind".into()
@@ -214,7 +214,7 @@ pub fn cap_check(root: &Path, plan_dram_bytes: u64, memlock_soft: Option<u64>) -
         if enough {
             format!("{trap}; the memlock limit is high enough anyway")
         } else {
-            c.outcome = Outcome::Warn;
+            c.outcome = CheckOutcome::Warn;
             c.advice = Some(
                 "raise the memlock ulimit in the runtime (containerd/CRI-O default `LimitMEMLOCK=infinity`, \
                  `docker run --ulimit memlock=-1`), or `setcap cap_ipc_lock+ep` on the binary or grant it as \
@@ -235,7 +235,7 @@ pub fn gpu_rdma_check(root: &Path, vram: bool) -> GpuRdmaCheck {
         .find(|m| root.join("sys/module").join(m).exists())
         .map(String::from);
     GpuRdmaCheck {
-        outcome: Outcome::Skip,
+        outcome: CheckOutcome::Skip,
         vram,
         rdma_devices: dir_names(&root.join("sys/class/infiniband")),
         peermem,
@@ -252,9 +252,9 @@ impl GpuRdmaCheck {
     pub fn with_dmabuf(mut self, supported: Option<bool>) -> Self {
         self.dmabuf = supported;
         self.advice = None;
-        self.outcome = Outcome::Ok;
+        self.outcome = CheckOutcome::Ok;
         self.finding = if !self.vram {
-            self.outcome = Outcome::Skip;
+            self.outcome = CheckOutcome::Skip;
             "no VRAM in the plan".into()
         } else if self.rdma_devices.is_empty() {
             "no RDMA devices: GPU memory moves over cuda_ipc within a node or TCP across nodes".into()
@@ -263,7 +263,7 @@ impl GpuRdmaCheck {
         } else if supported == Some(true) {
             "DMA-BUF is supported: RDMA devices can reach GPU memory without nvidia_peermem".into()
         } else {
-            self.outcome = Outcome::Warn;
+            self.outcome = CheckOutcome::Warn;
             self.advice = Some(
                 "`modprobe nvidia_peermem` on the host (from the NVIDIA driver package), or a kernel ≥ 5.12 and \
                  driver ≥ 515 with DMA-BUF (UCX picks it up itself)"
@@ -395,24 +395,24 @@ pub fn affinity_check(root: &Path) -> AffinityCheck {
         .map(|(pci, numa, path)| nearest(pci, numa, &path, &nics))
         .collect();
     let mut c = AffinityCheck {
-        outcome: Outcome::Ok,
+        outcome: CheckOutcome::Ok,
         gpus,
         nics,
         finding: String::new(),
         advice: None,
     };
     c.finding = if c.nics.is_empty() {
-        c.outcome = Outcome::Skip;
+        c.outcome = CheckOutcome::Skip;
         "no RDMA NICs on PCI".into()
     } else if c.gpus.is_empty() {
-        c.outcome = Outcome::Skip;
+        c.outcome = CheckOutcome::Skip;
         "no NVIDIA GPUs on PCI".into()
     } else {
         affinity_line(&c)
     };
     let far = |g: &GpuAffinity| g.closest.iter().all(|n| n.distance == Distance::OtherNumaNode);
     if c.gpus.iter().any(far) {
-        c.outcome = Outcome::Warn;
+        c.outcome = CheckOutcome::Warn;
         c.advice = Some(
             "some GPU's nearest NIC is on another NUMA node (cross-socket traffic halves bandwidth): set \
              UCX_NET_DEVICES per rank to its GPU's suggestion"
@@ -452,21 +452,21 @@ pub fn shm_check(root: &Path) -> ShmCheck {
         (f.len() >= 4 && f[1] == "/dev/shm").then(|| (f[2].to_string(), f[3].to_string()))
     });
     let mut c = ShmCheck {
-        outcome: Outcome::Ok,
+        outcome: CheckOutcome::Ok,
         mounted: mount.is_some(),
         size_bytes: None,
         finding: String::new(),
         advice: None,
     };
     let Some((fstype, opts)) = mount else {
-        c.outcome = Outcome::Skip;
+        c.outcome = CheckOutcome::Skip;
         c.finding = "/dev/shm is not mounted".into();
         return c;
     };
     c.size_bytes = opts.split(',').find_map(|o| parse_size(o.strip_prefix("size=")?).ok());
     c.finding = match c.size_bytes {
         Some(b) if b < SHM_MIN_BYTES => {
-            c.outcome = Outcome::Warn;
+            c.outcome = CheckOutcome::Warn;
             c.advice = Some(
                 "`docker run --shm-size=16g`, or in Kubernetes mount an `emptyDir: {medium: Memory, sizeLimit: \
                  16Gi}` at /dev/shm"

@@ -12,13 +12,13 @@ mod transfer;
 
 pub use host::HostCheck;
 pub use peer::PeerCheck;
-pub use progress::Progress;
+pub use progress::StepLines;
 pub use render::render_human;
 pub use transfer::{TransferCheck, TransportSeen};
 
 use crate::config::Config;
 use crate::lifecycle::registrar::NixlRegistrar;
-use crate::lifecycle::registration::{Backends, Registration};
+use crate::lifecycle::registration::{CreatedBackends, Registration};
 use crate::lifecycle::Registrar;
 use crate::model::{Failure, GroupFailure};
 use crate::model::{MemType, Reason};
@@ -78,10 +78,10 @@ pub fn proto_info_for(options: &Options) -> bool {
     true
 }
 
-/// Outcome of one check.
+/// How one check of `nixl-agent check` came out (the report's `outcome`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum CheckOutcome {
     Ok,
     /// Failed, and something required depends on it: exit code 1.
     Fail,
@@ -93,7 +93,7 @@ pub enum Outcome {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NixlCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     #[serde(flatten)]
     pub runtime: NixlStatus,
 }
@@ -101,7 +101,7 @@ pub struct NixlCheck {
 #[derive(Debug, Clone, Serialize)]
 pub struct BackendCheck {
     pub name: String,
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub seconds: f64,
     pub reason: Option<Reason>,
     pub error: Option<String>,
@@ -109,7 +109,7 @@ pub struct BackendCheck {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct UcxCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     #[serde(flatten)]
     pub facts: UcxFacts,
     /// UCX_TLS, UCX_NET_DEVICES, UCX_MODULE_DIR as set in the environment.
@@ -119,7 +119,7 @@ pub struct UcxCheck {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MemlockCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub soft_bytes: Option<u64>,
     pub hard_bytes: Option<u64>,
     pub plan_dram_bytes: u64,
@@ -129,7 +129,7 @@ pub struct MemlockCheck {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CudaCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub driver: bool,
     /// Whether the plan has VRAM groups (then CUDA is required).
     pub required: bool,
@@ -145,7 +145,7 @@ pub struct GroupCheck {
     pub kind: String,
     pub mem_type: &'static str,
     pub required: bool,
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub descriptors: usize,
     pub bytes: u64,
     pub seconds: f64,
@@ -178,7 +178,13 @@ pub struct Report {
 }
 
 /// Runs every check. `progress` shows steps while they run.
-pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Options, progress: &mut Progress) -> Report {
+pub fn run(
+    config: &Config,
+    plan: &Plan,
+    tap: Option<StderrTap>,
+    options: &Options,
+    progress: &mut StepLines,
+) -> Report {
     let found = nixl::discover(config.nixl_lib_dir.as_deref(), &crate::config::ProcessEnv);
     let searched = found.as_ref().err().map(|nf| nf.searched.clone()).unwrap_or_default();
 
@@ -188,24 +194,28 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     if loaded.is_err() {
         runtime.reason = Some(Reason::NixlUnavailable);
     }
-    let outcome = if loaded.is_ok() { Outcome::Ok } else { Outcome::Fail };
+    let outcome = if loaded.is_ok() {
+        CheckOutcome::Ok
+    } else {
+        CheckOutcome::Fail
+    };
     let mut nixl_check = NixlCheck { outcome, runtime };
     let mut registrar = NixlRegistrar::new(&config.agent_name, loaded).with_tap(tap.clone());
-    if nixl_check.outcome == Outcome::Ok {
+    if nixl_check.outcome == CheckOutcome::Ok {
         match registrar.preflight() {
             Ok(facts) => {
                 nixl_check.runtime.available = true;
                 nixl_check.runtime.plugins = facts.plugins;
             }
             Err(f) => {
-                nixl_check.outcome = Outcome::Fail;
+                nixl_check.outcome = CheckOutcome::Fail;
                 nixl_check.runtime.reason = Some(f.reason);
                 nixl_check.runtime.error = Some(f.message);
                 nixl_check.runtime.fix = f.fix;
             }
         }
     }
-    let nixl_up = nixl_check.outcome == Outcome::Ok;
+    let nixl_up = nixl_check.outcome == CheckOutcome::Ok;
     // What a step that needs NIXL is skipped for: the runtime's own reason.
     let nixl_down = nixl_check.runtime.reason.unwrap_or(Reason::NixlUnavailable);
     progress.done(nixl_check.outcome, &render::nixl_summary(&nixl_check));
@@ -220,9 +230,9 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
             Err(Failure::new(nixl_down, "NIXL runtime unavailable"))
         };
         let (outcome, reason, error) = match r {
-            Ok(()) => (Outcome::Ok, None, None),
-            Err(f) if !nixl_up => (Outcome::Skip, Some(f.reason), None),
-            Err(f) => (Outcome::Fail, Some(f.reason), Some(f.message)),
+            Ok(()) => (CheckOutcome::Ok, None, None),
+            Err(f) if !nixl_up => (CheckOutcome::Skip, Some(f.reason), None),
+            Err(f) => (CheckOutcome::Fail, Some(f.reason), Some(f.message)),
         };
         backends.push(BackendCheck {
             name,
@@ -238,7 +248,9 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
     );
 
     progress.start("UCX");
-    let ucx_up = backends.iter().any(|b| b.name == "UCX" && b.outcome == Outcome::Ok);
+    let ucx_up = backends
+        .iter()
+        .any(|b| b.name == "UCX" && b.outcome == CheckOutcome::Ok);
     let ucx = ucx_check(ucx_up, plan);
     progress.done(ucx.outcome, &render::ucx_summary(&ucx));
 
@@ -282,7 +294,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
         // Backends that move memory to memory (not POSIX, GDS, OBJ: files).
         let movers = backends
             .iter()
-            .filter(|b| b.outcome == Outcome::Ok && crate::datapath::MEMORY_BACKENDS.contains(&b.name.as_str()));
+            .filter(|b| b.outcome == CheckOutcome::Ok && crate::datapath::MEMORY_BACKENDS.contains(&b.name.as_str()));
         for backend in movers {
             for (from, to) in &pairs {
                 let i = transfers.len();
@@ -336,7 +348,7 @@ pub fn run(config: &Config, plan: &Plan, tap: Option<StderrTap>, options: &Optio
         .chain(groups.iter().map(|g| g.outcome))
         .chain(transfers.iter().map(|t| t.outcome))
         .chain(peer.iter().map(|p| p.outcome))
-        .all(|o| o != Outcome::Fail);
+        .all(|o| o != CheckOutcome::Fail);
     Report {
         ok,
         version: env!("CARGO_PKG_VERSION"),
@@ -375,7 +387,7 @@ pub fn run_cli(config: &Config, tap: Option<StderrTap>, options: &Options, proto
     let tty = tap
         .as_ref()
         .map_or(std::io::stderr().is_terminal(), |t| t.original().is_terminal());
-    let mut progress = Progress::new(err, tty);
+    let mut progress = StepLines::new(err, tty);
     let report = run(config, &Plan::from_config(config), tap.clone(), options, &mut progress);
     // Everything NIXL/UCX printed is through the tap (and C's buffers
     // flushed) before the report: no half line of theirs can prefix it.
@@ -407,12 +419,12 @@ pub fn config_error_document(message: &str) -> String {
     serde_json::to_string_pretty(&doc).expect("a JSON value serializes")
 }
 
-fn worst(outcomes: impl Iterator<Item = Outcome>) -> Outcome {
-    outcomes.fold(Outcome::Ok, |acc, o| match (acc, o) {
-        (Outcome::Fail, _) | (_, Outcome::Fail) => Outcome::Fail,
-        (Outcome::Warn, _) | (_, Outcome::Warn) => Outcome::Warn,
-        (Outcome::Skip, _) | (_, Outcome::Skip) => Outcome::Skip,
-        _ => Outcome::Ok,
+fn worst(outcomes: impl Iterator<Item = CheckOutcome>) -> CheckOutcome {
+    outcomes.fold(CheckOutcome::Ok, |acc, o| match (acc, o) {
+        (CheckOutcome::Fail, _) | (_, CheckOutcome::Fail) => CheckOutcome::Fail,
+        (CheckOutcome::Warn, _) | (_, CheckOutcome::Warn) => CheckOutcome::Warn,
+        (CheckOutcome::Skip, _) | (_, CheckOutcome::Skip) => CheckOutcome::Skip,
+        _ => CheckOutcome::Ok,
     })
 }
 
@@ -423,7 +435,7 @@ fn ucx_check(ucx_up: bool, plan: &Plan) -> UcxCheck {
         .collect();
     if !ucx_up {
         return UcxCheck {
-            outcome: Outcome::Skip,
+            outcome: CheckOutcome::Skip,
             facts: UcxFacts::default(),
             env,
             note: None,
@@ -433,12 +445,12 @@ fn ucx_check(ucx_up: bool, plan: &Plan) -> UcxCheck {
     let vram = plan.groups.iter().any(|g| g.mem_type == MemType::Vram);
     let cuda_ok = !facts.cuda_modules.is_empty() && facts.cuda_modules.iter().all(|(_, r)| r.is_ok());
     let (outcome, note) = match (vram, cuda_ok) {
-        (_, true) => (Outcome::Ok, None),
+        (_, true) => (CheckOutcome::Ok, None),
         (true, false) => (
-            Outcome::Fail,
+            CheckOutcome::Fail,
             Some("UCX's CUDA modules do not load: VRAM would be seen as host memory (libcudart.so.12 and libcuda.so.1 must be loadable)".to_string()),
         ),
-        (false, false) => (Outcome::Ok, Some("UCX's CUDA modules do not load here (no VRAM groups, so not needed)".to_string())),
+        (false, false) => (CheckOutcome::Ok, Some("UCX's CUDA modules do not load here (no VRAM groups, so not needed)".to_string())),
     };
     UcxCheck {
         outcome,
@@ -469,7 +481,7 @@ fn memlock_check(plan: &Plan, cap_ipc_lock: bool, non_root: bool) -> MemlockChec
         )
     });
     MemlockCheck {
-        outcome: if too_low { Outcome::Fail } else { Outcome::Ok },
+        outcome: if too_low { CheckOutcome::Fail } else { CheckOutcome::Ok },
         soft_bytes: soft,
         hard_bytes: hard,
         plan_dram_bytes,
@@ -496,9 +508,9 @@ fn cuda_check(plan: &Plan) -> CudaCheck {
         Err(e) => (vec![], Some(e)),
     };
     let outcome = match (error.is_none() && !devices.is_empty(), required) {
-        (true, _) => Outcome::Ok,
-        (false, true) => Outcome::Fail,
-        (false, false) => Outcome::Skip,
+        (true, _) => CheckOutcome::Ok,
+        (false, true) => CheckOutcome::Fail,
+        (false, false) => CheckOutcome::Skip,
     };
     let dmabuf = (!devices.is_empty()).then(|| devices.iter().all(|d| d.dmabuf == Some(true)));
     CudaCheck {
@@ -520,7 +532,7 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl: Res
         kind: spec.kind.as_str().to_string(),
         mem_type: spec.mem_type.as_str(),
         required: spec.required,
-        outcome: Outcome::Ok,
+        outcome: CheckOutcome::Ok,
         descriptors,
         bytes,
         seconds: 0.0,
@@ -530,7 +542,7 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl: Res
         advice: None,
     };
     if let Err(reason) = nixl {
-        g.outcome = Outcome::Skip;
+        g.outcome = CheckOutcome::Skip;
         g.reason = Some(reason);
         return g;
     }
@@ -540,7 +552,7 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl: Res
     let mut registration = Registration::new(spec);
     let t0 = Instant::now();
     let result = registration
-        .attempt(registrar, &rec, spec, 1, &mut Backends::default(), 0)
+        .attempt(registrar, &rec, spec, 1, &mut CreatedBackends::default(), 0)
         .and_then(
             |()| match registration.deregister(registrar, &rec, crate::event::CallKind::Deregister) {
                 (_, 0) => Ok(()),
@@ -553,7 +565,11 @@ fn smoke(registrar: &mut NixlRegistrar, spec: &crate::plan::GroupSpec, nixl: Res
     registration.free();
     g.seconds = t0.elapsed().as_secs_f64();
     if let Err(f) = result {
-        g.outcome = if spec.required { Outcome::Fail } else { Outcome::Warn };
+        g.outcome = if spec.required {
+            CheckOutcome::Fail
+        } else {
+            CheckOutcome::Warn
+        };
         g.reason = Some(f.reason);
         g.error = Some(f.message);
         g.diagnostics = f.diagnostics;

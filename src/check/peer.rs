@@ -7,7 +7,7 @@
 //! figures and transports. Nothing stays registered either way.
 
 use super::transfer::{attribute, TransferCheck, TransportSeen};
-use super::{Outcome, PeerRole, Progress};
+use super::{CheckOutcome, PeerRole, StepLines};
 use crate::datapath::{self, Measured, Round, Side};
 use crate::datapath::{Endpoint, RemoteBuffer};
 use crate::model::{Failure, MemType, Reason};
@@ -40,7 +40,7 @@ pub struct PeerCheck {
     /// "serve" or "peer".
     pub role: &'static str,
     pub address: SocketAddr,
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub seconds: f64,
     pub mem_type: MemType,
     pub peer_agent: Option<String>,
@@ -186,7 +186,7 @@ pub fn run(
     nixl_up: bool,
     cuda_devices: usize,
     tap: Option<&StderrTap>,
-    progress: &mut Progress,
+    progress: &mut StepLines,
 ) -> PeerCheck {
     let vram = plan.groups.iter().any(|g| g.mem_type == MemType::Vram) && cuda_devices > 0;
     let (role_word, address) = match role {
@@ -196,7 +196,7 @@ pub fn run(
     let mut c = PeerCheck {
         role: role_word,
         address,
-        outcome: Outcome::Ok,
+        outcome: CheckOutcome::Ok,
         seconds: 0.0,
         mem_type: if vram { MemType::Vram } else { MemType::Dram },
         peer_agent: None,
@@ -213,7 +213,7 @@ pub fn run(
     };
     c.seconds = t0.elapsed().as_secs_f64();
     if let Err(f) = result {
-        c.outcome = Outcome::Fail;
+        c.outcome = CheckOutcome::Fail;
         c.reason = Some(f.reason);
         c.error = Some(f.message);
     }
@@ -226,7 +226,7 @@ fn exchange(
     mem_type: MemType,
     tap: Option<&StderrTap>,
     c: &mut PeerCheck,
-    progress: &mut Progress,
+    progress: &mut StepLines,
 ) -> Result<(), Failure> {
     let round = Round::CHECK;
     // Unique on both nodes (pids may coincide across them) and short: UCX
@@ -336,8 +336,8 @@ pub fn judge(c: &mut PeerCheck, rdma_devices: bool) {
         let t = as_check(s, c.mem_type);
         super::transfer::fallback(&t, rdma_devices).map(|f| format!("{}: {f}", s.who))
     });
-    if c.finding.is_some() && c.outcome == Outcome::Ok {
-        c.outcome = Outcome::Warn;
+    if c.finding.is_some() && c.outcome == CheckOutcome::Ok {
+        c.outcome = CheckOutcome::Warn;
     }
 }
 

@@ -3,20 +3,20 @@
 //! so that the steps that print progress (the peer check among them) and
 //! the report that renders their results do not import each other.
 
-use super::Outcome;
+use super::CheckOutcome;
 use std::io::Write;
 
 /// Step lines on stderr while checks run: rewritten in place on a terminal,
 /// one plain line per finished step otherwise.
-pub struct Progress {
+pub struct StepLines {
     out: Box<dyn Write + Send>,
     tty: bool,
     step: String,
 }
 
-impl Progress {
-    pub fn new(out: Box<dyn Write + Send>, tty: bool) -> Progress {
-        Progress {
+impl StepLines {
+    pub fn new(out: Box<dyn Write + Send>, tty: bool) -> StepLines {
+        StepLines {
             out,
             tty,
             step: String::new(),
@@ -41,7 +41,7 @@ impl Progress {
         let _ = self.out.flush();
     }
 
-    pub fn done(&mut self, outcome: Outcome, summary: &str) {
+    pub fn done(&mut self, outcome: CheckOutcome, summary: &str) {
         let mark = word(outcome, self.tty);
         if self.tty {
             let _ = writeln!(self.out, "\r\x1b[2K{mark} {}: {summary}", self.step);
@@ -52,25 +52,25 @@ impl Progress {
     }
 }
 
-pub(super) fn plain(o: Outcome) -> &'static str {
+pub(super) fn plain(o: CheckOutcome) -> &'static str {
     match o {
-        Outcome::Ok => "ok",
-        Outcome::Fail => "FAIL",
-        Outcome::Warn => "warn",
-        Outcome::Skip => "skip",
+        CheckOutcome::Ok => "ok",
+        CheckOutcome::Fail => "FAIL",
+        CheckOutcome::Warn => "warn",
+        CheckOutcome::Skip => "skip",
     }
 }
 
-pub(super) fn word(o: Outcome, color: bool) -> String {
+pub(super) fn word(o: CheckOutcome, color: bool) -> String {
     let w = format!("{:<4}", plain(o));
     if !color {
         return w;
     }
     let code = match o {
-        Outcome::Ok => 32,
-        Outcome::Fail => 31,
-        Outcome::Warn => 33,
-        Outcome::Skip => 2,
+        CheckOutcome::Ok => 32,
+        CheckOutcome::Fail => 31,
+        CheckOutcome::Warn => 33,
+        CheckOutcome::Skip => 2,
     };
     format!("\x1b[{code}m{w}\x1b[0m")
 }

@@ -3,7 +3,7 @@
 //! [`super::progress`]'s.
 
 use super::progress::{plain, word};
-use super::{BackendCheck, CudaCheck, GroupCheck, HostCheck, MemlockCheck, NixlCheck, Outcome, Report, UcxCheck};
+use super::{BackendCheck, CheckOutcome, CudaCheck, GroupCheck, HostCheck, MemlockCheck, NixlCheck, Report, UcxCheck};
 use super::{PeerCheck, TransferCheck, TransportSeen};
 use crate::datapath::Measured;
 use crate::units::format_size;
@@ -16,7 +16,7 @@ pub(super) fn nixl_summary(check: &NixlCheck) -> String {
     let n = &check.runtime;
     match &n.library {
         // Loaded, but no NIXL agent could be made: say why.
-        Some(lib) if check.outcome == Outcome::Fail && n.error.is_some() => format!(
+        Some(lib) if check.outcome == CheckOutcome::Fail && n.error.is_some() => format!(
             "{lib} (found by {}, NIXL {}) loads, but {}{}",
             n.found_by.as_deref().unwrap_or("?"),
             n.version.as_deref().unwrap_or("version unknown"),
@@ -46,7 +46,7 @@ pub(super) fn nixl_summary(check: &NixlCheck) -> String {
 pub(super) fn backends_summary(b: &[BackendCheck]) -> String {
     b.iter()
         .map(|b| match (&b.outcome, &b.error) {
-            (Outcome::Ok, _) => format!("{} created in {:.0} ms", b.name, b.seconds * 1e3),
+            (CheckOutcome::Ok, _) => format!("{} created in {:.0} ms", b.name, b.seconds * 1e3),
             (_, Some(e)) => format!("{} {}: {e}", b.name, b.reason.map_or("", |r| r.as_str())),
             _ => format!("{} skipped", b.name),
         })
@@ -55,7 +55,7 @@ pub(super) fn backends_summary(b: &[BackendCheck]) -> String {
 }
 
 pub(super) fn ucx_summary(u: &UcxCheck) -> String {
-    if u.outcome == Outcome::Skip && u.facts.version.is_none() {
+    if u.outcome == CheckOutcome::Skip && u.facts.version.is_none() {
         return "no UCX backend".to_string();
     }
     let mods: Vec<String> = u
@@ -152,7 +152,7 @@ pub(super) fn group_summary(g: &GroupCheck) -> String {
             format_size(g.bytes),
             g.seconds * 1e3
         ),
-        Some(r) if g.outcome == Outcome::Skip => format!("skipped ({r})"),
+        Some(r) if g.outcome == CheckOutcome::Skip => format!("skipped ({r})"),
         Some(r) => format!("{r}: {}", g.error.as_deref().unwrap_or("")),
     }
 }
@@ -162,7 +162,7 @@ pub(super) fn host_summary(h: &HostCheck) -> String {
     let rows = super::host::summary(h);
     let notable: Vec<String> = rows
         .iter()
-        .filter(|(_, o, _)| *o == Outcome::Warn)
+        .filter(|(_, o, _)| *o == CheckOutcome::Warn)
         .map(|(name, _, s)| format!("{name}: {s}"))
         .collect();
     if notable.is_empty() {
@@ -267,7 +267,7 @@ pub fn render_human(r: &Report, color: bool) -> String {
         ("Memlock", r.memlock.outcome, memlock_summary(&r.memlock)),
         ("CUDA", r.cuda.outcome, cuda_summary(&r.cuda)),
     ];
-    let host: Vec<(&str, Outcome, String)> = super::host::summary(&r.host);
+    let host: Vec<(&str, CheckOutcome, String)> = super::host::summary(&r.host);
     let rows = rows.into_iter().chain(host);
     for (name, o, s) in rows {
         out.push_str(&format!("{:<13} {}  {s}\n", name, word(o, color)));
@@ -365,7 +365,11 @@ pub fn render_human(r: &Report, color: bool) -> String {
         }
     }
     if let Some(u) = &r.transports_unknown {
-        out.push_str(&format!("{:<13} {}  {u}\n", "Transports", word(Outcome::Skip, color)));
+        out.push_str(&format!(
+            "{:<13} {}  {u}\n",
+            "Transports",
+            word(CheckOutcome::Skip, color)
+        ));
     }
     for g in r.groups.iter().filter(|g| g.error.is_some()) {
         out.push_str(&format!(

@@ -2,7 +2,7 @@
 //! the plan (two NIXL agents in this process), and which transport UCX
 //! picked for each operation, with a finding when it fell back.
 
-use super::Outcome;
+use super::CheckOutcome;
 use crate::datapath::{Loopback, Measured, Round, Side};
 use crate::diagnose::proto::{self, ProtoTable};
 use crate::model::{MemType, Reason, XferOp};
@@ -30,7 +30,7 @@ pub struct TransferCheck {
     pub backend: String,
     pub from: Side,
     pub to: Side,
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub seconds: f64,
     pub measured: Vec<Measured>,
     /// What UCX picked (empty when UCX did not print its tables).
@@ -78,7 +78,7 @@ impl TransferCheck {
             backend: "UCX".to_string(),
             from,
             to,
-            outcome: Outcome::Ok,
+            outcome: CheckOutcome::Ok,
             seconds: 0.0,
             measured: vec![],
             transports: vec![],
@@ -110,7 +110,7 @@ pub fn loopback(backend: &str, index: usize, from: Side, to: Side) -> TransferCh
         Err(f) => Some(f),
     };
     if let Some(f) = failure {
-        c.outcome = Outcome::Fail;
+        c.outcome = CheckOutcome::Fail;
         c.reason = Some(f.reason);
         c.error = Some(f.message);
     }
@@ -148,10 +148,10 @@ pub fn attribute(checks: &mut [TransferCheck], tables: &[ProtoTable], rdma_devic
                 });
             }
         }
-        if c.outcome == Outcome::Ok {
+        if c.outcome == CheckOutcome::Ok {
             if let Some(f) = fallback(c, rdma_devices) {
                 c.finding = Some(f);
-                c.outcome = Outcome::Warn;
+                c.outcome = CheckOutcome::Warn;
             }
         }
     }
@@ -279,6 +279,6 @@ mod tests {
         attribute(&mut all, &tables, false);
         assert_eq!(all[0].transports.len(), 1, "{:?}", all[0].transports);
         assert_eq!(all[0].transports[0].transports, ["cma"]);
-        assert_eq!(all[0].outcome, Outcome::Ok);
+        assert_eq!(all[0].outcome, CheckOutcome::Ok);
     }
 }

@@ -16,9 +16,10 @@ pub mod observe;
 mod properties;
 
 // The layers below, under the names this crate's modules use.
+pub(crate) use nixl_agent_admin::http;
 #[cfg(test)]
 pub(crate) use nixl_agent_core::units;
 pub(crate) use nixl_agent_core::{backoff, config, diagnose, event, model, plan, validate};
-pub(crate) use nixl_agent_ledger::{http, ledger, record, status, telemetry};
+pub(crate) use nixl_agent_ledger::{ledger, record, status, telemetry};
 pub(crate) use nixl_agent_pod as pod;
 pub(crate) use nixl_agent_sys as nixl;

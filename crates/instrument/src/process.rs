@@ -5,9 +5,10 @@
 //! rest of the extension calls only this and the observer it hands out.
 
 use super::{Settings, DEFAULT_LOG_FILTER, LOG_TARGET};
+use nixl_agent_admin::{http, otlp};
 use nixl_agent_engine::observe::Observer;
+use nixl_agent_ledger::telemetry;
 use nixl_agent_ledger::telemetry::traces::TracingGuard;
-use nixl_agent_ledger::{http, telemetry};
 use nixl_agent_pod as pod;
 use nixl_agent_pod::publish::Publisher;
 use nixl_agent_sys::interpose::fork;
@@ -84,8 +85,7 @@ impl Instrumentation {
         } else {
             None
         };
-        let traces =
-            telemetry::logs::init_filtered(&settings.config, tap.as_ref().map(|t| t.original()), DEFAULT_LOG_FILTER);
+        let traces = otlp::init_logs_filtered(&settings.config, tap.as_ref().map(|t| t.original()), DEFAULT_LOG_FILTER);
         let mut observer = Observer::new(settings.observe(frameworks));
         // The line a process that dies of a NIXL failure leaves for
         // Kubernetes: written as the failure is recorded.

@@ -2,10 +2,9 @@
 //! the one owner of what was recorded; the fan-out every front-end records
 //! through (`record`: the recorder, attempts, the watchdog); the snapshot's
 //! shape and the `/v1/status` document (`status`); metrics, traces and log
-//! lines (`telemetry`); and the read-only HTTP surface (`http`). See
-//! ARCHITECTURE.md.
+//! lines (`telemetry`). What serves them (the HTTP server, the OTLP
+//! exporter) is `nixl-agent-admin`'s, a layer above. See ARCHITECTURE.md.
 
-pub mod http;
 pub mod ledger;
 pub mod record;
 pub mod status;

@@ -139,7 +139,7 @@ pub struct GroupStatus {
 
 /// A NIXL call past its deadline.
 #[derive(Debug, Clone, Serialize)]
-pub struct Stuck {
+pub struct StuckCallStatus {
     /// Which call: its episode ends only when this call returns.
     #[serde(skip)]
     pub call: CallKey,
@@ -172,7 +172,7 @@ pub struct Status {
     /// Every NIXL call past its deadline (`nixl_call_timeout`), the
     /// lifecycle's or an observed one, in the order they passed it (/livez
     /// fails, naming each).
-    pub stuck: Vec<Stuck>,
+    pub stuck: Vec<StuckCallStatus>,
     /// NIXL calls in flight, the lifecycle's and observed ones (oldest per
     /// operation).
     pub in_flight: Vec<InFlightCall>,

@@ -15,7 +15,7 @@
 //! is overwritten and the pod's agent can count and name it.
 //!
 //! The directory is checked first ([`super::dir::check`]): a refused one
-//! is an error carrying [`super::dir::Refused`], and nothing is written.
+//! is an error carrying [`super::dir::DirRefused`], and nothing is written.
 
 use super::slot::{self, HELD};
 use std::fs::File;
@@ -128,7 +128,7 @@ pub fn claim(dir: &Path, wish: Wish, uid: u32) -> io::Result<Claim> {
 }
 
 /// The refusal inside an error of [`claim`], when the directory was refused.
-pub fn refusal(e: &io::Error) -> Option<&super::dir::Refused> {
+pub fn refusal(e: &io::Error) -> Option<&super::dir::DirRefused> {
     e.get_ref().and_then(|inner| inner.downcast_ref())
 }
 

@@ -20,26 +20,26 @@ pub fn uid() -> Option<u32> {
 
 /// Why a directory is not written to, and what was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub struct DirRefused {
     pub reason: DirRefusal,
     pub detail: String,
 }
 
-impl std::fmt::Display for Refused {
+impl std::fmt::Display for DirRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.reason.as_str(), self.detail)
     }
 }
 
-impl std::error::Error for Refused {}
+impl std::error::Error for DirRefused {}
 
-fn refused(reason: DirRefusal, detail: String) -> Refused {
-    Refused { reason, detail }
+fn refused(reason: DirRefusal, detail: String) -> DirRefused {
+    DirRefused { reason, detail }
 }
 
 /// Checks `dir` (creating it 0755 if missing) for a process of user `uid`;
 /// gives a directory of `uid`'s own that others may write the sticky bit.
-pub fn check(dir: &Path, uid: u32) -> Result<(), Refused> {
+pub fn check(dir: &Path, uid: u32) -> Result<(), DirRefused> {
     let shown = dir.display();
     let created = std::fs::create_dir_all(dir);
     let meta = std::fs::symlink_metadata(dir).map_err(|e| {

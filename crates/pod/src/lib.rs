@@ -19,8 +19,9 @@
 //! used by vLLM and SGLang) and NIXL's own `NIXL_TELEMETRY_MULTIPROC_DIR`.
 
 // The layers below, under the names this crate's modules use.
+pub(crate) use nixl_agent_admin::http;
 pub(crate) use nixl_agent_core::{config, event, model, units};
-pub(crate) use nixl_agent_ledger::{http, ledger, status, telemetry};
+pub(crate) use nixl_agent_ledger::{ledger, status, telemetry};
 
 pub mod claim;
 pub mod dir;

@@ -3,7 +3,7 @@
 //! label of its own, so the pod's `rank="N"` makes a duplicate label name; a
 //! series twice; two TYPE lines that disagree) would make Prometheus refuse
 //! the *whole* pod scrape, so such a rank is rejected whole, with a closed
-//! reason ([`Problem::reason`]), and the other ranks are served.
+//! reason ([`ExpositionProblem::reason`]), and the other ranks are served.
 //!
 //! What a rank may publish: `nixl_agent_*` families (but the pod's own:
 //! `names::POD_ONLY`) and the `process_*` ones, each with the TYPE
@@ -17,12 +17,12 @@ use std::collections::{HashMap, HashSet};
 /// What is wrong with an exposition, and on which line (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bad {
-    pub problem: Problem,
+    pub problem: ExpositionProblem,
     pub line: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Problem {
+pub enum ExpositionProblem {
     /// Not a sample, a comment or empty (or a label name twice).
     Syntax,
     /// A `rank` label: the pod adds that one.
@@ -36,26 +36,26 @@ pub enum Problem {
     ForeignFamily,
 }
 
-impl Problem {
+impl ExpositionProblem {
     /// The `reason` label of `nixl_agent_pod_files_rejected_total`.
     pub const fn reason(self) -> &'static str {
         match self {
-            Problem::Syntax => names::POD_REJECT_BAD_EXPOSITION,
-            Problem::RankLabel => names::POD_REJECT_RANK_LABEL,
-            Problem::DuplicateSeries => names::POD_REJECT_DUPLICATE_SERIES,
-            Problem::ConflictingMetadata => names::POD_REJECT_CONFLICTING_METADATA,
-            Problem::ForeignFamily => names::POD_REJECT_FOREIGN_FAMILY,
+            ExpositionProblem::Syntax => names::POD_REJECT_BAD_EXPOSITION,
+            ExpositionProblem::RankLabel => names::POD_REJECT_RANK_LABEL,
+            ExpositionProblem::DuplicateSeries => names::POD_REJECT_DUPLICATE_SERIES,
+            ExpositionProblem::ConflictingMetadata => names::POD_REJECT_CONFLICTING_METADATA,
+            ExpositionProblem::ForeignFamily => names::POD_REJECT_FOREIGN_FAMILY,
         }
     }
 
     /// What the reason means, for `/readyz?verbose` and `/v1/status`.
     pub const fn describe(self) -> &'static str {
         match self {
-            Problem::Syntax => "does not parse",
-            Problem::RankLabel => "has a rank label of its own",
-            Problem::DuplicateSeries => "repeats a series",
-            Problem::ConflictingMetadata => "has HELP or TYPE lines that disagree",
-            Problem::ForeignFamily => "has a family that is not a rank's of nixl-agent",
+            ExpositionProblem::Syntax => "does not parse",
+            ExpositionProblem::RankLabel => "has a rank label of its own",
+            ExpositionProblem::DuplicateSeries => "repeats a series",
+            ExpositionProblem::ConflictingMetadata => "has HELP or TYPE lines that disagree",
+            ExpositionProblem::ForeignFamily => "has a family that is not a rank's of nixl-agent",
         }
     }
 }
@@ -106,23 +106,23 @@ pub fn lint(text: &str) -> Result<Types, Bad> {
         if let Some(rest) = line.strip_prefix("# HELP ") {
             let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
             if !metric_name(name) {
-                return Err(bad(Problem::Syntax));
+                return Err(bad(ExpositionProblem::Syntax));
             }
             if !own(name) {
-                return Err(bad(Problem::ForeignFamily));
+                return Err(bad(ExpositionProblem::ForeignFamily));
             }
             if helps.insert(name, help).is_some_and(|h| h != help) {
-                return Err(bad(Problem::ConflictingMetadata));
+                return Err(bad(ExpositionProblem::ConflictingMetadata));
             }
             continue;
         }
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
             if !metric_name(name) || !TYPES.contains(&kind) {
-                return Err(bad(Problem::Syntax));
+                return Err(bad(ExpositionProblem::Syntax));
             }
             if !own(name) {
-                return Err(bad(Problem::ForeignFamily));
+                return Err(bad(ExpositionProblem::ForeignFamily));
             }
             let known = declared(name).is_some_and(|k| k != kind);
             if known
@@ -130,7 +130,7 @@ pub fn lint(text: &str) -> Result<Types, Bad> {
                     .insert(name.to_string(), kind.to_string())
                     .is_some_and(|k| k != kind)
             {
-                return Err(bad(Problem::ConflictingMetadata));
+                return Err(bad(ExpositionProblem::ConflictingMetadata));
             }
             continue;
         }
@@ -142,23 +142,23 @@ pub fn lint(text: &str) -> Result<Types, Bad> {
             None => (line, None),
         };
         let Some((name, labels)) = parse_sample(sample, false) else {
-            return Err(bad(Problem::Syntax));
+            return Err(bad(ExpositionProblem::Syntax));
         };
         if exemplar.is_some_and(|e| parse_sample(e, true).is_none()) {
-            return Err(bad(Problem::Syntax));
+            return Err(bad(ExpositionProblem::Syntax));
         }
         if !own(name) {
-            return Err(bad(Problem::ForeignFamily));
+            return Err(bad(ExpositionProblem::ForeignFamily));
         }
         let mut key: Vec<&(&str, &str)> = labels.iter().collect();
         key.sort_unstable();
         for w in key.windows(2) {
             if w[0].0 == w[1].0 {
-                return Err(bad(Problem::Syntax));
+                return Err(bad(ExpositionProblem::Syntax));
             }
         }
         if key.iter().any(|(k, _)| *k == "rank") {
-            return Err(bad(Problem::RankLabel));
+            return Err(bad(ExpositionProblem::RankLabel));
         }
         let mut id = String::with_capacity(sample.len());
         id.push_str(name);
@@ -169,7 +169,7 @@ pub fn lint(text: &str) -> Result<Types, Bad> {
             id.push_str(v);
         }
         if !series.insert(id) {
-            return Err(bad(Problem::DuplicateSeries));
+            return Err(bad(ExpositionProblem::DuplicateSeries));
         }
     }
     Ok(types)
@@ -241,7 +241,7 @@ fn parse_sample(line: &str, exemplar: bool) -> Option<(&str, Vec<(&str, &str)>)>
 mod tests {
     use super::*;
 
-    fn problem(text: &str) -> Option<(Problem, usize)> {
+    fn problem(text: &str) -> Option<(ExpositionProblem, usize)> {
         lint(text).err().map(|b| (b.problem, b.line))
     }
 
@@ -269,39 +269,47 @@ mod tests {
             ("nixl_agent_a 1 # {t=\"x\" 1\n", 1),
             ("# TYPE nixl_agent_a sideways\n", 1),
         ] {
-            assert_eq!(problem(bad), Some((Problem::Syntax, line)), "{bad:?}");
+            assert_eq!(problem(bad), Some((ExpositionProblem::Syntax, line)), "{bad:?}");
         }
     }
 
     #[test]
     fn what_would_break_the_pods_scrape_is_named() {
         for (bad, p, line) in [
-            ("nixl_agent_ready{rank=\"x\"} 1\n", Problem::RankLabel, 1),
+            ("nixl_agent_ready{rank=\"x\"} 1\n", ExpositionProblem::RankLabel, 1),
             (
                 "nixl_agent_a{g=\"1\"} 1\nnixl_agent_a{g=\"2\"} 1\nnixl_agent_a{g=\"1\"} 2\n",
-                Problem::DuplicateSeries,
+                ExpositionProblem::DuplicateSeries,
                 3,
             ),
             (
                 "nixl_agent_a{x=\"1\",y=\"2\"} 1\nnixl_agent_a{y=\"2\",x=\"1\"} 1\n",
-                Problem::DuplicateSeries,
+                ExpositionProblem::DuplicateSeries,
                 2,
             ),
             (
                 "# TYPE nixl_agent_x gauge\n# TYPE nixl_agent_x counter\n",
-                Problem::ConflictingMetadata,
+                ExpositionProblem::ConflictingMetadata,
                 2,
             ),
             (
                 "# HELP nixl_agent_x a\n# HELP nixl_agent_x b\n",
-                Problem::ConflictingMetadata,
+                ExpositionProblem::ConflictingMetadata,
                 2,
             ),
-            ("# TYPE nixl_agent_ready counter\n", Problem::ConflictingMetadata, 1),
-            ("up 1\n", Problem::ForeignFamily, 1),
-            ("# TYPE node_load1 gauge\n", Problem::ForeignFamily, 1),
-            ("nixl_agent_rank_up{x=\"1\"} 1\n", Problem::ForeignFamily, 1),
-            ("nixl_agent_pod_files_rejected_total 1\n", Problem::ForeignFamily, 1),
+            (
+                "# TYPE nixl_agent_ready counter\n",
+                ExpositionProblem::ConflictingMetadata,
+                1,
+            ),
+            ("up 1\n", ExpositionProblem::ForeignFamily, 1),
+            ("# TYPE node_load1 gauge\n", ExpositionProblem::ForeignFamily, 1),
+            ("nixl_agent_rank_up{x=\"1\"} 1\n", ExpositionProblem::ForeignFamily, 1),
+            (
+                "nixl_agent_pod_files_rejected_total 1\n",
+                ExpositionProblem::ForeignFamily,
+                1,
+            ),
         ] {
             assert_eq!(problem(bad), Some((p, line)), "{bad:?}");
         }

@@ -131,7 +131,7 @@ impl Rank {
 
 /// One family of the merge: its HELP and TYPE lines and sample lines.
 #[derive(Default, Clone)]
-struct Family {
+struct MergedFamily {
     help: Option<String>,
     kind: Option<String>,
     samples: String,
@@ -144,7 +144,7 @@ struct Family {
 /// every pass ([`Merged::with_own`]).
 #[derive(Default, Clone)]
 pub struct Merged {
-    families: Vec<(String, Family)>,
+    families: Vec<(String, MergedFamily)>,
     index: HashMap<String, usize>,
 }
 
@@ -177,7 +177,7 @@ impl Merged {
         if let Some(i) = self.index.get(name) {
             return *i;
         }
-        self.families.push((name.to_string(), Family::default()));
+        self.families.push((name.to_string(), MergedFamily::default()));
         self.index.insert(name.to_string(), self.families.len() - 1);
         self.families.len() - 1
     }
@@ -270,7 +270,7 @@ impl Merged {
         mine.read(own, None);
         let total: usize = self.families.iter().map(|(_, f)| f.samples.len() + 200).sum();
         let mut out = String::with_capacity(total + own.len() + 16);
-        let mut emit = |head: &Family, own_samples: &str, rank_samples: &str| {
+        let mut emit = |head: &MergedFamily, own_samples: &str, rank_samples: &str| {
             if own_samples.is_empty() && rank_samples.is_empty() {
                 return;
             }
@@ -283,7 +283,7 @@ impl Merged {
         };
         for (name, f) in &mine.families {
             let theirs = self.index.get(name).map(|i| &self.families[*i].1);
-            let head = Family {
+            let head = MergedFamily {
                 help: f.help.clone().or_else(|| theirs.and_then(|t| t.help.clone())),
                 kind: f.kind.clone().or_else(|| theirs.and_then(|t| t.kind.clone())),
                 samples: String::new(),
@@ -347,7 +347,7 @@ pub const REMOVED: &str = "its file was removed; no process publishes it now";
 
 /// One readiness check of the pod: a rank and why it is not ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub struct RankCheck {
     pub rank: u32,
     pub failure: Option<String>,
     /// What else an operator should know of a rank that passes (its file
@@ -375,7 +375,7 @@ impl Rank {
 /// record, no uncaught exception): a forked helper that ended is no rank
 /// the pod waits for, while one that raised or died is a broken pod. Its
 /// counters are served all the same.
-pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String)]) -> (bool, Vec<Check>) {
+pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String)]) -> (bool, Vec<RankCheck>) {
     let now = crate::ledger::counts::unix_now();
     let mut numbers: Vec<u32> = match expected {
         Some(n) => (0..n).collect(),
@@ -391,7 +391,7 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
     }
     numbers.sort_unstable();
     numbers.dedup();
-    let checks: Vec<Check> = numbers
+    let checks: Vec<RankCheck> = numbers
         .into_iter()
         .map(|rank| {
             let failure = match ranks.iter().find(|r| r.rank == rank) {
@@ -427,7 +427,7 @@ pub fn readiness(expected: Option<u32>, ranks: &[Rank], rejected: &[(u32, String
                         crate::units::rfc3339(t)
                     )
                 });
-            Check { rank, failure, note }
+            RankCheck { rank, failure, note }
         })
         .collect();
     (checks.iter().all(|c| c.failure.is_none()), checks)
@@ -574,7 +574,7 @@ mod tests {
         );
         let injected = "nixl_agent_ready{rank=\"x\"} 1\n";
         match Rank::checked(&file(1, injected), 1, true) {
-            Err(Unfit::Exposition(b)) => assert_eq!(b.problem, lint::Problem::RankLabel),
+            Err(Unfit::Exposition(b)) => assert_eq!(b.problem, lint::ExpositionProblem::RankLabel),
             other => panic!("{other:?}"),
         }
     }

@@ -67,11 +67,11 @@ pub struct DirRead {
 }
 
 /// What a file said: a rank, or why it is not one (reason, detail).
-type Outcome = Result<Rank, (&'static str, String)>;
+type FileReading = Result<Rank, (&'static str, String)>;
 
 /// The directory's files as last read: each re-read only when it changed.
 pub struct Reader {
-    files: HashMap<String, (Version, Outcome)>,
+    files: HashMap<String, (Version, FileReading)>,
     /// (rank, version, alive) of the last pass's ranks.
     last: Vec<(u32, Version, bool)>,
     /// How long a rank whose process ended is served.

@@ -13,7 +13,7 @@
 //! serving rank, and a slow pass over a directory is no reason to restart
 //! it.
 
-use super::merge::{self, Check, Merged, Rank};
+use super::merge::{self, Merged, Rank, RankCheck};
 use super::read::{DirRead, Reader, Version};
 use crate::config::HttpConfig;
 use crate::http::{self, ALERT_RULES_PATH, DASHBOARD_PATH};
@@ -45,7 +45,7 @@ pub struct PodView {
     /// Rejected files not listed.
     pub rejected_left_out: usize,
     pub ready: bool,
-    pub checks: Vec<Check>,
+    pub checks: Vec<RankCheck>,
     /// Why /livez fails: each live rank's own verdict, named by rank
     /// ([`document::liveness_failures`]).
     pub liveness_failures: Vec<String>,
@@ -85,7 +85,7 @@ pub use super::read::Rejected;
 /// What a pod agent counted already, kept only for what is still there
 /// (so bounded by the directory's bound): rejected files with the version
 /// counted, conflicts as (rank, pid).
-type Counted = (HashMap<String, Version>, HashSet<(u32, u32)>);
+type CountedRejects = (HashMap<String, Version>, HashSet<(u32, u32)>);
 
 /// The pod's own series.
 struct Own {
@@ -101,7 +101,7 @@ struct Own {
     last_pass: prometheus::Gauge,
     /// What was counted already: (file, its version) rejected, (rank, pid)
     /// in conflict.
-    counted: std::sync::Mutex<Counted>,
+    counted: std::sync::Mutex<CountedRejects>,
 }
 
 fn opts(name: &str) -> Opts {
@@ -178,7 +178,7 @@ impl Own {
 
 /// One rank's exposition made ready to merge, and for which version of its
 /// file and liveness.
-struct Prepared {
+struct PreparedRank {
     key: (Version, bool),
     text: Merged,
     openmetrics: Option<Merged>,
@@ -191,7 +191,7 @@ pub struct Watcher {
     reader: Reader,
     /// Each rank's exposition made ready to merge, per (version, alive):
     /// text and OpenMetrics.
-    each: HashMap<u32, Prepared>,
+    each: HashMap<u32, PreparedRank>,
     merged: Option<(Merged, Option<Merged>)>,
     dir: PathBuf,
     expected: Option<u32>,
@@ -308,7 +308,7 @@ impl Watcher {
             for (r, v) in ranks.iter().zip(&versions) {
                 let key = (*v, r.alive);
                 if self.each.get(&r.rank).is_none_or(|p| p.key != key) {
-                    let prepared = Prepared {
+                    let prepared = PreparedRank {
                         key,
                         text: Merged::of_rank(r, false).unwrap_or_default(),
                         openmetrics: Merged::of_rank(r, true),
@@ -316,7 +316,7 @@ impl Watcher {
                     self.each.insert(r.rank, prepared);
                 }
             }
-            let each: Vec<&Prepared> = ranks.iter().filter_map(|r| self.each.get(&r.rank)).collect();
+            let each: Vec<&PreparedRank> = ranks.iter().filter_map(|r| self.each.get(&r.rank)).collect();
             let om: Option<Vec<&Merged>> = each.iter().map(|p| p.openmetrics.as_ref()).collect();
             self.merged = Some((Merged::of_ranks(each.iter().map(|p| &p.text)), om.map(Merged::of_ranks)));
         }

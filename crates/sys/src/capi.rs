@@ -41,13 +41,14 @@ use crate::model::{MemType, Reason, Region};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
-type Status = c_int;
+/// NIXL's C API status code (`nixl_capi_status_t`).
+type CStatus = c_int;
 type Handle = *mut c_void;
 
-const SUCCESS: Status = 0;
-const ERROR_INVALID_PARAM: Status = -1;
-const ERROR_BACKEND: Status = -2;
-const ERROR_NOT_FOUND: Status = -6;
+const SUCCESS: CStatus = 0;
+const ERROR_INVALID_PARAM: CStatus = -1;
+const ERROR_BACKEND: CStatus = -2;
+const ERROR_NOT_FOUND: CStatus = -6;
 
 /// NIXL versions whose behaviour with lists (above) and whose exported
 /// `nixlAgent` methods and descriptor-list layout (the interposer's) were
@@ -92,31 +93,31 @@ struct AgentConfig {
 }
 
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type Unary = unsafe extern "C" fn(Handle) -> Status;
+type Unary = unsafe extern "C" fn(Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type CreateAgent = unsafe extern "C" fn(*const c_char, *const AgentConfig, *mut Handle) -> Status;
+type CreateAgent = unsafe extern "C" fn(*const c_char, *const AgentConfig, *mut Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type OutHandle = unsafe extern "C" fn(Handle, *mut Handle) -> Status;
+type OutHandle = unsafe extern "C" fn(Handle, *mut Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type ListSize = unsafe extern "C" fn(Handle, *mut usize) -> Status;
+type ListSize = unsafe extern "C" fn(Handle, *mut usize) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type ListGet = unsafe extern "C" fn(Handle, usize, *mut *const c_char) -> Status;
+type ListGet = unsafe extern "C" fn(Handle, usize, *mut *const c_char) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type PluginParams = unsafe extern "C" fn(Handle, *const c_char, *mut Handle, *mut Handle) -> Status;
+type PluginParams = unsafe extern "C" fn(Handle, *const c_char, *mut Handle, *mut Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type CreateBackend = unsafe extern "C" fn(Handle, *const c_char, Handle, *mut Handle) -> Status;
+type CreateBackend = unsafe extern "C" fn(Handle, *const c_char, Handle, *mut Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type Create = unsafe extern "C" fn(*mut Handle) -> Status;
+type Create = unsafe extern "C" fn(*mut Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type Pair = unsafe extern "C" fn(Handle, Handle) -> Status;
+type Pair = unsafe extern "C" fn(Handle, Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type CreateDlist = unsafe extern "C" fn(c_int, *mut Handle) -> Status;
+type CreateDlist = unsafe extern "C" fn(c_int, *mut Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type AddDesc = unsafe extern "C" fn(Handle, usize, usize, u64, *const c_void, usize) -> Status;
+type AddDesc = unsafe extern "C" fn(Handle, usize, usize, u64, *const c_void, usize) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type Triple = unsafe extern "C" fn(Handle, Handle, Handle) -> Status;
+type Triple = unsafe extern "C" fn(Handle, Handle, Handle) -> CStatus;
 // Safety: a C function of wrapper.h; callers pass the handles it declares.
-type LocalMd = unsafe extern "C" fn(Handle, *mut *mut c_void, *mut usize) -> Status;
+type LocalMd = unsafe extern "C" fn(Handle, *mut *mut c_void, *mut usize) -> CStatus;
 
 /// The C functions, resolved once from the loaded library.
 struct Api {
@@ -232,7 +233,7 @@ impl std::fmt::Display for CallError {
     }
 }
 
-fn check(what: &'static str, status: Status) -> Result<(), CallError> {
+fn check(what: &'static str, status: CStatus) -> Result<(), CallError> {
     if status == SUCCESS {
         Ok(())
     } else {

@@ -75,8 +75,9 @@ struct Window {
     settled: bool,
 }
 
+/// What the capture windows and the stream readers share.
 #[derive(Default)]
-struct State {
+struct CaptureState {
     /// The open windows, one per thread inside a NIXL call (a few at most).
     windows: Vec<Window>,
     /// The last marker each stream's reader has seen: [stdout, stderr].
@@ -90,7 +91,7 @@ const PROTO_PASS: u8 = 0;
 const PROTO_KEEP: u8 = 1;
 const PROTO_KEEP_QUIET: u8 = 2;
 
-impl State {
+impl CaptureState {
     fn take(&mut self, tid: u64) -> Vec<String> {
         match self.windows.iter().position(|w| w.tid == tid) {
             Some(i) => self.windows.swap_remove(i).lines,
@@ -109,7 +110,7 @@ impl State {
 }
 
 struct Shared {
-    state: Mutex<State>,
+    state: Mutex<CaptureState>,
     cv: Condvar,
     /// `PROTO_*`: read without the lock on every line.
     proto: AtomicU8,
@@ -125,7 +126,7 @@ struct Shared {
 impl Shared {
     fn new(owns_stdio: bool) -> Shared {
         Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(CaptureState::default()),
             cv: Condvar::new(),
             proto: AtomicU8::new(PROTO_PASS),
             pid: std::process::id(),

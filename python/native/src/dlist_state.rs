@@ -29,9 +29,9 @@ pub struct DlistHeader {
     pub count: usize,
 }
 
-struct Reader<'a>(&'a [u8]);
+struct ByteReader<'a>(&'a [u8]);
 
-impl<'a> Reader<'a> {
+impl<'a> ByteReader<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.0.len() < n {
             return None;
@@ -66,7 +66,7 @@ fn word_at(b: &[u8], i: usize) -> u64 {
 /// descriptor in order. `None` (and calls made for part of it, which the
 /// caller must discard) when the bytes are not a list of this layout.
 pub fn read_dlist_state(bytes: &[u8], mut each: impl FnMut(u64, u64, u64)) -> Option<DlistHeader> {
-    let mut r = Reader(bytes);
+    let mut r = ByteReader(bytes);
     r.literal(MAGIC)?;
     r.literal(b"nixlDList")?;
     let kind = r.value()?;

@@ -3,7 +3,7 @@
 //! Read from `sys/class/infiniband/<dev>/ports/<n>/{state,phys_state,
 //! link_layer,rate}` under a root directory, like the other host checks.
 
-use super::{dir_names, read, Outcome};
+use super::{dir_names, read, CheckOutcome};
 use serde::Serialize;
 use std::path::Path;
 
@@ -25,7 +25,7 @@ pub struct Port {
 /// Whether every RDMA port is up.
 #[derive(Debug, Clone, Serialize)]
 pub struct LinkCheck {
-    pub outcome: Outcome,
+    pub outcome: CheckOutcome,
     pub ports: Vec<Port>,
     pub finding: String,
     pub advice: Option<String>,
@@ -55,14 +55,14 @@ pub fn link_check(root: &Path) -> LinkCheck {
     }
     let down: Vec<&Port> = ports.iter().filter(|p| p.state != "ACTIVE").collect();
     let (outcome, finding, advice) = if ports.is_empty() {
-        (Outcome::Skip, "no RDMA ports".to_string(), None)
+        (CheckOutcome::Skip, "no RDMA ports".to_string(), None)
     } else if down.is_empty() {
         let all = ports
             .iter()
             .map(|p| format!("{} ACTIVE {} {}", p.name, p.link_layer, p.rate))
             .collect::<Vec<_>>()
             .join("; ");
-        (Outcome::Ok, all, None)
+        (CheckOutcome::Ok, all, None)
     } else {
         let names = down
             .iter()
@@ -70,7 +70,7 @@ pub fn link_check(root: &Path) -> LinkCheck {
             .collect::<Vec<_>>()
             .join(", ");
         (
-            Outcome::Warn,
+            CheckOutcome::Warn,
             format!("{} of {} RDMA ports not ACTIVE: {names}", down.len(), ports.len()),
             Some(
                 "UCX will not use a port that is not ACTIVE: check the cable and switch port (`ibstat`, \
@@ -106,7 +106,7 @@ mod tests {
         port(t.path(), "mlx5_0", 1, "4: ACTIVE", "5: LinkUp");
         port(t.path(), "mlx5_1", 1, "1: DOWN", "3: Disabled");
         let c = link_check(t.path());
-        assert_eq!(c.outcome, Outcome::Warn);
+        assert_eq!(c.outcome, CheckOutcome::Warn);
         assert!(
             c.finding
                 .contains("1 of 2 RDMA ports not ACTIVE: mlx5_1:1 DOWN (Disabled)"),
@@ -119,10 +119,10 @@ mod tests {
     #[test]
     fn active_ports_are_listed_and_no_ports_is_a_skip() {
         let t = tempfile::tempdir().unwrap();
-        assert_eq!(link_check(t.path()).outcome, Outcome::Skip);
+        assert_eq!(link_check(t.path()).outcome, CheckOutcome::Skip);
         port(t.path(), "mlx5_0", 1, "4: ACTIVE", "5: LinkUp");
         let c = link_check(t.path());
-        assert_eq!(c.outcome, Outcome::Ok);
+        assert_eq!(c.outcome, CheckOutcome::Ok);
         assert_eq!(c.finding, "mlx5_0:1 ACTIVE InfiniBand 200 Gb/sec (4X HDR)");
         assert_eq!(c.ports[0].state, "ACTIVE");
     }

@@ -10,7 +10,7 @@
 //! `nixl.group.deregister`, `nixl.drain`.
 
 use super::machine::{Action, Input, Machine, Phase};
-use super::registration::{declaration, Backends, Registration, Watch};
+use super::registration::{declaration, CreatedBackends, Registration, Watch};
 use super::Registrar;
 use crate::config::RetryConfig;
 use crate::event::{CallKind as Operation, Event, GroupProgress};
@@ -52,7 +52,7 @@ pub struct Driver<R: Registrar> {
     machine: Machine,
     rec: Recorder,
     slots: Vec<Registration<R>>,
-    backends: Backends,
+    backends: CreatedBackends,
     timers: Vec<(Instant, usize)>,
     control: Receiver<Control>,
     /// Each NIXL call is marked in the recording's in-flight table, held
@@ -127,7 +127,7 @@ impl<R: Registrar> Driver<R> {
             plan,
             rec,
             slots,
-            backends: Backends::default(),
+            backends: CreatedBackends::default(),
             timers: Vec::new(),
             control,
             deadline: None,

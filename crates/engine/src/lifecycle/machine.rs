@@ -55,7 +55,7 @@ pub enum Action {
 }
 
 #[derive(Debug, Clone)]
-struct Group {
+struct MachineGroup {
     /// Read by the machine's own view of readiness, for its unit tests.
     #[cfg_attr(not(test), allow(dead_code))]
     required: bool,
@@ -69,7 +69,7 @@ struct Group {
 #[derive(Debug, Clone)]
 pub struct Machine {
     phase: Phase,
-    groups: Vec<Group>,
+    groups: Vec<MachineGroup>,
     retry: RetryConfig,
 }
 
@@ -78,7 +78,7 @@ impl Machine {
     pub fn new(required: &[bool], retry: RetryConfig) -> Machine {
         let groups = required
             .iter()
-            .map(|&required| Group {
+            .map(|&required| MachineGroup {
                 required,
                 state: GroupState::Pending,
                 attempts: 0,

@@ -35,45 +35,45 @@ enum On {
 }
 
 /// Registration options for one backend set, built once.
-enum Opts {
+enum BackendOpts {
     Own(Arc<capi::Backends>),
     Given(OptArgs),
 }
 
-struct Live {
+struct LiveRegistrar {
     on: On,
     plugins: Vec<String>,
     /// Backends of the caller's agent (nixl-sys handles).
     backends: HashMap<String, Backend>,
     /// Registration options per backend set (a plan has one or two sets; a
     /// linear scan beats hashing a joined name per call).
-    opts: Vec<(Vec<String>, Opts)>,
+    opts: Vec<(Vec<String>, BackendOpts)>,
 }
 
 /// What one registration call holds.
-pub enum Held {
+pub enum HeldRegions {
     /// A list registered in one call on nixl-agent's own agent.
     List(capi::Registered),
     /// Regions registered one by one on the caller's agent.
     Regions(Vec<(Region, RegistrationHandle)>),
 }
 
-impl std::fmt::Debug for Held {
+impl std::fmt::Debug for HeldRegions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Held::List(l) => write!(f, "Held::List({} regions)", l.regions().len()),
-            Held::Regions(r) => write!(f, "Held::Regions({} regions)", r.len()),
+            HeldRegions::List(l) => write!(f, "HeldRegions::List({} regions)", l.regions().len()),
+            HeldRegions::Regions(r) => write!(f, "HeldRegions::Regions({} regions)", r.len()),
         }
     }
 }
 
 #[cfg(test)]
-impl Held {
+impl HeldRegions {
     /// See [`capi::Registered::claiming`].
-    pub fn claiming(self, regions: &[Region]) -> Held {
+    pub fn claiming(self, regions: &[Region]) -> HeldRegions {
         match self {
-            Held::List(l) => Held::List(l.claiming(regions).expect("a descriptor list")),
-            Held::Regions(_) => panic!("only a list can claim other regions"),
+            HeldRegions::List(l) => HeldRegions::List(l.claiming(regions).expect("a descriptor list")),
+            HeldRegions::Regions(_) => panic!("only a list can claim other regions"),
         }
     }
 }
@@ -86,7 +86,7 @@ pub struct NixlRegistrar {
     loaded: Result<Loaded, LoadError>,
     /// The caller's NIXL agent, when registrations go there.
     given: Option<Agent>,
-    live: Option<Live>,
+    live: Option<LiveRegistrar>,
     probe: SystemProbe,
     tap: Option<StderrTap>,
 }
@@ -129,21 +129,21 @@ impl NixlRegistrar {
         }
     }
 
-    fn live(&mut self) -> Result<&mut Live, Failure> {
+    fn live(&mut self) -> Result<&mut LiveRegistrar, Failure> {
         self.live
             .as_mut()
             .ok_or_else(|| Failure::new(Reason::NixlUnavailable, "NIXL agent not created"))
     }
 }
 
-impl Live {
+impl LiveRegistrar {
     /// The options for `backends`, built on first use.
-    fn opts(&mut self, backends: &[String]) -> Result<&Opts, Failure> {
+    fn opts(&mut self, backends: &[String]) -> Result<&BackendOpts, Failure> {
         if let Some(i) = self.opts.iter().position(|(b, _)| b == backends) {
             return Ok(&self.opts[i].1);
         }
         let opts = match &self.on {
-            On::Own(c) => Opts::Own(Arc::new(c.backends(backends).map_err(|e| {
+            On::Own(c) => BackendOpts::Own(Arc::new(c.backends(backends).map_err(|e| {
                 Failure::new(e.reason(), format!("selecting backends {}: {e}", backends.join(",")))
             })?)),
             On::Given(_) => {
@@ -155,7 +155,7 @@ impl Live {
                         .ok_or_else(|| Failure::new(Reason::NixlNotFound, format!("backend {b} not created")))?;
                     opts.add_backend(backend).map_err(|e| failure(e, "selecting backend"))?;
                 }
-                Opts::Given(opts)
+                BackendOpts::Given(opts)
             }
         };
         self.opts.push((backends.to_vec(), opts));
@@ -179,7 +179,7 @@ fn agent_failed(name: &str, e: &dyn std::fmt::Display) -> Failure {
 }
 
 impl Registrar for NixlRegistrar {
-    type Handle = Held;
+    type Handle = HeldRegions;
     type Backing = Backing;
 
     fn preflight(&mut self) -> Result<RuntimeFacts, Failure> {
@@ -229,7 +229,7 @@ impl Registrar for NixlRegistrar {
                 (On::Own(agent), plugins)
             }
         };
-        self.live = Some(Live {
+        self.live = Some(LiveRegistrar {
             on,
             plugins: plugins.clone(),
             backends: HashMap::new(),
@@ -296,7 +296,7 @@ impl Registrar for NixlRegistrar {
         &self.probe
     }
 
-    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<Held, ListFailure> {
+    fn register(&mut self, spec: &GroupSpec, regions: &[Region]) -> Result<HeldRegions, ListFailure> {
         let whole = |f| ListFailure::new(f, At::Whole);
         let live = self.live().map_err(whole)?;
         // Built before borrowing the agent: `opts` may add to the table.
@@ -308,17 +308,20 @@ impl Registrar for NixlRegistrar {
             .expect("built above")
             .1;
         match (&live.on, opts) {
-            (On::Own(c), Opts::Own(on)) => c.register(spec.mem_type, regions, on).map(Held::List).map_err(|e| {
-                let f = Failure::new(
-                    e.reason(),
-                    format!(
-                        "NIXL registerMem of {} regions: {e} (NIXL/UCX print the cause on stderr)",
-                        regions.len()
-                    ),
-                );
-                ListFailure::new(f, At::List)
-            }),
-            (On::Given(agent), Opts::Given(opts)) => {
+            (On::Own(c), BackendOpts::Own(on)) => c
+                .register(spec.mem_type, regions, on)
+                .map(HeldRegions::List)
+                .map_err(|e| {
+                    let f = Failure::new(
+                        e.reason(),
+                        format!(
+                            "NIXL registerMem of {} regions: {e} (NIXL/UCX print the cause on stderr)",
+                            regions.len()
+                        ),
+                    );
+                    ListFailure::new(f, At::List)
+                }),
+            (On::Given(agent), BackendOpts::Given(opts)) => {
                 let mut held = Vec::with_capacity(regions.len());
                 for (i, region) in regions.iter().enumerate() {
                     let desc = Descriptor::new(*region, spec.mem_type);
@@ -333,15 +336,15 @@ impl Registrar for NixlRegistrar {
                         }
                     }
                 }
-                Ok(Held::Regions(held))
+                Ok(HeldRegions::Regions(held))
             }
             _ => unreachable!("options are built for the agent they select on"),
         }
     }
 
-    fn deregister(&mut self, handle: Held) -> Result<(), Unreleased<Held>> {
+    fn deregister(&mut self, handle: HeldRegions) -> Result<(), Unreleased<HeldRegions>> {
         match handle {
-            Held::List(mut list) => {
+            HeldRegions::List(mut list) => {
                 // A list with twins is released one descriptor a call: what
                 // fails of it is already known region by region.
                 let one_by_one = list.has_twins();
@@ -354,11 +357,11 @@ impl Registrar for NixlRegistrar {
                 let failure = Failure::new(e.reason(), format!("NIXL deregisterMem of {regions} regions: {e}"));
                 let (held, split) = if regions > 1 && !one_by_one {
                     match list.split() {
-                        Ok(parts) => (parts.into_iter().map(Held::List).collect(), true),
-                        Err(list) => (vec![Held::List(list)], false),
+                        Ok(parts) => (parts.into_iter().map(HeldRegions::List).collect(), true),
+                        Err(list) => (vec![HeldRegions::List(list)], false),
                     }
                 } else {
-                    (vec![Held::List(list)], false)
+                    (vec![HeldRegions::List(list)], false)
                 };
                 Err(Unreleased {
                     failure,
@@ -368,7 +371,7 @@ impl Registrar for NixlRegistrar {
                     split,
                 })
             }
-            Held::Regions(handles) => {
+            HeldRegions::Regions(handles) => {
                 let (mut failed, mut bytes) = (0, 0);
                 let mut first = None;
                 let mut left = Vec::new();
@@ -387,7 +390,7 @@ impl Registrar for NixlRegistrar {
                         failure,
                         regions: failed,
                         bytes,
-                        held: vec![Held::Regions(left)],
+                        held: vec![HeldRegions::Regions(left)],
                         split: false,
                     }),
                 }

@@ -30,7 +30,7 @@ pub fn declaration(spec: &GroupSpec) -> GroupDecl {
 
 /// Backends already created (or found on the caller's NIXL agent).
 #[derive(Debug, Default)]
-pub struct Backends(HashSet<String>);
+pub struct CreatedBackends(HashSet<String>);
 
 /// How a group's NIXL calls are marked in the recording's in-flight table
 /// and recorded: the id the ledger handed out when the group was declared
@@ -137,7 +137,7 @@ impl<R: Registrar> Registration<R> {
         rec: &Recorder,
         spec: &GroupSpec,
         attempt: u32,
-        backends: &mut Backends,
+        backends: &mut CreatedBackends,
         pinned: u64,
     ) -> Result<(), GroupFailure> {
         let (descriptors, bytes) = spec.totals();
@@ -354,7 +354,7 @@ fn ensure_backends<R: Registrar>(
     r: &mut R,
     rec: &Recorder,
     spec: &GroupSpec,
-    backends: &mut Backends,
+    backends: &mut CreatedBackends,
     mark: impl Fn(CallKind) -> Mark,
 ) -> Result<(), GroupFailure> {
     for backend in &spec.backends {

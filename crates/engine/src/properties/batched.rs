@@ -3,7 +3,7 @@
 //! region, a refused batch deregistration, and lists with twins.
 
 use super::*;
-use crate::lifecycle::registrar::{Held, NixlRegistrar};
+use crate::lifecycle::registrar::{HeldRegions, NixlRegistrar};
 use crate::lifecycle::At;
 use crate::nixl::{discover, load};
 
@@ -116,7 +116,7 @@ fn a_refused_release_leaves_held_exactly_the_region_nixl_never_registered() {
         assert_eq!(n.described(), registered.len() as u64);
         let mut claimed = registered.clone();
         claimed.insert(3, regions[7]);
-        let claim: Vec<Held> = held.into_iter().map(|h| h.claiming(&claimed)).collect();
+        let claim: Vec<HeldRegions> = held.into_iter().map(|h| h.claiming(&claimed)).collect();
         let released = release_all(&mut n.reg, claim);
         assert_eq!(
             (released.failed, released.failed_bytes, released.held.len()),
@@ -133,7 +133,7 @@ fn a_refused_release_leaves_held_exactly_the_region_nixl_never_registered() {
 
 #[test]
 fn a_group_on_two_backends_is_registered_on_each_or_on_none() {
-    use crate::lifecycle::registration::{Backends, Registration};
+    use crate::lifecycle::registration::{CreatedBackends, Registration};
     use crate::record::Recorder;
     use crate::status::NixlStatus;
     // NIXL's registerMem succeeds when any one backend takes the list:
@@ -151,7 +151,7 @@ fn a_group_on_two_backends_is_registered_on_each_or_on_none() {
     let bad_spec = on_both(&bad);
     let mut group = Registration::new(&bad_spec);
     let e = group
-        .attempt(&mut n.reg, &rec, &bad_spec, 1, &mut Backends::default(), 0)
+        .attempt(&mut n.reg, &rec, &bad_spec, 1, &mut CreatedBackends::default(), 0)
         .expect_err("UCX refuses the null region");
     assert!(
         e.message.starts_with("backend UCX: region 5 [0x0, +64)"),
@@ -168,7 +168,7 @@ fn a_group_on_two_backends_is_registered_on_each_or_on_none() {
     let good_spec = on_both(&good);
     let mut group = Registration::new(&good_spec);
     group
-        .attempt(&mut n.reg, &rec, &good_spec, 1, &mut Backends::default(), 0)
+        .attempt(&mut n.reg, &rec, &good_spec, 1, &mut CreatedBackends::default(), 0)
         .expect("registers");
     assert_eq!(group.holding().descriptors, 8);
     assert_eq!(

@@ -51,20 +51,20 @@ impl Histogram {
 
 /// How often a reason was seen, and when last (Unix seconds).
 #[derive(Debug, Clone, Copy)]
-pub struct ReasonCount {
+pub struct ReasonTally {
     pub reason: Reason,
     pub count: u64,
     pub last_unix: f64,
 }
 
 /// Adds one of `reason` to `list` (series appear on first use).
-pub fn count_reason(list: &mut Vec<ReasonCount>, reason: Reason, unix: f64) {
+pub fn count_reason(list: &mut Vec<ReasonTally>, reason: Reason, unix: f64) {
     match list.iter_mut().find(|r| r.reason == reason) {
         Some(r) => {
             r.count += 1;
             r.last_unix = unix;
         }
-        None => list.push(ReasonCount {
+        None => list.push(ReasonTally {
             reason,
             count: 1,
             last_unix: unix,
@@ -79,9 +79,9 @@ pub struct GroupCounts {
     pub descriptors: Histogram,
     pub duration: Histogram,
     pub deregistrations: u64,
-    pub failures: Vec<ReasonCount>,
-    pub deregistration_failures: Vec<ReasonCount>,
-    pub accepted_invalid: Vec<ReasonCount>,
+    pub failures: Vec<ReasonTally>,
+    pub deregistration_failures: Vec<ReasonTally>,
+    pub accepted_invalid: Vec<ReasonTally>,
 }
 
 /// `d` in nanoseconds, without a 128-bit product (a u64 of nanoseconds

@@ -87,7 +87,7 @@ impl Ring {
 
 /// A posting as the ledger applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Posting {
+pub struct DeferredPosting {
     pub handle: u64,
     /// Nanoseconds since the ledger's start.
     pub posted: u64,
@@ -112,7 +112,7 @@ impl Deferred {
     /// Writes `p` to this thread's ring of `this`; `false` when it cannot
     /// (the ring is full, the handle too large, the thread ending): record
     /// it the usual way then.
-    pub fn push(this: &Arc<Deferred>, p: Posting) -> bool {
+    pub fn push(this: &Arc<Deferred>, p: DeferredPosting) -> bool {
         if p.handle & ENDED != 0 {
             return false;
         }
@@ -152,7 +152,7 @@ impl Deferred {
     /// Hands every posting not yet applied to `f`, each thread's in its
     /// order; rings of threads that ended are dropped once empty. Call it
     /// under the ledger's lock. Whether there was any.
-    pub fn take(&self, mut f: impl FnMut(Posting)) -> bool {
+    pub fn take(&self, mut f: impl FnMut(DeferredPosting)) -> bool {
         if !self.used.load(Ordering::Acquire) {
             return false;
         }
@@ -160,7 +160,7 @@ impl Deferred {
         let mut orphaned = false;
         for ring in self.rings.read().unwrap_or_else(|e| e.into_inner()).iter() {
             any |= ring.take(&mut |[handle, posted, ended]| {
-                f(Posting {
+                f(DeferredPosting {
                     handle: handle & !ENDED,
                     posted,
                     ended: (handle & ENDED != 0).then_some(ended),
@@ -184,8 +184,8 @@ impl Deferred {
 mod tests {
     use super::*;
 
-    fn posting(handle: u64, ended: bool) -> Posting {
-        Posting {
+    fn posting(handle: u64, ended: bool) -> DeferredPosting {
+        DeferredPosting {
             handle,
             posted: handle * 10,
             ended: ended.then_some(handle * 10 + 5),
@@ -207,7 +207,7 @@ mod tests {
         assert!(d.pending());
         let mut seen = Vec::new();
         assert!(d.take(|p| seen.push(p)));
-        let mine: Vec<Posting> = seen.iter().copied().filter(|p| p.handle < 100).collect();
+        let mine: Vec<DeferredPosting> = seen.iter().copied().filter(|p| p.handle < 100).collect();
         assert_eq!(mine, (1..=5).map(|h| posting(h, h % 2 == 0)).collect::<Vec<_>>());
         assert!(seen.contains(&posting(100, true)));
         assert!(!d.pending());
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn a_handle_that_needs_the_flag_bit_is_refused() {
         let d = Arc::new(Deferred::default());
-        let p = Posting {
+        let p = DeferredPosting {
             handle: ENDED | 1,
             posted: 1,
             ended: None,

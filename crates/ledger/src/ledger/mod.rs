@@ -179,7 +179,7 @@ impl Ledger {
     /// event the usual way, which applies what was deferred first). For
     /// postings nothing else must hear of now: not failed, not traced.
     pub fn defer_posting(&self, handle: u64, posted: u64, ended: Option<u64>) -> bool {
-        deferred::Deferred::push(&self.0.deferred, deferred::Posting { handle, posted, ended })
+        deferred::Deferred::push(&self.0.deferred, deferred::DeferredPosting { handle, posted, ended })
     }
 
     /// The instant the ledger counts from.

@@ -6,7 +6,7 @@ use super::calls::Agent;
 use super::groups::Group;
 use super::process::{owner, Backend};
 use super::State;
-use crate::status::{AgentStatus, BackendStatus, GroupStatus, InFlightCall, Status, Stuck};
+use crate::status::{AgentStatus, BackendStatus, GroupStatus, InFlightCall, Status, StuckCallStatus};
 
 impl State {
     /// The snapshot of the tables now.
@@ -23,7 +23,7 @@ impl State {
             .calls
             .stuck
             .iter()
-            .map(|c| Stuck {
+            .map(|c| StuckCallStatus {
                 call: c.call,
                 operation: c.operation.as_str().to_string(),
                 group: c.group.and_then(|g| self.groups.get(g)).map(|g| g.name.clone()),

@@ -49,7 +49,7 @@ struct Moves {
     created: Instant,
 }
 
-struct Request {
+struct RequestState {
     moves: Arc<Moves>,
     /// The ledger's use counter when it was last created or posted.
     last_used: u64,
@@ -119,7 +119,7 @@ pub struct Transfers {
     stall_after: Option<Duration>,
     /// An event that moves a count was heard: the per-op rows are shown.
     shown: bool,
-    requests: ByHandle<Request>,
+    requests: ByHandle<RequestState>,
     flights: ByHandle<Flight>,
     remote: HashMap<AgentId, Vec<Remote>>,
     /// Each local NIXL agent's own name: a request to itself is no peer
@@ -190,7 +190,7 @@ impl Transfers {
         self.uses += 1;
         self.requests.insert(
             r.handle,
-            Request {
+            RequestState {
                 moves: Arc::new(Moves {
                     agent: r.agent,
                     op: r.op,

@@ -1,5 +1,5 @@
 //! One metric family being rendered from the ledger's state at scrape time
-//! (`Out`: gauges, counters, histograms with their label pairs). The
+//! (`RenderedFamily`: gauges, counters, histograms with their label pairs). The
 //! registry's families ([`super::metrics`]) and the data path's
 //! ([`super::xfer_families`]) are both built with it.
 
@@ -17,13 +17,13 @@ pub(super) fn pair(k: &str, v: &str) -> LabelPair {
 /// One family being rendered: its type and help are its declaration's
 /// (`names::FAMILIES`), and each series carries exactly the label names
 /// declared there (checked in debug builds, so every test checks it).
-pub(super) struct Out {
+pub(super) struct RenderedFamily {
     pub(super) mf: MetricFamily,
     family: &'static Family,
 }
 
-impl Out {
-    pub(super) fn new(name: &str) -> Out {
+impl RenderedFamily {
+    pub(super) fn new(name: &str) -> RenderedFamily {
         let f = Family::get(name);
         let mut mf = MetricFamily::default();
         mf.set_name(f.name.to_string());
@@ -33,7 +33,7 @@ impl Out {
             Type::Gauge => MetricType::GAUGE,
             Type::Histogram => MetricType::HISTOGRAM,
         });
-        Out { mf, family: f }
+        RenderedFamily { mf, family: f }
     }
 
     /// A series of this family with these labels.

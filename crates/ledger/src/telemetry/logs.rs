@@ -2,7 +2,8 @@
 //! people (the default) or one JSON object per line; every line written
 //! inside a span carries that span's `trace_id` and `span_id`.
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, LogFormat, TracingConfig};
+use opentelemetry_sdk::trace::SpanProcessor;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::IsTerminal;
@@ -16,24 +17,18 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
-/// Default filter when `NIXL_AGENT_LOG` is unset: the agent at info, the
-/// HTTP/gRPC client stacks of the OTLP exporter at warn.
-pub const DEFAULT_FILTER: &str = "info,h2=warn,hyper=warn,hyper_util=warn,tonic=warn,tower=warn,reqwest=warn";
-
 /// Installs the process-wide subscriber: log lines to `stderr` (the real
-/// stderr when a [``nixl_agent_sys::StderrTap``] took fd 2), and OpenTelemetry
-/// spans of this crate when `config.tracing` has an endpoint. The returned
-/// guard flushes spans on shutdown.
-pub fn init(config: &Config, stderr: Option<Arc<File>>) -> Option<super::traces::TracingGuard> {
-    init_filtered(config, stderr, DEFAULT_FILTER)
-}
-
-/// [`init`] with another filter for when `NIXL_AGENT_LOG` is unset (an
-/// instrumented process logs only warnings by default).
-pub fn init_filtered(
+/// stderr when a [``nixl_agent_sys::StderrTap``] took fd 2), filtered by
+/// `NIXL_AGENT_LOG` or else `default_filter`, and OpenTelemetry spans of
+/// the agent into the span processor `exporter` starts for
+/// `config.tracing` (the OTLP exporter, `nixl-agent-admin`'s `otlp`; `None`:
+/// no spans leave). It is asked only when this call installs the
+/// subscriber. The returned guard flushes spans on shutdown.
+pub fn init<P: SpanProcessor + 'static>(
     config: &Config,
     stderr: Option<Arc<File>>,
     default_filter: &str,
+    exporter: impl FnOnce(&TracingConfig) -> Option<P>,
 ) -> Option<super::traces::TracingGuard> {
     if tracing::dispatcher::has_been_set() {
         // The first subscriber of the process stays (a forked child's is
@@ -60,7 +55,9 @@ pub fn init_filtered(
         })
         .with_writer(writer)
         .with_filter(filter);
-    let (provider, guard) = super::traces::provider(&config.tracing).unzip();
+    let (provider, guard) = exporter(&config.tracing)
+        .map(|p| super::traces::provider(&config.tracing, p))
+        .unzip();
     let otel = provider.as_ref().map(|p| {
         // Only the agent's own spans: never the HTTP/gRPC client's, which
         // would trace the export itself.

@@ -8,7 +8,7 @@
 //! event in that same write. The HTTP layer only encodes the registry.
 
 use super::exemplars::{Exemplar, Exemplars};
-use super::families::{pair, Out};
+use super::families::{pair, RenderedFamily};
 use super::names::{self, Family, Kept};
 use crate::event::Event;
 use crate::ledger::groups::Group;
@@ -152,18 +152,18 @@ impl prometheus::core::Collector for LedgerCollector {
 /// counters and histograms from its counts — one moment, one truth.
 fn render(st: &State) -> Vec<MetricFamily> {
     let p = &st.process;
-    let mut attempts = Out::new(names::REGISTRATION_ATTEMPTS_TOTAL);
-    let mut failures = Out::new(names::REGISTRATION_FAILURES_TOTAL);
-    let mut last_failure = Out::new(names::LAST_FAILURE_TIMESTAMP_SECONDS);
-    let mut descriptors = Out::new(names::REGISTRATION_DESCRIPTORS);
-    let mut duration = Out::new(names::REGISTRATION_DURATION_SECONDS);
-    let mut registered_descriptors = Out::new(names::REGISTERED_DESCRIPTORS);
-    let mut registered_bytes = Out::new(names::REGISTERED_BYTES);
-    let mut deregistrations = Out::new(names::DEREGISTRATIONS_TOTAL);
-    let mut deregistration_failures = Out::new(names::DEREGISTRATION_FAILURES_TOTAL);
-    let mut group_registered = Out::new(names::GROUP_REGISTERED);
-    let mut group_state = Out::new(names::GROUP_STATE);
-    let mut accepted_invalid = Out::new(names::ACCEPTED_INVALID_TOTAL);
+    let mut attempts = RenderedFamily::new(names::REGISTRATION_ATTEMPTS_TOTAL);
+    let mut failures = RenderedFamily::new(names::REGISTRATION_FAILURES_TOTAL);
+    let mut last_failure = RenderedFamily::new(names::LAST_FAILURE_TIMESTAMP_SECONDS);
+    let mut descriptors = RenderedFamily::new(names::REGISTRATION_DESCRIPTORS);
+    let mut duration = RenderedFamily::new(names::REGISTRATION_DURATION_SECONDS);
+    let mut registered_descriptors = RenderedFamily::new(names::REGISTERED_DESCRIPTORS);
+    let mut registered_bytes = RenderedFamily::new(names::REGISTERED_BYTES);
+    let mut deregistrations = RenderedFamily::new(names::DEREGISTRATIONS_TOTAL);
+    let mut deregistration_failures = RenderedFamily::new(names::DEREGISTRATION_FAILURES_TOTAL);
+    let mut group_registered = RenderedFamily::new(names::GROUP_REGISTERED);
+    let mut group_state = RenderedFamily::new(names::GROUP_STATE);
+    let mut accepted_invalid = RenderedFamily::new(names::ACCEPTED_INVALID_TOTAL);
     for g in st.groups.iter() {
         let values = Values::of(g);
         let l = &values;
@@ -200,49 +200,49 @@ fn render(st: &State) -> Vec<MetricFamily> {
             accepted_invalid.counter(group_labels(l, Some(("reason", r.reason.as_str()))), r.count);
         }
     }
-    let mut ready = Out::new(names::READY);
+    let mut ready = RenderedFamily::new(names::READY);
     ready.gauge(Vec::new(), f64::from(u8::from(p.ready)));
-    let mut nixl = Out::new(names::NIXL_AVAILABLE);
+    let mut nixl = RenderedFamily::new(names::NIXL_AVAILABLE);
     nixl.gauge(Vec::new(), f64::from(u8::from(p.nixl.available)));
     // Appear on first use: a healthy process never fails to load NIXL.
-    let mut nixl_failures = Out::new(names::NIXL_FAILURES_TOTAL);
+    let mut nixl_failures = RenderedFamily::new(names::NIXL_FAILURES_TOTAL);
     for (r, n) in &p.nixl_failures {
         nixl_failures.counter(vec![pair("reason", r.as_str())], *n);
     }
-    let mut stuck = Out::new(names::LIFECYCLE_STUCK);
+    let mut stuck = RenderedFamily::new(names::LIFECYCLE_STUCK);
     stuck.gauge(
         Vec::new(),
         f64::from(u8::from(!st.calls.stuck.is_empty() || p.lifecycle_dead)),
     );
-    let mut memlock = Out::new(names::MEMLOCK_LIMIT_BYTES);
+    let mut memlock = RenderedFamily::new(names::MEMLOCK_LIMIT_BYTES);
     memlock.gauge(Vec::new(), p.memlock_limit.map_or(f64::INFINITY, |b| b as f64));
-    let mut exempt = Out::new(names::MEMLOCK_EXEMPT);
+    let mut exempt = RenderedFamily::new(names::MEMLOCK_EXEMPT);
     exempt.gauge(Vec::new(), f64::from(u8::from(p.memlock_exempt)));
     // Absent until the first time readiness is reached.
-    let mut ttr = Out::new(names::TIME_TO_READY_SECONDS);
+    let mut ttr = RenderedFamily::new(names::TIME_TO_READY_SECONDS);
     if let Some(t) = p.time_to_ready {
         ttr.gauge(Vec::new(), t);
     }
-    let mut backend_up = Out::new(names::BACKEND_UP);
+    let mut backend_up = RenderedFamily::new(names::BACKEND_UP);
     for b in &p.backends {
         backend_up.gauge(vec![pair("backend", &b.name)], f64::from(u8::from(b.up)));
     }
-    let mut oldest = Out::new(names::OLDEST_CALL_SECONDS);
+    let mut oldest = RenderedFamily::new(names::OLDEST_CALL_SECONDS);
     for (op, d) in &st.calls.in_flight {
         oldest.gauge(vec![pair("operation", op.as_str())], d.as_secs_f64());
     }
     // Only in a process told a pod directory it will not write.
-    let mut pod_refused = Out::new(names::POD_DIR_REFUSED);
+    let mut pod_refused = RenderedFamily::new(names::POD_DIR_REFUSED);
     if let Some(r) = p.pod.as_ref().and_then(|p| p.refused) {
         pod_refused.gauge(vec![pair("reason", r.as_str())], 1.0);
     }
     // Only in a process whose interposer records nothing, and nobody else.
-    let mut blind = Out::new(names::INTERPOSER_BLIND);
+    let mut blind = RenderedFamily::new(names::INTERPOSER_BLIND);
     if let Some(r) = p.nixl.blind() {
         blind.gauge(vec![pair("reason", r.as_str())], 1.0);
     }
     // Appear on first use: most processes never wrap a foreign call.
-    let mut instrumentation = Out::new(names::INSTRUMENTATION_ERRORS_TOTAL);
+    let mut instrumentation = RenderedFamily::new(names::INSTRUMENTATION_ERRORS_TOTAL);
     for (op, n) in &st.calls.instrumentation_errors {
         instrumentation.counter(vec![pair("operation", op.as_str())], *n);
     }

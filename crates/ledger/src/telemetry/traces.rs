@@ -1,32 +1,25 @@
-//! OpenTelemetry traces: the tracer provider built from [`TracingConfig`], a
-//! bounded span processor that never blocks the agent, and the current
-//! trace id for exemplars.
+//! OpenTelemetry traces, the state side: the tracer provider built from
+//! [`TracingConfig`] around the span processor a front-end hands in (the
+//! OTLP exporter, `nixl-agent-admin`'s `otlp`), the transfer and peer spans
+//! the recording makes, the export counters, and the current trace id for
+//! exemplars and log lines.
 //!
-//! Spans are exported by one worker thread through a queue of
-//! `tracing.queue_size` spans. When the queue is full (collector down or
-//! slow) spans are dropped and counted in
-//! `nixl_agent_trace_spans_dropped_total`, logged once per outage; failed
-//! exports are counted in `nixl_agent_trace_export_failures_total`. Nothing on
-//! the registration path, the probes or the scrape waits for the collector.
+//! Spans leave the process through that processor's bounded queue:
+//! dropped spans are counted in `nixl_agent_trace_spans_dropped_total`,
+//! failed exports in `nixl_agent_trace_export_failures_total` (both
+//! [`counters`]). Nothing on the registration path, the probes or the
+//! scrape waits for the collector.
 
 use super::names;
-use crate::config::{OtlpProtocol, TracingConfig};
+use crate::config::TracingConfig;
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use prometheus::IntCounter;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-/// Spans per export request.
-const BATCH: usize = 512;
-/// Longest a span waits in the queue before export.
-const LINGER: Duration = Duration::from_millis(500);
 
 /// Process-wide trace export counters, registered in every [`super::Metrics`].
 pub struct TraceCounters {
@@ -103,11 +96,10 @@ pub fn forked_away() -> bool {
 /// Set once a provider exists: spans may then carry trace ids.
 static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Builds the provider when an endpoint is configured; `None` otherwise.
-pub fn provider(cfg: &TracingConfig) -> Option<(SdkTracerProvider, TracingGuard)> {
-    let endpoint = cfg.endpoint.clone()?;
+/// Builds the provider around `processor`, the exporter a front-end
+/// started for `cfg.endpoint`: from now on spans may carry trace ids.
+pub fn provider<P: SpanProcessor + 'static>(cfg: &TracingConfig, processor: P) -> (SdkTracerProvider, TracingGuard) {
     EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
-    let processor = BoundedProcessor::start(cfg.clone(), endpoint);
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(sampler(&cfg.sampler, cfg.sampler_arg))
@@ -119,7 +111,7 @@ pub fn provider(cfg: &TracingConfig) -> Option<(SdkTracerProvider, TracingGuard)
     let _ = TRANSFER_TRACER.set(provider.tracer("nixl-agent"));
     let ratio = transfer_ratio(&cfg.sampler, cfg.sampler_arg);
     TRANSFER_RATIO_PPM.store((ratio.clamp(0.0, 1.0) * 1e6) as u32, Ordering::Relaxed);
-    Some((provider.clone(), TracingGuard { provider }))
+    (provider.clone(), TracingGuard { provider })
 }
 
 /// The tracer transfer spans are made with (set with the provider).
@@ -280,257 +272,20 @@ fn resource(cfg: &TracingConfig) -> Resource {
     Resource::builder_empty().with_attributes(attrs).build()
 }
 
-/// The URL spans are posted to. A base endpoint gets `/v1/traces` (unless
-/// it already ends so); a signal-specific one (`exact`) is used as given.
-pub fn traces_url(endpoint: &str, protocol: OtlpProtocol, exact: bool) -> String {
-    match protocol {
-        OtlpProtocol::Grpc => endpoint.to_string(),
-        OtlpProtocol::HttpProtobuf if exact => endpoint.to_string(),
-        OtlpProtocol::HttpProtobuf if endpoint.trim_end_matches('/').ends_with("/v1/traces") => endpoint.to_string(),
-        OtlpProtocol::HttpProtobuf => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
-    }
-}
-
-enum Msg {
-    Span(Box<SpanData>),
-    Flush(SyncSender<()>),
-    Resource(Box<Resource>),
-}
-
-/// A span processor with a bounded queue and one export thread.
-#[derive(Debug)]
-struct BoundedProcessor {
-    tx: Mutex<Option<SyncSender<Msg>>>,
-    full: AtomicBool,
-    timeout: Duration,
-}
-
-impl BoundedProcessor {
-    fn start(cfg: TracingConfig, endpoint: String) -> BoundedProcessor {
-        let (tx, rx) = sync_channel(cfg.queue_size);
-        let timeout = cfg.export_timeout;
-        let spawned = std::thread::Builder::new()
-            .name("otlp-export".into())
-            .spawn(move || export_loop(rx, cfg, endpoint));
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the trace export thread; traces are off");
-        }
-        BoundedProcessor {
-            tx: Mutex::new(Some(tx)),
-            full: AtomicBool::new(false),
-            timeout,
-        }
-    }
-
-    fn flush(&self, timeout: Duration) -> OTelSdkResult {
-        let (ack_tx, ack_rx) = sync_channel(1);
-        let sent = match self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            // A full queue cannot take the flush request: report, do not wait.
-            Some(tx) => tx.try_send(Msg::Flush(ack_tx)).is_ok(),
-            None => return Ok(()),
-        };
-        if !sent {
-            return Err(OTelSdkError::Timeout(timeout));
-        }
-        ack_rx.recv_timeout(timeout).map_err(|_| OTelSdkError::Timeout(timeout))
-    }
-}
-
-impl SpanProcessor for BoundedProcessor {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
-
-    fn on_end(&self, span: SpanData) {
-        let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(tx) = guard.as_ref() else { return };
-        match tx.try_send(Msg::Span(Box::new(span))) {
-            Ok(()) => self.full.store(false, Ordering::Relaxed),
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                counters().dropped.inc();
-                // Logged by the export thread, once per outage: logging here
-                // would re-enter the tracing subscriber that is ending a span.
-                self.full.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.flush(self.timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        if let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            // Sent before any span: the queue is empty when the provider is built.
-            let _ = tx.try_send(Msg::Resource(Box::new(resource.clone())));
-        }
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        let r = self.flush(timeout);
-        // Disconnect: the export thread exits after its last batch.
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        r
-    }
-}
-
-/// How the exporter's futures are driven: HTTP uses a blocking client, gRPC
-/// (tonic) needs a tokio runtime of its own on this thread.
-enum Exporter {
-    Http(opentelemetry_otlp::SpanExporter),
-    Grpc(opentelemetry_otlp::SpanExporter, tokio::runtime::Runtime),
-}
-
-impl Exporter {
-    fn build(cfg: &TracingConfig, endpoint: &str) -> Result<Exporter, String> {
-        let url = traces_url(endpoint, cfg.protocol, cfg.endpoint_is_traces_url);
-        match cfg.protocol {
-            OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(url)
-                .with_timeout(cfg.export_timeout)
-                .with_headers(Default::default())
-                .build()
-                .map(Exporter::Http)
-                .map_err(|e| e.to_string()),
-            OtlpProtocol::Grpc => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                let exporter = {
-                    let _g = rt.enter();
-                    opentelemetry_otlp::SpanExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(url)
-                        .with_timeout(cfg.export_timeout)
-                        .build()
-                        .map_err(|e| e.to_string())?
-                };
-                Ok(Exporter::Grpc(exporter, rt))
-            }
-        }
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        match self {
-            Exporter::Http(e) | Exporter::Grpc(e, _) => e.set_resource(resource),
-        }
-    }
-
-    fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        match self {
-            Exporter::Http(e) => futures_executor::block_on(e.export(batch)),
-            Exporter::Grpc(e, rt) => rt.block_on(e.export(batch)),
-        }
-    }
-}
-
-fn export_loop(rx: Receiver<Msg>, cfg: TracingConfig, endpoint: String) {
-    let mut exporter = match Exporter::build(&cfg, &endpoint) {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!(endpoint, error = %e, "cannot build the OTLP exporter; traces are off");
-            return;
-        }
-    };
-    tracing::info!(endpoint, protocol = ?cfg.protocol, "exporting traces over OTLP");
-    let mut batch: Vec<SpanData> = Vec::with_capacity(BATCH);
-    let mut oldest: Option<Instant> = None;
-    let mut failing = false;
-    let mut dropped_seen = 0;
-    loop {
-        let wait = oldest.map_or(LINGER, |t| LINGER.saturating_sub(t.elapsed()));
-        match rx.recv_timeout(wait) {
-            Ok(Msg::Span(s)) => {
-                oldest.get_or_insert_with(Instant::now);
-                batch.push(*s);
-                if batch.len() >= BATCH {
-                    send(&exporter, &mut batch, &mut failing);
-                    oldest = None;
-                }
-            }
-            Ok(Msg::Resource(r)) => exporter.set_resource(&r),
-            Ok(Msg::Flush(ack)) => {
-                send(&exporter, &mut batch, &mut failing);
-                oldest = None;
-                let _ = ack.send(());
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                send(&exporter, &mut batch, &mut failing);
-                oldest = None;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                send(&exporter, &mut batch, &mut failing);
-                return;
-            }
-        }
-        let dropped = counters().dropped.get();
-        if dropped > dropped_seen {
-            tracing::warn!(
-                dropped_total = dropped,
-                "trace export queue full; spans dropped (counted, logged once per burst)"
-            );
-            dropped_seen = dropped;
-        }
-    }
-}
-
-fn send(exporter: &Exporter, batch: &mut Vec<SpanData>, failing: &mut bool) {
-    if batch.is_empty() {
-        return;
-    }
-    let n = batch.len();
-    match exporter.export(std::mem::take(batch)) {
-        Ok(()) => {
-            if *failing {
-                tracing::info!(spans = n, "trace export recovered");
-            }
-            *failing = false;
-        }
-        Err(e) => {
-            counters().export_failures.inc();
-            if !*failing {
-                tracing::warn!(error = %e, spans = n, "trace export failed; the agent carries on (logged once until it recovers)");
-            }
-            *failing = true;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_samplers() {
-        assert_eq!(
-            traces_url("http://c:4318", OtlpProtocol::HttpProtobuf, false),
-            "http://c:4318/v1/traces"
-        );
-        assert_eq!(
-            traces_url("http://c:4318/", OtlpProtocol::HttpProtobuf, false),
-            "http://c:4318/v1/traces"
-        );
-        assert_eq!(
-            traces_url("http://c:4318/v1/traces", OtlpProtocol::HttpProtobuf, false),
-            "http://c:4318/v1/traces"
-        );
-        assert_eq!(traces_url("http://c:4317", OtlpProtocol::Grpc, false), "http://c:4317");
-        // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is the whole URL.
-        assert_eq!(
-            traces_url("http://c:4318/otlp/spans", OtlpProtocol::HttpProtobuf, true),
-            "http://c:4318/otlp/spans"
-        );
+    fn samplers() {
         assert!(matches!(sampler("always_off", 1.0), Sampler::AlwaysOff));
         assert!(matches!(
             sampler("parentbased_traceidratio", 0.5),
             Sampler::ParentBased(_)
         ));
         assert!(matches!(sampler("traceidratio", 0.5), Sampler::TraceIdRatioBased(r) if r == 0.5));
-    }
-
-    #[test]
-    fn no_endpoint_builds_nothing() {
-        assert!(provider(&TracingConfig::default()).is_none());
+        assert_eq!(transfer_ratio("parentbased_traceidratio", 0.25), 0.25);
+        assert_eq!(transfer_ratio("always_off", 1.0), 0.0);
+        assert_eq!(transfer_ratio("always_on", 1.0), DEFAULT_TRANSFER_SAMPLE_RATIO);
     }
 }

@@ -4,7 +4,7 @@
 //! flight, peer events, peers lost, remote agents, notifications, and the
 //! transports peers' transfers take.
 
-use super::families::{pair, Out};
+use super::families::{pair, RenderedFamily};
 use super::names;
 use crate::ledger::State;
 use crate::model::{NotifDirection, PeerOp, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
@@ -19,12 +19,12 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         return Vec::new();
     }
     let c = &t.counts;
-    let mut transfers = Out::new(names::TRANSFERS_TOTAL);
-    let mut stalled = Out::new(names::TRANSFERS_STALLED_TOTAL);
-    let mut bytes = Out::new(names::TRANSFER_BYTES_TOTAL);
-    let mut duration = Out::new(names::TRANSFER_DURATION_SECONDS);
-    let mut in_flight = Out::new(names::TRANSFERS_IN_FLIGHT);
-    let mut oldest = Out::new(names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS);
+    let mut transfers = RenderedFamily::new(names::TRANSFERS_TOTAL);
+    let mut stalled = RenderedFamily::new(names::TRANSFERS_STALLED_TOTAL);
+    let mut bytes = RenderedFamily::new(names::TRANSFER_BYTES_TOTAL);
+    let mut duration = RenderedFamily::new(names::TRANSFER_DURATION_SECONDS);
+    let mut in_flight = RenderedFamily::new(names::TRANSFERS_IN_FLIGHT);
+    let mut oldest = RenderedFamily::new(names::TRANSFER_OLDEST_IN_FLIGHT_SECONDS);
     for op in XferOp::ALL {
         let o = &c.ops[op.index()];
         let op_label = || vec![pair("op", op.as_str())];
@@ -41,11 +41,11 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
         in_flight.gauge(op_label(), o.in_flight as f64);
         oldest.gauge(op_label(), o.oldest_seconds);
     }
-    let mut failures = Out::new(names::TRANSFER_FAILURES_TOTAL);
+    let mut failures = RenderedFamily::new(names::TRANSFER_FAILURES_TOTAL);
     for (op, reason, n) in &c.failures {
         failures.counter(vec![pair("op", op.as_str()), pair("reason", reason.as_str())], *n);
     }
-    let mut peer_events = Out::new(names::PEER_EVENTS_TOTAL);
+    let mut peer_events = RenderedFamily::new(names::PEER_EVENTS_TOTAL);
     for (i, event) in PeerOp::ALL.iter().enumerate() {
         // On first use: most workers add a handful of peers in their life.
         for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
@@ -57,15 +57,15 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
             }
         }
     }
-    let mut peer_failures = Out::new(names::PEER_FAILURES_TOTAL);
+    let mut peer_failures = RenderedFamily::new(names::PEER_FAILURES_TOTAL);
     for (event, reason, n) in &c.peer_failures {
         peer_failures.counter(vec![pair("event", event.as_str()), pair("reason", reason.as_str())], *n);
     }
-    let mut lost = Out::new(names::PEERS_LOST_TOTAL);
+    let mut lost = RenderedFamily::new(names::PEERS_LOST_TOTAL);
     lost.counter(Vec::new(), c.peers_lost);
-    let mut remote = Out::new(names::REMOTE_AGENTS);
+    let mut remote = RenderedFamily::new(names::REMOTE_AGENTS);
     remote.gauge(Vec::new(), c.remote_agents as f64);
-    let mut notifications = Out::new(names::NOTIFICATIONS_TOTAL);
+    let mut notifications = RenderedFamily::new(names::NOTIFICATIONS_TOTAL);
     for (i, direction) in NotifDirection::ALL.iter().enumerate() {
         // Failed notification calls on first use.
         for (j, outcome) in [OUTCOME_OK, OUTCOME_ERROR].iter().enumerate() {
@@ -79,7 +79,7 @@ pub(super) fn render(st: &State) -> Vec<MetricFamily> {
     }
     // On first use: only with NIXL_AGENT_TRANSPORTS=1, once a peer's
     // transports are known (bounded by the closed label values).
-    let mut transport = Out::new(names::TRANSFER_TRANSPORT);
+    let mut transport = RenderedFamily::new(names::TRANSFER_TRANSPORT);
     for (op, scope, tr) in t.transport_series() {
         transport.gauge(
             vec![
@@ -120,23 +120,23 @@ pub(super) fn render_probe(st: &State) -> Vec<MetricFamily> {
         return Vec::new();
     };
     // From the round thread's start: what freshness is judged against.
-    let mut interval = Out::new(names::PROBE_INTERVAL_SECONDS);
+    let mut interval = RenderedFamily::new(names::PROBE_INTERVAL_SECONDS);
     interval.gauge(Vec::new(), p.interval_seconds);
     let (Some(ok), Some(last)) = (p.up, p.last_round_unix_seconds) else {
         return vec![interval.mf];
     };
-    let mut up = Out::new(names::PROBE_TRANSFER_UP);
+    let mut up = RenderedFamily::new(names::PROBE_TRANSFER_UP);
     up.gauge(Vec::new(), if ok { 1.0 } else { 0.0 });
-    let mut last_round = Out::new(names::PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS);
+    let mut last_round = RenderedFamily::new(names::PROBE_TRANSFER_LAST_ROUND_TIMESTAMP_SECONDS);
     last_round.gauge(Vec::new(), last);
-    let mut rounds = Out::new(names::PROBE_TRANSFERS_TOTAL);
+    let mut rounds = RenderedFamily::new(names::PROBE_TRANSFERS_TOTAL);
     rounds.counter(vec![pair("outcome", OUTCOME_OK)], p.rounds_ok);
     rounds.counter(vec![pair("outcome", OUTCOME_ERROR)], p.rounds_failed);
-    let mut failures = Out::new(names::PROBE_TRANSFER_FAILURES_TOTAL);
+    let mut failures = RenderedFamily::new(names::PROBE_TRANSFER_FAILURES_TOTAL);
     for f in &p.failures {
         failures.counter(vec![pair("reason", f.reason.as_str())], f.count);
     }
-    let mut bandwidth = Out::new(names::PROBE_TRANSFER_BYTES_PER_SECOND);
+    let mut bandwidth = RenderedFamily::new(names::PROBE_TRANSFER_BYTES_PER_SECOND);
     bandwidth.gauge(vec![pair("op", XferOp::Read.as_str())], p.read_bytes_per_second);
     bandwidth.gauge(vec![pair("op", XferOp::Write.as_str())], p.write_bytes_per_second);
     [up, rounds, failures, bandwidth, last_round, interval]

@@ -38,7 +38,7 @@ fn an_end_marker_after_an_unfinished_line_leaves_the_line_as_it_was() {
 }
 
 /// Polls until `f` holds (the reader threads copy asynchronously).
-fn until(tap: &StderrTap, f: impl Fn(&State) -> bool) {
+fn until(tap: &StderrTap, f: impl Fn(&CaptureState) -> bool) {
     let t0 = std::time::Instant::now();
     while !f(&tap.shared.state.lock().unwrap()) {
         assert!(t0.elapsed() < Duration::from_secs(5), "the reader never got there");
