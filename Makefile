@@ -73,9 +73,9 @@ test: setup
 .PHONY: matrix
 matrix: setup
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --test interposer --run-ignored all --no-fail-fast releases::; \
+		$(CARGO) nextest run --test integration --run-ignored all --no-fail-fast interposer::releases::; \
 	else \
-		$(CARGO) test --test interposer -- --include-ignored releases::; \
+		$(CARGO) test --test integration -- --include-ignored interposer::releases::; \
 	fi
 
 fmt:
@@ -95,9 +95,9 @@ bench:
 bench-smoke: setup
 	$(CARGO) build --example nixl-bench
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --test bench_smoke; \
+		$(CARGO) nextest run --test integration bench_smoke::; \
 	else \
-		$(CARGO) test --test bench_smoke; \
+		$(CARGO) test --test integration bench_smoke::; \
 	fi
 
 # The Python instrumentation benchmark (docs/python.md):
