@@ -69,7 +69,7 @@ test: setup
 # (crates/ledger/src/telemetry/names.rs); `make test` checks it.
 .PHONY: docs
 docs:
-	NIXL_AGENT_BLESS=1 $(CARGO) test --test docs -- --exact metrics_table_is_generated_from_the_declarations
+	NIXL_AGENT_BLESS=1 $(CARGO) test --test integration -- --exact docs::metrics_table_is_generated_from_the_declarations
 
 # The NIXL release matrix (docs/instrument.md, "Tested"): every build
 # scripts/matrix.sh sets up in .deps/matrix/, NIXL's own example and the
@@ -79,9 +79,9 @@ docs:
 .PHONY: matrix
 matrix: setup
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --test interposer --run-ignored all --no-fail-fast releases::; \
+		$(CARGO) nextest run --test integration --run-ignored all --no-fail-fast interposer::releases::; \
 	else \
-		$(CARGO) test --test interposer -- --include-ignored releases::; \
+		$(CARGO) test --test integration -- --include-ignored interposer::releases::; \
 	fi
 
 fmt:
@@ -101,9 +101,9 @@ bench:
 bench-smoke: setup
 	$(CARGO) build --example nixl-bench
 	if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --test bench_smoke; \
+		$(CARGO) nextest run --test integration bench_smoke::; \
 	else \
-		$(CARGO) test --test bench_smoke; \
+		$(CARGO) test --test integration bench_smoke::; \
 	fi
 
 # The Python instrumentation benchmark (docs/python.md):

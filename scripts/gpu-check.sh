@@ -5,8 +5,9 @@
 #   bash scripts/gpu-check.sh pack   # here: build, strip, pack into .gpu/ (≈ 30 MB)
 #   bash scripts/gpu-check.sh run    # on the GPU host, from the repo root
 #
-# `pack` bundles the release binary, the GPU test binary and the part of the
-# NIXL runtime that UCX registration needs, so the GPU host needs no network.
+# `pack` bundles the release binary, the integration test binary (the GPU
+# host runs its `gpu::` tests) and the part of the NIXL runtime that UCX
+# registration needs, so the GPU host needs no network.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -18,11 +19,11 @@ pack() {
   export NIXL_LIB_DIR="$root/.deps/nixl/.nixl_cu12.mesonpy.libs"
   cargo build --release --bin nixl-agent
   local test_bin
-  test_bin=$(cargo test --release --test gpu --no-run --message-format=json 2>/dev/null \
+  test_bin=$(cargo test --release --test integration --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="gpu": print(m["executable"])' | tail -n1)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="integration": print(m["executable"])' | tail -n1)
   # nixl-agent-sys's unit tests: the CUDA-context test lives beside cuda.rs.
   local lib_bin
   lib_bin=$(cargo test --release -p nixl-agent-sys --lib --no-run --message-format=json 2>/dev/null \
@@ -72,7 +73,7 @@ run() {
     mkdir -p "$(dirname "$built")" && cp "$out/nixl-agent" "$built"
   fi
   echo "== GPU tests"
-  "$out/gpu-tests" --test-threads 1 --nocapture
+  "$out/gpu-tests" gpu:: --test-threads 1 --nocapture
   echo "== a VRAM pointer query leaves the caller's CUDA context alone"
   "$out/lib-tests" --exact cuda::tests::a_pointer_query_leaves_the_callers_context_alone \
     --include-ignored --nocapture

@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 export SOAK_SECONDS="${SOAK_SECONDS:-600}" SOAK_RPS="${SOAK_RPS:-500}" SOAK_REREGISTER_SECS="${SOAK_REREGISTER_SECS:-10}"
-cargo test --release --test soak -- --nocapture
+cargo test --release --test integration -- --exact soak::sustained_scrapes_with_periodic_reregistration --nocapture
 mkdir -p bench/results
 cp target/soak-summary.json bench/results/soak.json
 cat bench/results/soak.json

@@ -12,8 +12,8 @@ bash scripts/setup.sh
 source scripts/env.sh
 export NIXL_AGENT_PYTHON="${NIXL_AGENT_PYTHON:-$PWD/.deps/venv/bin/python}"
 export NIXL_AGENT_STRESS_SECS="${NIXL_AGENT_STRESS_SECS:-600}"
-cargo test --release --test interposer -- --exact \
-    sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss --nocapture
+cargo test --release --test integration -- --exact \
+    interposer::sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss --nocapture
 mkdir -p bench/results
 cp target/stress-summary.json bench/results/stress.json
 cat bench/results/stress.json

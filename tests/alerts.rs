@@ -3,15 +3,11 @@
 //! scraping real agents, where the failure alerts fire for a failing agent
 //! and stay silent for a healthy one.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
-use prom::{dep_bin, read, Alertmanager, Prometheus, Webhook, ALERTMANAGER_CONFIG};
+use crate::support::prom::{self, dep_bin, read, Alertmanager, Prometheus, Webhook, ALERTMANAGER_CONFIG};
+use crate::support::{self, AgentProcess, Spawn};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::{AgentProcess, Spawn};
 
 const RULES: &str = "alerts/nixl-agent.rules.yml";
 const RUNBOOKS: &str = "docs/runbooks.md";
@@ -47,7 +43,7 @@ const FAILING: &str = "[retry]\ninitial_backoff = '200ms'\nmax_backoff = '1s'\n\
 fn promtool(args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new(support::promtool())
         .args(args)
-        .current_dir(prom::repo())
+        .current_dir(support::repo())
         .output()
         .expect("run promtool");
     let text = format!(
@@ -59,7 +55,7 @@ fn promtool(args: &[&str]) -> (bool, String) {
 }
 
 fn test_files() -> Vec<String> {
-    let mut files: Vec<String> = std::fs::read_dir(prom::repo().join("alerts/tests"))
+    let mut files: Vec<String> = std::fs::read_dir(support::repo().join("alerts/tests"))
         .expect("alerts/tests/")
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".yml") || n.ends_with(".yaml"))
@@ -428,7 +424,7 @@ fn amtool() -> std::path::PathBuf {
 fn amtool_accepts_the_shipped_alertmanager_config() {
     let out = std::process::Command::new(amtool())
         .args(["check-config", ALERTMANAGER_CONFIG])
-        .current_dir(prom::repo())
+        .current_dir(support::repo())
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);

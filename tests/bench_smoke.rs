@@ -6,8 +6,7 @@
 //! the benchmark cannot rot. Timings are not judged here: these are not
 //! timed tests.
 
-mod support;
-
+use crate::support;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,10 +1,8 @@
 //! The `nixl-agent` binary against the real NIXL runtime (UCX registering
 //! DRAM on this CPU-only machine): readiness, metrics, failures, signals.
 
-mod support;
-
+use crate::support::{self, AgentProcess, Spawn};
 use std::time::Duration;
-use support::{AgentProcess, Spawn};
 
 const READY: Duration = Duration::from_secs(30);
 const M_REG_DESC: &str = "nixl_agent_registered_descriptors";

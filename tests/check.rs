@@ -1,8 +1,7 @@
 //! `nixl-agent check` end to end against the real NIXL runtime: exit codes,
 //! the JSON report, the fix it names, and a snapshot of the human report.
 
-mod support;
-
+use crate::support;
 use std::process::{Command, Output};
 
 fn check(args: &[&str], config: Option<&str>, wrap: &[&str], nixl: bool) -> (Output, serde_json::Value) {

@@ -8,8 +8,7 @@
 //! direction; a missing peer times out with exit 1 and frees the port; bad
 //! usage exits 2. Every child process runs under a time bound.
 
-mod support;
-
+use crate::support;
 use serde_json::Value;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

@@ -3,16 +3,12 @@
 //! and `telemetry::names`, every query against a live Prometheus scraping
 //! real agents, and the copies the agent serves.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
+use crate::support::prom::{self, read, Prometheus};
+use crate::support::{self, AgentProcess, Scrape, Spawn};
 use nixl_agent::names::{Type, FAMILIES};
-use prom::{read, Prometheus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-use support::{AgentProcess, Scrape, Spawn};
 
 const DASHBOARD: &str = "dashboards/nixl-agent.json";
 const RULES: &str = "alerts/nixl-agent.rules.yml";
@@ -365,7 +361,7 @@ fn names_used() -> BTreeMap<String, Vec<String>> {
     for (alert, e) in &rules {
         add(e, format!("{RULES}: {alert}"));
     }
-    for entry in std::fs::read_dir(prom::repo().join("alerts/tests")).unwrap() {
+    for entry in std::fs::read_dir(support::repo().join("alerts/tests")).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
         for s in prom::test_input_series(&text) {
@@ -653,7 +649,7 @@ fn served_dashboard_and_rules_are_byte_identical_to_the_repo() {
         let r = agent.get(path);
         assert_eq!(r.status, 200, "{path}");
         assert_eq!(r.header("content-type"), Some(content_type), "{path}");
-        let want = std::fs::read(prom::repo().join(file)).unwrap();
+        let want = std::fs::read(support::repo().join(file)).unwrap();
         assert!(r.body.as_bytes() == want.as_slice(), "{path} differs from {file}");
         assert!(
             nixl_agent::endpoints::ENDPOINTS.iter().any(|(p, _)| *p == path),

@@ -7,15 +7,11 @@
 //! zero-configuration pod, a real Prometheus and Alertmanager with the
 //! shipped rules.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
+use crate::support::{self, prom, CommandWithin};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::Duration;
-use support::CommandWithin;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

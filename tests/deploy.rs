@@ -3,8 +3,7 @@
 //! the PrometheusRule carries exactly the rules of alerts/ (and promtool
 //! accepts them), and every port, path and flag is one the binary has.
 
-mod support;
-
+use crate::support;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,13 +4,12 @@
 //! span, the log and /v1/status. In-process: this test binary's stderr is
 //! tapped the way the agent binary taps its own.
 
-mod support;
-
+use crate::support;
+use crate::support::otlp::Receiver;
 use nixl_agent::config::{Config, RetryConfig};
 use nixl_agent::StderrTap;
 use nixl_agent::{GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
 use std::time::Duration;
-use support::otlp::Receiver;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn null_aux_region_without_validation_is_diagnosed_from_ucx_output() {

@@ -4,13 +4,10 @@
 //! against the committed results, the README's size and every relative link;
 //! and (#55) every figure the prose quotes from a benchmark (`figures`),
 //! every repository path the docs name (`paths`) and where `unsafe` may be
-//! (`unsafe_code`), in modules of this one test binary under tests/docs/.
+//! (`unsafe_code`), in its modules under tests/docs/.
 
-#[path = "docs/figures.rs"]
 mod figures;
-#[path = "docs/paths.rs"]
 mod paths;
-#[path = "docs/unsafe_code.rs"]
 mod unsafe_code;
 
 use nixl_agent::config::Config;

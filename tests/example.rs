@@ -3,14 +3,12 @@
 //! serves nixl-agent's routes from its own server, transfers to a peer, and
 //! drains on SIGTERM with NIXL refusing the drained regions afterwards.
 
-mod support;
-
+use crate::support::{self, Scrape};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-use support::Scrape;
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -2,10 +2,8 @@
 //! killed agent restarting, a missing plugin dir, a backend that cannot be
 //! created, a required group that never registers.
 
-mod support;
-
+use crate::support::{self, AgentProcess, Spawn};
 use std::time::{Duration, Instant};
-use support::{AgentProcess, Spawn};
 
 const WAIT: Duration = Duration::from_secs(30);
 

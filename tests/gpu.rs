@@ -3,12 +3,10 @@
 //! machines (CI) the runner reports each test as skipped. Run on a GPU host
 //! with `scripts/gpu-check.sh`.
 
-mod support;
-
+use crate::support::{self, AgentProcess, Spawn};
 use nixl_agent::config::Config;
 use nixl_agent::{GroupSpec, Kind, Lifecycle, MemType, Plan, Region};
 use std::time::Duration;
-use support::{AgentProcess, Spawn};
 
 /// Built for a GPU host but running without a driver is a broken setup,
 /// not a pass.

@@ -2,12 +2,10 @@
 //! oversized headers and bodies, slowloris and idle connections, the
 //! connection cap — and the probes keep answering through all of it.
 
-mod support;
-
+use crate::support::{self, AgentProcess, Spawn};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::{AgentProcess, Spawn};
 
 const READY: Duration = Duration::from_secs(30);
 

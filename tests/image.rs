@@ -4,8 +4,6 @@
 //! pins are read, and its NIXL stage's own script runs, after which the
 //! binary, as the image's non-root user, loads that runtime and registers.
 
-mod support;
-
 use std::path::PathBuf;
 use std::process::Command;
 

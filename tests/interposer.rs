@@ -17,17 +17,15 @@
 //! - every NIXL release of the last year, and a source-layout build, counts
 //!   NIXL's own example and the three programs ([`releases`]).
 
-#[path = "interposer/releases.rs"]
 mod releases;
-mod support;
 
+use crate::support::held::program;
+use crate::support::programs::{launched, plain_command, unstamped};
+use crate::support::{self, Lines, Scrape};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Output, Stdio};
 use std::time::Duration;
-use support::held::program;
-use support::programs::{launched, plain_command, unstamped};
-use support::{Lines, Scrape};
 
 const WITHIN: Duration = Duration::from_secs(90);
 

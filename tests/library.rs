@@ -1,12 +1,10 @@
 //! The library as a serving process embeds it: its own regions handed over
 //! through `GroupSpec::provided`, against the real NIXL runtime in-process.
 
-mod support;
-
+use crate::support::{self, Scrape};
 use nixl_agent::Format;
 use nixl_agent::{GroupSpec, Kind, Lifecycle, LifecycleHandle, MemType, Plan, Region};
 use std::time::Duration;
-use support::Scrape;
 
 const READY: Duration = Duration::from_secs(30);
 

@@ -19,10 +19,7 @@
 //! minutes, `prom::rules_with_short_for`), and the test fails with the whole
 //! table of what disagreed.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
+use crate::support::{self, prom};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -334,7 +331,7 @@ fn support_path(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel).display().to_string()
 }
 
-use support::Killed;
+use crate::support::Killed;
 
 // ---- what a cell says of itself -----------------------------------------------
 

@@ -5,8 +5,7 @@
 //! following the docs literally never meets a path that does not exist or
 //! a flag that does nothing.
 
-mod support;
-
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

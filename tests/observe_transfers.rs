@@ -4,13 +4,11 @@
 //! process). Each call returns what nixl-sys returned; /metrics and
 //! /v1/status say what happened.
 
-mod support;
-
+use crate::support::traffic::{agent, dlist};
+use crate::support::Scrape;
 use nixl_agent::{Descriptor, Format, ObserveSettings, Observer};
 use nixl_sys::{NotificationMap, OptArgs, XferOp, XferStatus};
 use std::time::{Duration, Instant};
-use support::traffic::{agent, dlist};
-use support::Scrape;
 
 const LEN: usize = 256 << 10;
 

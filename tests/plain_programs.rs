@@ -2,10 +2,9 @@
 //! work against the real NIXL and print the same bytes on every run: what
 //! the interposer tests compare them with must not move by itself.
 
-mod support;
-
+use crate::support;
+use crate::support::programs::plain_command;
 use std::time::Duration;
-use support::programs::plain_command;
 
 const OK_LINES: &str = "registered A 4\nregistered B 4\nloaded metadata of B\ntransfer done\nnotif done\n\
                         data verified\nderegistered\n";

@@ -4,16 +4,12 @@
 //! makes the pod not ready within 2 s and the not-ready alert fire; the
 //! restarted rank makes it ready again.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
+use crate::support::{self, prom, CommandWithin};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::CommandWithin;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,15 +4,13 @@
 //! instrumented. What the program sees is compared between both runs; what
 //! nixl-agent recorded is read over HTTP from the extension's own threads.
 
-mod support;
-
-use support::held::program;
+use crate::support::held::program;
+use crate::support::{self, CommandWithin, Scrape};
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{CommandWithin, Scrape};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -6,9 +6,8 @@
 //! calls into the extension a registration makes. Each run is bounded: a
 //! hang is a failure here, never a stuck test.
 
-mod support;
-
-use support::held::program;
+use crate::support;
+use crate::support::held::program;
 
 use std::io::Read;
 use std::process::Stdio;

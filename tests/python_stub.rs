@@ -5,8 +5,7 @@
 //! every signature that differs. mypy is installed there by
 //! scripts/setup.sh (a machine without it fails here, naming set-up).
 
-mod support;
-
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

@@ -8,9 +8,8 @@
 //! and ask for transports; C's buffers are never flushed behind the host's
 //! back. Every run is bounded: a hang fails with what it waited for.
 
-mod support;
-
-use support::held::program;
+use crate::support;
+use crate::support::held::program;
 
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;

@@ -6,12 +6,9 @@
 //! traces (a real OTLP receiver) say what happened, with the right outcome
 //! and reason.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
+use crate::support::held::{command, program, said, Held};
+use crate::support::{self, prom};
 use std::time::Duration;
-use support::held::{command, program, said, Held};
 
 #[test]
 fn every_transfer_failure_is_named_and_the_program_sees_what_it_saw_bare() {

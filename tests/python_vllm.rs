@@ -10,13 +10,10 @@
 //! and a live Prometheus fires the TCP fall-back alert for the worker
 //! forced over TCP and not for a loopback that UCX moves over cma.
 
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
-
+use crate::support::held::{command, program, said, Held};
+use crate::support::{self, prom};
 use std::process::Stdio;
 use std::time::Duration;
-use support::held::{command, program, said, Held};
 
 /// A line of one of UCX's protocol tables (`UCX_PROTO_INFO=y`).
 fn ucx_table(line: &str) -> bool {

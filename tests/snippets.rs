@@ -5,8 +5,7 @@
 //! machine without a cluster and the test that covers it instead. A new
 //! snippet that is neither fails the test.
 
-mod support;
-
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

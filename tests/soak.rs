@@ -5,14 +5,12 @@
 //! 30 seconds in `make test`; `scripts/soak.sh` runs the 10-minute version
 //! against the release binary (SOAK_SECONDS, SOAK_RPS, SOAK_REREGISTER_SECS).
 
-mod support;
-
+use crate::support::{AgentProcess, Spawn};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{AgentProcess, Spawn};
 
 fn env_u64(k: &str, default: u64) -> u64 {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -2,11 +2,9 @@
 //! opentelemetry-proto), from a real-NIXL run: the span tree, failures with
 //! NIXL/UCX's own diagnostics, retries, exemplars, and a collector outage.
 
-mod support;
-
+use crate::support::otlp::{Receiver, RecvSpan};
+use crate::support::{self, AgentProcess, Spawn};
 use std::time::Duration;
-use support::otlp::{Receiver, RecvSpan};
-use support::{AgentProcess, Spawn};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -6,13 +6,11 @@
 //! bytes, then drains; NIXL itself then refuses a transfer over the drained
 //! regions and its metadata no longer carries them.
 
-mod support;
-
+use crate::support::{self, Scrape};
 use nixl_agent::Format;
 use nixl_agent::{Descriptor, Expected, GroupSpec, Kind, Lifecycle, MemType, ObserveSettings, Observer, Plan, Region};
 use nixl_sys::{Agent, Backend, OptArgs, XferDescList, XferOp, XferStatus};
 use std::time::{Duration, Instant};
-use support::Scrape;
 
 const LEN: usize = 64 << 10;
 const AUX: usize = 4 << 10;

@@ -1,12 +1,12 @@
 //! Test support: where the real NIXL and promtool live, a tiny HTTP client,
 //! a Prometheus text matcher, and a handle on a spawned `nixl-agent` binary.
-#![allow(dead_code)]
 
 pub mod held;
 pub mod metrics;
 pub mod netns;
 pub mod otlp;
 pub mod programs;
+pub mod prom;
 pub mod traffic;
 
 use std::io::{BufRead, BufReader, Read, Write};

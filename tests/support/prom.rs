@@ -1,22 +1,16 @@
 //! A real Prometheus (and Alertmanager, with a webhook receiver) for the
 //! alert and dashboard tests, and small readers for PromQL and for the rule
-//! files. Shared by tests/alerts.rs and
-//! tests/dashboards.rs, which include it with
-//! `#[path = "support/prom.rs"] mod prom;` next to `mod support;`.
-#![allow(dead_code)]
+//! files: the alert, dashboard, matrix, pod and Python tests use it.
 
+use super::repo;
 use crate::support;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The Prometheus job the rules select (`job="nixl-agent"`).
 pub const JOB: &str = "nixl-agent";
-
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 pub fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
@@ -452,11 +446,6 @@ pub fn runbook_refs(text: &str) -> Vec<String> {
                 .collect()
         })
         .collect()
-}
-
-/// Is `path` a file in the repository?
-pub fn exists(rel: &str) -> bool {
-    Path::new(&repo().join(rel)).exists()
 }
 
 /// The rules with every `for:` in minutes turned into the same number of
