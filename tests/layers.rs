@@ -139,6 +139,86 @@ fn test_programs_depend_on_no_nixl_agent_crate() {
     );
 }
 
+/// The most test binaries the root package may build. Each is linked on its
+/// own against the whole workspace, and on a small machine those links were
+/// most of `make test` (one binary a file of tests/ made 34 of them).
+const MAX_TEST_BINARIES: usize = 3;
+
+/// The file that declares the module `file` is (`tests/a/b.rs` and
+/// `tests/a/b/mod.rs` are declared in `tests/a.rs` or `tests/a/mod.rs`),
+/// and its name there.
+fn declared_in(file: &Path, roots: &[std::path::PathBuf]) -> (Vec<std::path::PathBuf>, String) {
+    let (dir, name) = if file.file_name().unwrap() == "mod.rs" {
+        let dir = file.parent().unwrap();
+        (dir.parent().unwrap(), dir.file_name().unwrap())
+    } else {
+        (file.parent().unwrap(), file.file_stem().unwrap())
+    };
+    let parents = if dir == repo().join("tests") {
+        roots.to_vec()
+    } else {
+        vec![dir.with_extension("rs"), dir.join("mod.rs")]
+    };
+    (parents, name.to_string_lossy().into_owned())
+}
+
+#[test]
+fn the_integration_tests_are_at_most_three_binaries_and_every_file_of_tests_is_in_one() {
+    let root = packages()
+        .into_iter()
+        .find(|p| p["name"] == "nixl-agent")
+        .expect("the nixl-agent package");
+    let roots: Vec<std::path::PathBuf> = root["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "test"))
+        .map(|t| t["src_path"].as_str().unwrap().into())
+        .collect();
+    assert!(
+        !roots.is_empty() && roots.len() <= MAX_TEST_BINARIES,
+        "{} test binaries ({roots:?}); at most {MAX_TEST_BINARIES}: make a new file of tests/ a module of tests/main.rs",
+        roots.len()
+    );
+    // With `autotests = false` a file of tests/ that no binary declares is
+    // never compiled: its tests would pass by not existing.
+    let mut files = Vec::new();
+    let mut dirs = vec![repo().join("tests")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
+            let path = entry.path();
+            if path.is_dir() && !path.starts_with(repo().join(PROGRAMS)) {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !roots.contains(&path) {
+                files.push(path);
+            }
+        }
+    }
+    assert!(files.len() > 30, "found too few test files: {files:?}");
+    let mut stray = Vec::new();
+    for file in &files {
+        let (parents, name) = declared_in(file, &roots);
+        let declared = parents
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .any(|text| {
+                text.lines().any(|l| {
+                    let l = l.trim_start();
+                    let l = l.strip_prefix("pub ").or(l.strip_prefix("pub(crate) ")).unwrap_or(l);
+                    l == format!("mod {name};")
+                })
+            });
+        if !declared {
+            stray.push(format!("{} (no `mod {name};` in {parents:?})", file.display()));
+        }
+    }
+    assert!(
+        stray.is_empty(),
+        "files of tests/ that no test binary compiles:\n{}",
+        stray.join("\n")
+    );
+}
+
 /// Type names that more than one product file defines, on purpose, each
 /// with why. Anything else defined twice is one name for two concepts.
 const SHARED_TYPE_NAMES: &[(&str, &str)] = &[
@@ -292,83 +372,5 @@ fn one_type_name_is_defined_in_one_product_file() {
     assert!(
         stale.is_empty(),
         "SHARED_TYPE_NAMES names types defined once or not at all: {stale:?}"
-
-/// The most test binaries the root package may build. Each is linked on its
-/// own against the whole workspace, and on a small machine those links were
-/// most of `make test` (one binary a file of tests/ made 34 of them).
-const MAX_TEST_BINARIES: usize = 3;
-
-/// The file that declares the module `file` is (`tests/a/b.rs` and
-/// `tests/a/b/mod.rs` are declared in `tests/a.rs` or `tests/a/mod.rs`),
-/// and its name there.
-fn declared_in(file: &Path, roots: &[std::path::PathBuf]) -> (Vec<std::path::PathBuf>, String) {
-    let (dir, name) = if file.file_name().unwrap() == "mod.rs" {
-        let dir = file.parent().unwrap();
-        (dir.parent().unwrap(), dir.file_name().unwrap())
-    } else {
-        (file.parent().unwrap(), file.file_stem().unwrap())
-    };
-    let parents = if dir == repo().join("tests") {
-        roots.to_vec()
-    } else {
-        vec![dir.with_extension("rs"), dir.join("mod.rs")]
-    };
-    (parents, name.to_string_lossy().into_owned())
-}
-
-#[test]
-fn the_integration_tests_are_at_most_three_binaries_and_every_file_of_tests_is_in_one() {
-    let root = packages()
-        .into_iter()
-        .find(|p| p["name"] == "nixl-agent")
-        .expect("the nixl-agent package");
-    let roots: Vec<std::path::PathBuf> = root["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "test"))
-        .map(|t| t["src_path"].as_str().unwrap().into())
-        .collect();
-    assert!(
-        !roots.is_empty() && roots.len() <= MAX_TEST_BINARIES,
-        "{} test binaries ({roots:?}); at most {MAX_TEST_BINARIES}: make a new file of tests/ a module of tests/main.rs",
-        roots.len()
-    );
-    // With `autotests = false` a file of tests/ that no binary declares is
-    // never compiled: its tests would pass by not existing.
-    let mut files = Vec::new();
-    let mut dirs = vec![repo().join("tests")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
-            let path = entry.path();
-            if path.is_dir() && !path.starts_with(repo().join(PROGRAMS)) {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") && !roots.contains(&path) {
-                files.push(path);
-            }
-        }
-    }
-    assert!(files.len() > 30, "found too few test files: {files:?}");
-    let mut stray = Vec::new();
-    for file in &files {
-        let (parents, name) = declared_in(file, &roots);
-        let declared = parents
-            .iter()
-            .filter_map(|p| std::fs::read_to_string(p).ok())
-            .any(|text| {
-                text.lines().any(|l| {
-                    let l = l.trim_start();
-                    let l = l.strip_prefix("pub ").or(l.strip_prefix("pub(crate) ")).unwrap_or(l);
-                    l == format!("mod {name};")
-                })
-            });
-        if !declared {
-            stray.push(format!("{} (no `mod {name};` in {parents:?})", file.display()));
-        }
-    }
-    assert!(
-        stray.is_empty(),
-        "files of tests/ that no test binary compiles:\n{}",
-        stray.join("\n")
     );
 }
