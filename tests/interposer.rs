@@ -1678,7 +1678,7 @@ fn sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss() {
     let end = support::wait_with_output_within(child, WITHIN, "nixl_stress");
 
     // RSS: warm-up is the first quarter (the agents, UCX's pools, the
-    // recorder's tables fill); growth is the highest sample after it over
+    // interposer's tables fill); growth is the highest sample after it over
     // the last sample of it.
     let warm_at = rss.iter().position(|(t, _)| *t >= secs as f64 / 4.0).unwrap_or(0);
     let warm = rss.get(warm_at).map_or(0, |r| r.1);

@@ -1,7 +1,7 @@
 //! The interposer's NIXL side: NIXL's exported `nixlAgent` methods, called
 //! for whoever called them (NIXL's Python bindings, `libnixl_capi.so` under
 //! nixl-sys, a C++ program) with what NIXL was given read and handed to a
-//! [`Sink`] before and after the real call.
+//! [`CallSink`] before and after the real call.
 //!
 //! The symbols themselves are exported by the interposer library
 //! (`crates/interpose`), each a call of one hook here. A hook:
@@ -284,11 +284,13 @@ pub struct Out<'a> {
     pub fresh: &'a [(String, Vec<Vec<u8>>)],
 }
 
-/// Who records the calls. Implementations never panic out and never call
-/// NIXL's `nixlAgent` methods (a call from inside a hook passes through).
-pub trait Sink: Sync {
+/// Where the hooks hand each call, before and after NIXL ran it (the
+/// interposer's `Translator`). Implementations never panic out and never
+/// call NIXL's `nixlAgent` methods (a call from inside a hook passes
+/// through).
+pub trait CallSink: Sync {
     type Token;
-    /// What [`Sink::post_begin`] hands to [`Sink::post_end`].
+    /// What [`CallSink::post_begin`] hands to [`CallSink::post_end`].
     type Post;
     /// The gate's verdict, once per process, before anything else.
     fn decided(&self, verdict: &Verdict);

@@ -1,5 +1,5 @@
 //! One hook per exported method: NIXL's own definition called with the
-//! caller's arguments, the [`Sink`] told before and after. Each hook's
+//! caller's arguments, the [`CallSink`] told before and after. Each hook's
 //! function type spells the method's C++ signature in the Itanium ABI
 //! (`this` first, references as pointers, a `std::string` taken by value as
 //! a pointer to the caller's temporary, `std::span` as its two words).
@@ -10,7 +10,7 @@
 
 use super::layout;
 use super::real::{gate, Gate};
-use super::{Facts, Out, Sink, Sym};
+use super::{CallSink, Facts, Out, Sym};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
@@ -38,7 +38,7 @@ impl Drop for Inside {
 }
 
 /// The gate, its verdict told to the sink before any call is.
-fn announced<S: Sink>(sink: &S) -> &'static Gate {
+fn announced<S: CallSink>(sink: &S) -> &'static Gate {
     let g = gate();
     ANNOUNCED.call_once(|| {
         let e = Errno::save();
@@ -49,7 +49,7 @@ fn announced<S: Sink>(sink: &S) -> &'static Gate {
 }
 
 /// The gate, and whether this call is recorded.
-fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
+fn enter<S: CallSink>(sink: &S) -> (&'static Gate, Option<Inside>) {
     let g = announced(sink);
     if !g.active() || INSIDE.with(|i| i.replace(true)) {
         return (g, None);
@@ -59,7 +59,7 @@ fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
 
 /// The same for a hook whose recording never calls NIXL (the post): the
 /// quiet switch is read, not set.
-fn enter_quick<S: Sink>(sink: &S) -> (&'static Gate, bool) {
+fn enter_quick<S: CallSink>(sink: &S) -> (&'static Gate, bool) {
     let g = announced(sink);
     (g, g.active() && !INSIDE.with(Cell::get))
 }
@@ -135,7 +135,7 @@ fn undefined(sym: Sym) -> ! {
 /// Tells the sink a call begins (errno kept): its token, held while
 /// NIXL's definition runs, so that a definition that throws ends the call
 /// too ([`Unwinding`]).
-fn begin<'s, S: Sink>(sink: &'s S, agent: *const c_void, facts: &Facts<'_>) -> Unwinding<'s, S> {
+fn begin<'s, S: CallSink>(sink: &'s S, agent: *const c_void, facts: &Facts<'_>) -> Unwinding<'s, S> {
     let e = Errno::save();
     let t = sink.begin(agent as usize, facts);
     e.restore();
@@ -143,7 +143,7 @@ fn begin<'s, S: Sink>(sink: &'s S, agent: *const c_void, facts: &Facts<'_>) -> U
 }
 
 /// Tells the sink the call ended (errno kept).
-fn end<S: Sink>(sink: &S, token: Unwinding<'_, S>, status: c_int, out: &Out<'_>) {
+fn end<S: CallSink>(sink: &S, token: Unwinding<'_, S>, status: c_int, out: &Out<'_>) {
     let Some(token) = token.returned() else { return };
     let e = Errno::save();
     sink.end(token, status, out);
@@ -153,14 +153,14 @@ fn end<S: Sink>(sink: &S, token: Unwinding<'_, S>, status: c_int, out: &Out<'_>)
 /// A begun call's token while NIXL's definition runs: when the definition
 /// throws, the C++ exception unwinds through the hook (`C-unwind` runs this
 /// drop, and catches nothing) and the sink hears that the call ended
-/// without a status ([`Sink::unwound`]), whichever hook it was; when it
+/// without a status ([`CallSink::unwound`]), whichever hook it was; when it
 /// returns, [`end`] hands the token back to the sink.
-struct Unwinding<'s, S: Sink> {
+struct Unwinding<'s, S: CallSink> {
     sink: &'s S,
     token: Option<S::Token>,
 }
 
-impl<'s, S: Sink> Unwinding<'s, S> {
+impl<'s, S: CallSink> Unwinding<'s, S> {
     fn new(sink: &'s S, token: S::Token) -> Self {
         Unwinding {
             sink,
@@ -173,7 +173,7 @@ impl<'s, S: Sink> Unwinding<'s, S> {
     }
 }
 
-impl<S: Sink> Drop for Unwinding<'_, S> {
+impl<S: CallSink> Drop for Unwinding<'_, S> {
     fn drop(&mut self) {
         if let Some(t) = self.token.take() {
             let e = Errno::save();
@@ -190,7 +190,7 @@ type CPtr = *const c_void;
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn agent_new<S: Sink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
+pub unsafe fn agent_new<S: CallSink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
     type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr);
     let (g, inside) = enter(sink);
     // Safety: F is the constructor's signature.
@@ -212,7 +212,7 @@ pub unsafe fn agent_new<S: Sink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn agent_drop<S: Sink>(sink: &S, this: Ptr) {
+pub unsafe fn agent_drop<S: CallSink>(sink: &S, this: Ptr) {
     type F = unsafe extern "C-unwind" fn(Ptr);
     let (g, inside) = enter(sink);
     // Safety: F is the destructor's signature.
@@ -231,7 +231,7 @@ pub unsafe fn agent_drop<S: Sink>(sink: &S, this: Ptr) {
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn create_backend<S: Sink>(sink: &S, this: Ptr, plugin: CPtr, params: CPtr, out: *mut Ptr) -> c_int {
+pub unsafe fn create_backend<S: CallSink>(sink: &S, this: Ptr, plugin: CPtr, params: CPtr, out: *mut Ptr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr) -> c_int;
     let (g, inside) = enter(sink);
     // Safety: F is the method's signature.
@@ -262,7 +262,7 @@ pub unsafe fn create_backend<S: Sink>(sink: &S, this: Ptr, plugin: CPtr, params:
 ///
 /// # Safety
 /// See the module; `sym` is one of the two.
-pub unsafe fn registration<S: Sink>(sink: &S, sym: Sym, this: Ptr, descs: CPtr, opt: CPtr) -> c_int {
+pub unsafe fn registration<S: CallSink>(sink: &S, sym: Sym, this: Ptr, descs: CPtr, opt: CPtr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr) -> c_int;
     let (g, inside) = enter(sink);
     // Safety: F is both methods' signature.
@@ -291,7 +291,7 @@ pub unsafe fn registration<S: Sink>(sink: &S, sym: Sym, this: Ptr, descs: CPtr, 
 /// # Safety
 /// See the module.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn create_xfer<S: Sink>(
+pub unsafe fn create_xfer<S: CallSink>(
     sink: &S,
     this: Ptr,
     op: *const c_int,
@@ -356,7 +356,7 @@ fn written(st: c_int, out: *mut Ptr) -> usize {
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
+pub unsafe fn prep_dlist<S: CallSink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
     fn facts<'a>(_: &Gate, p: &'a str, descs: CPtr) -> Facts<'a> {
         Facts::PrepDlist {
             peer: p,
@@ -375,7 +375,7 @@ pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, 
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn prep_dlist_strided<S: Sink>(
+pub unsafe fn prep_dlist_strided<S: CallSink>(
     sink: &S,
     this: Ptr,
     peer: CPtr,
@@ -406,7 +406,7 @@ pub unsafe fn prep_dlist_strided<S: Sink>(
 /// # Safety
 /// `sym` is a `prepXferDlist` form, called through its exported symbol
 /// with its caller's arguments.
-unsafe fn prep<S: Sink>(
+unsafe fn prep<S: CallSink>(
     sink: &S,
     sym: Sym,
     [this, peer, descs, opt]: [Ptr; 4],
@@ -461,7 +461,7 @@ impl Span {
 /// # Safety
 /// See the module.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn make_xfer<S: Sink>(
+pub unsafe fn make_xfer<S: CallSink>(
     sink: &S,
     this: Ptr,
     op: c_int,
@@ -499,7 +499,7 @@ pub unsafe fn make_xfer<S: Sink>(
 /// # Safety
 /// See the module.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn make_xfer_vec<S: Sink>(
+pub unsafe fn make_xfer_vec<S: CallSink>(
     sink: &S,
     this: Ptr,
     op: *const c_int,
@@ -543,7 +543,7 @@ struct Made<'a> {
 
 impl Made<'_> {
     /// The call `call`, recorded as a transfer request made.
-    fn record<S: Sink>(self, sink: &S, this: Ptr, call: impl FnOnce() -> c_int) -> c_int {
+    fn record<S: CallSink>(self, sink: &S, this: Ptr, call: impl FnOnce() -> c_int) -> c_int {
         let t = begin(
             sink,
             this,
@@ -573,7 +573,7 @@ impl Made<'_> {
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn post<S: Sink>(sink: &'static S, this: Ptr, req: Ptr, opt: CPtr) -> c_int {
+pub unsafe fn post<S: CallSink>(sink: &'static S, this: Ptr, req: Ptr, opt: CPtr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
     let (g, recorded) = enter_quick(sink);
     // Safety: F is the method's signature.
@@ -599,7 +599,7 @@ pub unsafe fn post<S: Sink>(sink: &'static S, this: Ptr, req: Ptr, opt: CPtr) ->
 ///
 /// # Safety
 /// See the module; `sym` is one of those.
-pub unsafe fn on_handle<S: Sink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr) -> c_int {
+pub unsafe fn on_handle<S: CallSink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, Ptr) -> c_int;
     let (g, inside) = enter(sink);
     // Safety: F is the signature of each; the caller's arguments.
@@ -636,7 +636,7 @@ pub unsafe fn on_handle<S: Sink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr) -> 
 ///
 /// # Safety
 /// See the module; `sym` is one of those, `opt` null for the first.
-pub unsafe fn on_peer<S: Sink>(sink: &S, sym: Sym, this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
+pub unsafe fn on_peer<S: CallSink>(sink: &S, sym: Sym, this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
     type WithOpt = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr) -> c_int;
     type One = unsafe extern "C-unwind" fn(Ptr, CPtr) -> c_int;
     let (g, inside) = enter(sink);
@@ -670,7 +670,7 @@ pub unsafe fn on_peer<S: Sink>(sink: &S, sym: Sym, this: Ptr, peer: CPtr, opt: C
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn load_md<S: Sink>(sink: &S, this: Ptr, md: CPtr, name: Ptr) -> c_int {
+pub unsafe fn load_md<S: CallSink>(sink: &S, this: Ptr, md: CPtr, name: Ptr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, CPtr, Ptr) -> c_int;
     let (g, inside) = enter(sink);
     // Safety: F is the method's signature.
@@ -704,7 +704,7 @@ pub unsafe fn load_md<S: Sink>(sink: &S, this: Ptr, md: CPtr, name: Ptr) -> c_in
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn gen_notif<S: Sink>(sink: &S, this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
+pub unsafe fn gen_notif<S: CallSink>(sink: &S, this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, CPtr) -> c_int;
     let (g, inside) = enter(sink);
     // Safety: F is the method's signature.
@@ -735,7 +735,7 @@ pub unsafe fn gen_notif<S: Sink>(sink: &S, this: Ptr, peer: CPtr, msg: CPtr, opt
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn get_notifs<S: Sink>(sink: &S, this: Ptr, map: Ptr, opt: CPtr) -> c_int {
+pub unsafe fn get_notifs<S: CallSink>(sink: &S, this: Ptr, map: Ptr, opt: CPtr) -> c_int {
     type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
     let (g, inside) = enter(sink);
     // Safety: F is the method's signature.
