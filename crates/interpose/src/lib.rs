@@ -6,9 +6,10 @@
 //! recorded on the process's one recording path (the same observer,
 //! endpoints and pod publishing an instrumented Python process has).
 //!
-//! - `exports` the symbol table: one line per method, into the hooks of
-//!   `nixl_agent_sys::interpose` (where reading NIXL's objects, finding its
-//!   definitions and the version and layout gate live),
+//! - `exports` the exported symbols: the table of NIXL's methods of
+//!   `nixl_agent_sys::interpose` expanded, a function a row into its hook
+//!   (where reading NIXL's objects, finding its definitions and the version
+//!   and layout gate live), and what a front-end in the process calls,
 //! - `translator` what a call means for the recording: NIXL's pointers and
 //!   lists translated into the observer's words (the hooks' `CallSink`),
 //! - `naming` the group of a registration nobody named.
