@@ -16,7 +16,7 @@ use nixl_agent_core::model::{
 };
 use nixl_agent_engine::observe::{Call, CallMark, LocalCallMark, Observer, Outcome, Pending, Transfer, XferPoll};
 use nixl_agent_instrument::{Instrumentation, Settings};
-use nixl_agent_sys::interpose::{status, BasicDesc, CallSink, Facts, List, Out, Verdict};
+use nixl_agent_sys::interpose::{status, BasicDesc, CallSink, Facts, List, Out, Sym, Verdict};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -317,6 +317,10 @@ pub enum Token {
     },
     Notifs {
         agent: AgentId,
+    },
+    /// A call counted by method and status, nothing more.
+    Plain {
+        method: Sym,
     },
 }
 
@@ -723,6 +727,8 @@ impl Running {
             Facts::AgentNew { name } => return Token::Agent { name: name.to_string() },
             // The poll loop's call: nothing to look up before NIXL answers.
             Facts::Status { req } => return Token::Status { req: *req },
+            // Counted whatever agent it is on.
+            Facts::Plain { method } => return Token::Plain { method: *method },
             // Taken out before NIXL frees it: a request NIXL makes at its
             // address on another thread meanwhile is never taken for it.
             Facts::Release { req } => {
@@ -853,7 +859,7 @@ impl Running {
                     _mark: obs.call_started(CallKind::CreateXfer),
                 }
             }
-            Facts::Status { .. } | Facts::Release { .. } => Token::None,
+            Facts::Status { .. } | Facts::Release { .. } | Facts::Plain { .. } => Token::None,
             Facts::LoadMd => Token::Peer {
                 agent,
                 op: PeerOp::Add,
@@ -1055,6 +1061,14 @@ impl Running {
                 } else {
                     obs.notified(agent, NotifDirection::Send, 0, Some(&failure(st, true)));
                 }
+            }
+            Token::Plain { method } => {
+                let status = if st == THREW {
+                    nixl_agent_core::event::NixlCalled::THREW
+                } else {
+                    status::name(st)
+                };
+                obs.nixl_called(method.name(), status);
             }
             Token::Notifs { agent } => {
                 if !ok {

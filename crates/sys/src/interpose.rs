@@ -171,6 +171,12 @@ pub enum Facts<'a> {
     },
     /// `getNotifs`. Out: `fresh`, what the call added to the map.
     GetNotifs,
+    /// A method the recording gives no meaning of its own (a row of the
+    /// table whose hook is `hooks::plain`): nothing of its arguments is
+    /// read, and its call is counted by method and status.
+    Plain {
+        method: Sym,
+    },
 }
 
 /// What a hooked call handed back besides its status.

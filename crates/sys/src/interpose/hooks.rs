@@ -316,6 +316,19 @@ fn written(st: c_int, out: *mut Ptr) -> usize {
     unsafe { *out as usize }
 }
 
+/// A method with no meaning of its own to the recording, any row's hook:
+/// nothing of its arguments is read, and its call is told to the sink as
+/// [`Facts::Plain`] (counted by method and status).
+///
+/// # Safety
+/// See the module.
+pub unsafe fn plain<S: CallSink, F: Copy, R: Returned>(sink: &S, nixl: Nixl<F, impl FnOnce(F) -> R>, this: Ptr) -> R {
+    let method = nixl.sym;
+    hooked(sink, nixl, this, |_, call| {
+        call.record(&Facts::Plain { method }, nothing)
+    })
+}
+
 /// The constructor (`name`: its `const std::string&`).
 ///
 /// # Safety
