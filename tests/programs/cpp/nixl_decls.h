@@ -52,18 +52,23 @@ std::string statusStr(const nixl_status_t &status);
 } // namespace nixlEnumStrings
 
 // 40 bytes: the agent's construction options (all defaults: no progress or
-// listener thread, port 8888, no telemetry).
+// listener thread, port 8888, no telemetry). The padding after
+// captureTelemetry is spelled out and zero: releases before 1.5 (1.0.1's
+// `int listenPort`) read syncMode and captureTelemetry 4 bytes later, where
+// it lies, and must find NONE and false there, not what the stack held.
 struct nixlAgentConfig {
     bool useProgThread = false;
     bool useListenThread = false;
     uint16_t listenPort = 8888;
     nixl_thread_sync_t syncMode = nixl_thread_sync_t::NONE;
     bool captureTelemetry = false;
+    unsigned char zero_[7] = {};
     uint64_t pthrDelay = 0;
     uint64_t lthrDelay = 100000;
     int64_t etcdWatchTimeoutUs = 5000000;
 };
 static_assert(sizeof(nixlAgentConfig) == 40);
+static_assert(offsetof(nixlAgentConfig, pthrDelay) == 16);
 
 // 208 bytes (operator new(0xd0) in nixl_capi_create_opt_args).
 struct nixlAgentOptionalArgs {
