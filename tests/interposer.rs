@@ -10,6 +10,8 @@
 //!   reason from all three, and outlives the process (termination log);
 //! - a C++ `postXferReq` and `deregisterMem` held past the call deadline
 //!   make /livez 503 naming the call, and 200 again once it returned;
+//! - `queryMem`, a method with no record of its own, answers as bare (its
+//!   statuses, its answers and the `errno` NIXL left);
 //! - a NIXL whose version no list names is recorded (proven by what it
 //!   loads); one the interposer cannot prove runs untouched, readiness left
 //!   alone, and the blindness is said on stderr in one line, as a metric,
@@ -1205,6 +1207,37 @@ if os.environ.get("HOLD_BEFORE_EXIT") == "1":
             .collect()
     };
     assert_eq!(said(&inst.stdout), said(&bare.stdout));
+}
+
+/// `queryMem`, a method the interposer gives no record of its own (a row
+/// of the table whose hook is `hooks::plain`), under the launcher: the C++
+/// program's three queries (no backend: refused; UCX: not supported;
+/// POSIX: one file's facts, one absent) print what they print bare, the
+/// `errno` NIXL left included, and exit as bare.
+#[test]
+fn query_mem_answers_as_bare() {
+    let bare = bare("cpp", "query");
+    assert_eq!(
+        bare.status.code(),
+        Some(0),
+        "bare: {}{}",
+        text(&bare.stdout),
+        text(&bare.stderr)
+    );
+    assert!(
+        text(&bare.stdout)
+            .contains("queryMem on POSIX: NIXL_SUCCESS, errno 2, 2 answers [size 12345, 3 facts] [absent]"),
+        "{}",
+        text(&bare.stdout)
+    );
+    let h = Held::start("cpp", "query", &[]);
+    h.scrape_when("the POSIX backend the queries ran on", |s| {
+        s.value_at("nixl_agent_backend_up", &[("backend", "POSIX")]) == 1.0
+    });
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), bare.status.code(), "exit code");
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "stdout");
+    assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr), "stderr");
 }
 
 /// The symbol table and the gate name the same methods: every method the

@@ -45,6 +45,8 @@ enum class nixl_thread_sync_t { NONE, STRICT, RW };
 
 using nixl_b_params_t = std::unordered_map<std::string, std::string>;
 using nixl_notifs_t = std::unordered_map<std::string, std::vector<std::string>>;
+// What a backend knows of one descriptor (queryMem): nothing, or its facts.
+using nixl_query_resp_t = std::optional<nixl_b_params_t>;
 
 namespace nixlEnumStrings {
 // Exported by libnixl.so: "NIXL_SUCCESS", "NIXL_ERR_BACKEND", ...
@@ -132,6 +134,9 @@ public:
                               const nixlAgentOptionalArgs *extra = nullptr);
     nixl_status_t deregisterMem(const nixlDescList<nixlBlobDesc> &descs,
                                 const nixlAgentOptionalArgs *extra = nullptr);
+    // Exactly one backend in `extra`; NIXL_ERR_INVALID_PARAM without.
+    nixl_status_t queryMem(const nixlDescList<nixlBlobDesc> &descs, std::vector<nixl_query_resp_t> &resp,
+                           const nixlAgentOptionalArgs *extra = nullptr) const;
     nixl_status_t makeConnection(const std::string &remote,
                                  const nixlAgentOptionalArgs *extra = nullptr);
     nixl_status_t createXferReq(const nixl_xfer_op_t &op,

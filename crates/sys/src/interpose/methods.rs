@@ -254,6 +254,17 @@ macro_rules! nixl_agent_methods {
                 instead: None,
                 optional: false,
             }
+            /// `queryMem(const nixl_reg_dlist_t&, std::vector<nixl_query_resp_t>&,
+            /// const nixl_opt_args_t*) const`: what a backend knows of each
+            /// descriptor (a file's size, an object's presence).
+            QueryMem {
+                name: "queryMem",
+                mangled: "_ZNK9nixlAgent8queryMemERK12nixlDescListI12nixlBlobDescERSt6vectorISt8optionalISt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESD_St4hashISD_ESt8equal_toISD_ESaISt4pairIKSD_SD_EEEESaISN_EEPK21nixlAgentOptionalArgs",
+                export: fn query_mem(this: Ptr, descs: CPtr, resp: Ptr, opt: CPtr) -> c_int,
+                hook: plain(),
+                instead: None,
+                optional: false,
+            }
             /// `getNotifs(nixl_notifs_t&, const nixl_opt_args_t*)`.
             GetNotifs {
                 name: "getNotifs",
