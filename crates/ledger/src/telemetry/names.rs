@@ -49,6 +49,7 @@ pub const POD_WATCH_LAST_PASS: &str = "nixl_agent_pod_watch_last_pass_timestamp_
 pub const POD_DIR_REFUSED: &str = "nixl_agent_pod_dir_refused";
 pub const INTERPOSER_BLIND: &str = "nixl_agent_interposer_blind";
 pub const INSTRUMENTATION_ERRORS_TOTAL: &str = "nixl_agent_instrumentation_errors_total";
+pub const NIXL_CALLS_TOTAL: &str = "nixl_agent_nixl_calls_total";
 pub const TRANSFERS_TOTAL: &str = "nixl_agent_transfers_total";
 pub const TRANSFER_FAILURES_TOTAL: &str = "nixl_agent_transfer_failures_total";
 pub const TRANSFERS_STALLED_TOTAL: &str = "nixl_agent_transfers_stalled_total";
@@ -299,6 +300,12 @@ pub const FAMILIES: &[Family] = &[
         "Failures inside nixl-agent's own wrapping of a NIXL call (Python instrumentation), by wrapped operation; the program's call went ahead untouched.",
     ),
     Family::new(
+        NIXL_CALLS_TOTAL,
+        Type::Counter,
+        &["method", "status"],
+        "NIXL calls of the methods the interposer hooks with no metric of their own (queryMem), by method (its name in NIXL's API) and status (NIXL's name of the status it returned, or exception when NIXL threw); calls of the other methods are counted by their own families. Appears on first use.",
+    ),
+    Family::new(
         TRANSFERS_TOTAL,
         Type::Counter,
         &["op", "outcome"],
@@ -431,6 +438,7 @@ pub const ON_FIRST_USE: &[&str] = &[
     TIME_TO_READY_SECONDS,
     ACCEPTED_INVALID_TOTAL,
     INSTRUMENTATION_ERRORS_TOTAL,
+    NIXL_CALLS_TOTAL,
     TRANSFER_FAILURES_TOTAL,
     PEER_EVENTS_TOTAL,
     PEER_FAILURES_TOTAL,
@@ -578,6 +586,10 @@ pub const ROLE_OBSERVER: &str = "observer";
 /// `nixl-agent pod`: serves the ranks of a pod.
 pub const ROLE_POD: &str = "pod";
 
+/// The `status` of `nixl_agent_nixl_calls_total` for a call NIXL threw out
+/// of instead of returning (the others are NIXL's status names).
+pub const NIXL_CALL_THREW: &str = crate::event::NixlCalled::THREW;
+
 pub use crate::event::INSTRUMENT_LOG_TARGET;
 
 #[cfg(test)]
@@ -620,6 +632,7 @@ mod tests {
             TRACE_SPANS_DROPPED_TOTAL,
             TRACE_EXPORT_FAILURES_TOTAL,
             INSTRUMENTATION_ERRORS_TOTAL,
+            NIXL_CALLS_TOTAL,
             ACCEPTED_INVALID_TOTAL,
             RANK_UP,
             RANKS_EXPECTED,
