@@ -10,6 +10,9 @@
 //!   reason from all three, and outlives the process (termination log);
 //! - a C++ `postXferReq` and `deregisterMem` held past the call deadline
 //!   make /livez 503 naming the call, and 200 again once it returned;
+//! - `queryMem`, a method with no record of its own, is counted by status
+//!   and answers as bare (its statuses, its answers and the `errno` NIXL
+//!   left);
 //! - a NIXL whose version no list names is recorded (proven by what it
 //!   loads); one the interposer cannot prove runs untouched, readiness left
 //!   alone, and the blindness is said on stderr in one line, as a metric,
@@ -1205,6 +1208,53 @@ if os.environ.get("HOLD_BEFORE_EXIT") == "1":
     assert_eq!(said(&inst.stdout), said(&bare.stdout));
 }
 
+/// `queryMem`, a method the interposer gives no record of its own (a row
+/// of the table whose hook is `hooks::plain`), under the launcher: the C++
+/// program's three queries (no backend: refused; UCX: not supported;
+/// POSIX: one file's facts, one absent) are counted by status in
+/// `nixl_agent_nixl_calls_total`, where no other method is, and print
+/// what they print bare, the `errno` NIXL left included, and exit as bare.
+#[test]
+fn query_mem_is_counted_by_status_and_answers_as_bare() {
+    let bare = bare("cpp", "query");
+    assert_eq!(
+        bare.status.code(),
+        Some(0),
+        "bare: {}{}",
+        text(&bare.stdout),
+        text(&bare.stderr)
+    );
+    assert!(
+        text(&bare.stdout)
+            .contains("queryMem on POSIX: NIXL_SUCCESS, errno 2, 2 answers [size 12345, 3 facts] [absent]"),
+        "{}",
+        text(&bare.stdout)
+    );
+    let h = Held::start("cpp", "query", &[]);
+    let s = h.scrape_when("the three queries counted", |s| {
+        s.metric("nixl_agent_nixl_calls_total").sum() >= 3.0
+    });
+    let calls = |status: &str| {
+        s.value_at(
+            "nixl_agent_nixl_calls_total",
+            &[("method", "queryMem"), ("status", status)],
+        )
+    };
+    assert_eq!(calls("NIXL_ERR_INVALID_PARAM"), 1.0, "with no backend");
+    assert_eq!(calls("NIXL_ERR_NOT_SUPPORTED"), 1.0, "on UCX");
+    assert_eq!(calls("NIXL_SUCCESS"), 1.0, "on POSIX");
+    assert_eq!(
+        s.metric("nixl_agent_nixl_calls_total").sum(),
+        3.0,
+        "only queryMem's calls: the constructor, createBackend and the rest have their own families"
+    );
+    assert_eq!(s.value_at("nixl_agent_backend_up", &[("backend", "POSIX")]), 1.0);
+    let inst = h.finish();
+    assert_eq!(inst.status.code(), bare.status.code(), "exit code");
+    assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "stdout");
+    assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr), "stderr");
+}
+
 /// The symbol table and the gate name the same methods: every method the
 /// gate requires of libnixl.so (`Sym::ALL`) is exported by the interposer
 /// under that exact name, and nothing else of NIXL's is.
@@ -1676,7 +1726,7 @@ fn sixteen_threads_agent_churn_and_forks_are_counted_exactly_with_flat_rss() {
     let end = support::wait_with_output_within(child, WITHIN, "nixl_stress");
 
     // RSS: warm-up is the first quarter (the agents, UCX's pools, the
-    // recorder's tables fill); growth is the highest sample after it over
+    // interposer's tables fill); growth is the highest sample after it over
     // the last sample of it.
     let warm_at = rss.iter().position(|(t, _)| *t >= secs as f64 / 4.0).unwrap_or(0);
     let warm = rss.get(warm_at).map_or(0, |r| r.1);

@@ -235,29 +235,13 @@ const SHARED_TYPE_NAMES: &[(&str, &str)] = &[
         "a table's private note of what it last saw (watchdog, peer transports, pod life)",
     ),
     (
-        "Ptr",
-        "the interposer's private C pointer alias, in each file that spells C signatures",
-    ),
-    (
-        "CPtr",
-        "the interposer's private C pointer alias, in each file that spells C signatures",
-    ),
-    (
         "Running",
         "each front-end's private per-process state (the extension, the interposer)",
-    ),
-    (
-        "Made",
-        "one makeXferReq as the interposer's hook and its recorder each hold it",
     ),
     (
         "Prepped",
         "a prepXferDlist list as each front-end keeps it (the interposer's is private)",
     ),
-    // renamed on branch wt-table
-    ("Recorder", "renamed on branch wt-table"),
-    ("Sink", "renamed on branch wt-table"),
-    ("Registration", "renamed on branch wt-table"),
 ];
 
 /// The product's Rust files: src/, crates/*/src and python/native/src,

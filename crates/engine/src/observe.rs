@@ -419,6 +419,16 @@ impl Observer {
             }));
     }
 
+    /// A NIXL call the recording gives no meaning of its own (a method a
+    /// front-end hooks only to count it): its method's name in NIXL's API
+    /// and NIXL's name of the status it returned, or
+    /// [`crate::event::NixlCalled::THREW`]. Closed values only.
+    pub fn nixl_called(&self, method: &'static str, status: &'static str) {
+        self.0
+            .rec
+            .emit(&Event::NixlCalled(crate::event::NixlCalled { method, status }));
+    }
+
     pub fn metrics(&self) -> &Metrics {
         self.0.rec.metrics()
     }

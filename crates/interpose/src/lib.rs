@@ -6,18 +6,20 @@
 //! recorded on the process's one recording path (the same observer,
 //! endpoints and pod publishing an instrumented Python process has).
 //!
-//! - `exports` the symbol table: one line per method, into the hooks of
-//!   `nixl_agent_sys::interpose` (where reading NIXL's objects, finding its
-//!   definitions and the version and layout gate live),
-//! - `recorder` what a call means for the recording,
+//! - `exports` the exported symbols: the table of NIXL's methods of
+//!   `nixl_agent_sys::interpose` expanded, a function a row into its hook
+//!   (where reading NIXL's objects, finding its definitions and the version
+//!   and layout gate live), and what a front-end in the process calls,
+//! - `translator` what a call means for the recording: NIXL's pointers and
+//!   lists translated into the observer's words (the hooks' `CallSink`),
 //! - `naming` the group of a registration nobody named.
 
 mod exports;
 mod naming;
-mod recorder;
+mod translator;
 
-/// The process's one recorder.
-fn recorder() -> &'static recorder::Recorder {
-    static RECORDER: std::sync::OnceLock<recorder::Recorder> = std::sync::OnceLock::new();
-    RECORDER.get_or_init(recorder::Recorder::default)
+/// The process's one translator of hooked calls.
+fn translator() -> &'static translator::Translator {
+    static TRANSLATOR: std::sync::OnceLock<translator::Translator> = std::sync::OnceLock::new();
+    TRANSLATOR.get_or_init(translator::Translator::default)
 }

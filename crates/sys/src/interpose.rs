@@ -1,13 +1,16 @@
 //! The interposer's NIXL side: NIXL's exported `nixlAgent` methods, called
 //! for whoever called them (NIXL's Python bindings, `libnixl_capi.so` under
 //! nixl-sys, a C++ program) with what NIXL was given read and handed to a
-//! [`Sink`] before and after the real call.
+//! [`CallSink`] before and after the real call.
 //!
-//! The symbols themselves are exported by the interposer library
-//! (`crates/interpose`), each a call of one hook here. A hook:
+//! The methods are rows of one table ([`methods`]: [`Sym`], the mangled
+//! names, the exported functions' signatures and hooks, where releases
+//! differ); the interposer library (`crates/interpose`) expands it into
+//! its exported symbols, each a call of one hook here ([`hooks`]). A hook:
 //! - calls NIXL's own definition with the caller's arguments untouched and
 //!   returns exactly what it returned; a C++ exception NIXL throws passes
-//!   through (`C-unwind`), and the sink is never told the call ended;
+//!   through (`C-unwind`), and the sink hears that the call ended without
+//!   a status ([`CallSink::unwound`]);
 //! - saves and restores `errno` around everything of its own;
 //! - passes straight through when the gate refused this NIXL build
 //!   ([`real`]), and when it is re-entered on a thread already inside one.
@@ -19,120 +22,15 @@
 pub mod fork;
 pub mod hooks;
 pub mod layout;
+pub mod methods;
 pub mod real;
 
 pub use layout::{BasicDesc, List};
+pub use methods::Sym;
 pub use real::{
     at_exit, forks, hand_down, hand_down_process, in_process, python_in_process, quiet, quiet_thread, Verdict,
     ENV_NIXL_VERSION,
 };
-
-/// The `nixlAgent` methods the interposer exports, with their mangled
-/// names in NIXL 1.5.1 (the Itanium ABI, libstdc++'s C++11 strings).
-///
-/// Of NIXL's own calls between these, one is left out: the local
-/// `prepXferDlist` calls the one with an agent name. Both `makeXferReq`
-/// forms are hooked (releases before 1.5.0 have only the vector one); in
-/// 1.5 the vector one calls the span one, which passes through, re-entered
-/// on a thread already inside a hook: each call is counted once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sym {
-    AgentNew,
-    AgentDrop,
-    CreateBackend,
-    RegisterMem,
-    DeregisterMem,
-    CreateXferReq,
-    PrepXferDlist,
-    PrepXferDlistStrided,
-    ReleasedDlistH,
-    MakeXferReq,
-    MakeXferReqVec,
-    PostXferReq,
-    GetXferStatus,
-    ReleaseXferReq,
-    LoadRemoteMd,
-    InvalidateRemoteMd,
-    MakeConnection,
-    FetchRemoteMd,
-    CheckRemoteMd,
-    GenNotif,
-    GetNotifs,
-}
-
-impl Sym {
-    pub const COUNT: usize = 21;
-    pub const ALL: [Sym; Sym::COUNT] = [
-        Sym::AgentNew,
-        Sym::AgentDrop,
-        Sym::CreateBackend,
-        Sym::RegisterMem,
-        Sym::DeregisterMem,
-        Sym::CreateXferReq,
-        Sym::PrepXferDlist,
-        Sym::PrepXferDlistStrided,
-        Sym::ReleasedDlistH,
-        Sym::MakeXferReq,
-        Sym::MakeXferReqVec,
-        Sym::PostXferReq,
-        Sym::GetXferStatus,
-        Sym::ReleaseXferReq,
-        Sym::LoadRemoteMd,
-        Sym::InvalidateRemoteMd,
-        Sym::MakeConnection,
-        Sym::FetchRemoteMd,
-        Sym::CheckRemoteMd,
-        Sym::GenNotif,
-        Sym::GetNotifs,
-    ];
-
-    /// The method NIXL defines instead of this one in some releases: a
-    /// copy must define one of the two. `makeXferReq`'s `std::span` form is
-    /// new in 1.5.0; before it the `std::vector` form is the one programs
-    /// call (and from 1.5.0 it calls the span form, which then passes
-    /// through: one call, counted once).
-    pub const fn instead(self) -> Option<Sym> {
-        match self {
-            Sym::MakeXferReq => Some(Sym::MakeXferReqVec),
-            Sym::MakeXferReqVec => Some(Sym::MakeXferReq),
-            _ => None,
-        }
-    }
-
-    /// A method only some releases have, which a copy need not define:
-    /// the strided `prepXferDlist` (`nixlDescList<nixlStrideDesc>`, what
-    /// NIXL 1.5's Python API prepares Nx5 arrays with).
-    pub const fn optional(self) -> bool {
-        matches!(self, Sym::PrepXferDlistStrided)
-    }
-
-    /// The symbol's name in `libnixl.so` 1.5.1.
-    pub const fn mangled(self) -> &'static str {
-        match self {
-            Sym::AgentNew => "_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig",
-            Sym::AgentDrop => "_ZN9nixlAgentD1Ev",
-            Sym::CreateBackend => "_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unordered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH",
-            Sym::RegisterMem => "_ZN9nixlAgent11registerMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs",
-            Sym::DeregisterMem => "_ZN9nixlAgent13deregisterMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs",
-            Sym::CreateXferReq => "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs",
-            Sym::PrepXferDlist => "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
-            Sym::PrepXferDlistStrided => "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
-            Sym::ReleasedDlistH => "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH",
-            Sym::MakeXferReq => "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
-            Sym::MakeXferReqVec => "_ZNK9nixlAgent11makeXferReqERK14nixl_xfer_op_tPK10nixlDlistHRKSt6vectorIiSaIiEES5_SA_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
-            Sym::PostXferReq => "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs",
-            Sym::GetXferStatus => "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH",
-            Sym::ReleaseXferReq => "_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH",
-            Sym::LoadRemoteMd => "_ZN9nixlAgent12loadRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERS5_",
-            Sym::InvalidateRemoteMd => "_ZN9nixlAgent18invalidateRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
-            Sym::MakeConnection => "_ZN9nixlAgent14makeConnectionERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs",
-            Sym::FetchRemoteMd => "_ZN9nixlAgent13fetchRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEPK21nixlAgentOptionalArgs",
-            Sym::CheckRemoteMd => "_ZNK9nixlAgent13checkRemoteMDENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescE",
-            Sym::GenNotif => "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs",
-            Sym::GetNotifs => "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs",
-        }
-    }
-}
 
 /// `nixl_status_t` values (NIXL's `nixl_types.h`).
 pub mod status {
@@ -273,6 +171,12 @@ pub enum Facts<'a> {
     },
     /// `getNotifs`. Out: `fresh`, what the call added to the map.
     GetNotifs,
+    /// A method the recording gives no meaning of its own (a row of the
+    /// table whose hook is `hooks::plain`): nothing of its arguments is
+    /// read, and its call is counted by method and status.
+    Plain {
+        method: Sym,
+    },
 }
 
 /// What a hooked call handed back besides its status.
@@ -284,11 +188,13 @@ pub struct Out<'a> {
     pub fresh: &'a [(String, Vec<Vec<u8>>)],
 }
 
-/// Who records the calls. Implementations never panic out and never call
-/// NIXL's `nixlAgent` methods (a call from inside a hook passes through).
-pub trait Sink: Sync {
+/// Where the hooks hand each call, before and after NIXL ran it (the
+/// interposer's `Translator`). Implementations never panic out and never
+/// call NIXL's `nixlAgent` methods (a call from inside a hook passes
+/// through).
+pub trait CallSink: Sync {
     type Token;
-    /// What [`Sink::post_begin`] hands to [`Sink::post_end`].
+    /// What [`CallSink::post_begin`] hands to [`CallSink::post_end`].
     type Post;
     /// The gate's verdict, once per process, before anything else.
     fn decided(&self, verdict: &Verdict);

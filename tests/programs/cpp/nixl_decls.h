@@ -45,6 +45,8 @@ enum class nixl_thread_sync_t { NONE, STRICT, RW };
 
 using nixl_b_params_t = std::unordered_map<std::string, std::string>;
 using nixl_notifs_t = std::unordered_map<std::string, std::vector<std::string>>;
+// What a backend knows of one descriptor (queryMem): nothing, or its facts.
+using nixl_query_resp_t = std::optional<nixl_b_params_t>;
 
 namespace nixlEnumStrings {
 // Exported by libnixl.so: "NIXL_SUCCESS", "NIXL_ERR_BACKEND", ...
@@ -52,18 +54,23 @@ std::string statusStr(const nixl_status_t &status);
 } // namespace nixlEnumStrings
 
 // 40 bytes: the agent's construction options (all defaults: no progress or
-// listener thread, port 8888, no telemetry).
+// listener thread, port 8888, no telemetry). The padding after
+// captureTelemetry is spelled out and zero: releases before 1.5 (1.0.1's
+// `int listenPort`) read syncMode and captureTelemetry 4 bytes later, where
+// it lies, and must find NONE and false there, not what the stack held.
 struct nixlAgentConfig {
     bool useProgThread = false;
     bool useListenThread = false;
     uint16_t listenPort = 8888;
     nixl_thread_sync_t syncMode = nixl_thread_sync_t::NONE;
     bool captureTelemetry = false;
+    unsigned char zero_[7] = {};
     uint64_t pthrDelay = 0;
     uint64_t lthrDelay = 100000;
     int64_t etcdWatchTimeoutUs = 5000000;
 };
 static_assert(sizeof(nixlAgentConfig) == 40);
+static_assert(offsetof(nixlAgentConfig, pthrDelay) == 16);
 
 // 208 bytes (operator new(0xd0) in nixl_capi_create_opt_args).
 struct nixlAgentOptionalArgs {
@@ -127,6 +134,9 @@ public:
                               const nixlAgentOptionalArgs *extra = nullptr);
     nixl_status_t deregisterMem(const nixlDescList<nixlBlobDesc> &descs,
                                 const nixlAgentOptionalArgs *extra = nullptr);
+    // Exactly one backend in `extra`; NIXL_ERR_INVALID_PARAM without.
+    nixl_status_t queryMem(const nixlDescList<nixlBlobDesc> &descs, std::vector<nixl_query_resp_t> &resp,
+                           const nixlAgentOptionalArgs *extra = nullptr) const;
     nixl_status_t makeConnection(const std::string &remote,
                                  const nixlAgentOptionalArgs *extra = nullptr);
     nixl_status_t createXferReq(const nixl_xfer_op_t &op,

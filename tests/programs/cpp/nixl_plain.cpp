@@ -5,7 +5,7 @@
 //   g++ -std=c++20 -O1 nixl_plain.cpp -I. -L$NIXL_LIB_DIR -lnixl -lnixl_build
 //   (same line) -Wl,-rpath,$NIXL_LIB_DIR -o nixl_plain
 // Run:
-//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall|hung|config
+//   NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins ./nixl_plain ok|seed|stall|hung|config|...|query
 //
 // Scenarios (argv[1]):
 //   ok     agents "A" and "B" in this process, UCX each; 4 x 64 KiB DRAM
@@ -42,6 +42,12 @@
 //   first  the process's first NIXL call is agent "A"'s constructor on one
 //          thread; 200 ms later another thread makes agent "B"; it prints
 //          how long B's constructor took ("B took N ms"). Exit 0.
+//   query  agent "A" with a UCX and a POSIX backend asks NIXL what it knows
+//          of two files (one of 12,345 bytes it wrote, one that is not
+//          there) with queryMem three times: with no backend (refused), on
+//          UCX (not supported), on POSIX (the first file's size and facts,
+//          the second absent). Each prints its status, the errno NIXL left
+//          and the answers. Exit 0 when the POSIX query succeeded.
 // Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed
 // unexpectedly, 4 the notification did not arrive within 10 s, 5 the
 // stalled transfer completed.
@@ -50,6 +56,7 @@
 // it exits (after everything else), so a test can look at it alive.
 #include "nixl_decls.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -553,6 +560,59 @@ int run_first() {
     return 0;
 }
 
+// `query`: what the backends know of two files, as queryMem says.
+int run_query() {
+    nixlAgentConfig cfg;
+    auto *a = new nixlAgent("A", cfg);
+    nixlBackendH *ucx = nullptr, *posix = nullptr;
+    check(a->createBackend("UCX", nixl_b_params_t{}, ucx), "createBackend UCX");
+    check(a->createBackend("POSIX", nixl_b_params_t{}, posix), "createBackend POSIX");
+    char path[64], absent[80];
+    std::snprintf(path, sizeof path, "/tmp/nixl_plain_query_%d", static_cast<int>(getpid()));
+    std::snprintf(absent, sizeof absent, "%s.absent", path);
+    FILE *f = std::fopen(path, "w");
+    if (!f) return 3;
+    for (int i = 0; i < 12345; i++) std::fputc('q', f);
+    std::fclose(f);
+    nixlDescList<nixlBlobDesc> files(FILE_SEG, 0);
+    for (const char *p : {path, absent}) {
+        nixlBlobDesc d;
+        d.addr = 0;
+        d.len = 0;
+        d.devId = 0;
+        d.metaInfo = p;
+        files.addDesc(d);
+    }
+    auto query = [&](const char *how, nixlBackendH *backend) {
+        std::vector<nixl_query_resp_t> resp;
+        nixlAgentOptionalArgs args;
+        if (backend) args.backends.push_back(backend);
+        errno = 0;
+        nixl_status_t st = a->queryMem(files, resp, backend ? &args : nullptr);
+        int err = errno;
+        std::cout << "queryMem " << how << ": " << nixlEnumStrings::statusStr(st) << ", errno " << err << ", "
+                  << resp.size() << " answers";
+        for (auto &r : resp) {
+            if (!r) {
+                std::cout << " [absent]";
+                continue;
+            }
+            const char *size = "?";
+            for (auto &kv : *r)
+                if (kv.first == "size") size = kv.second.c_str();
+            std::cout << " [size " << size << ", " << r->size() << " facts]";
+        }
+        std::cout << std::endl;
+        return st;
+    };
+    query("with no backend", nullptr);
+    query("on UCX", ucx);
+    nixl_status_t st = query("on POSIX", posix);
+    std::remove(path);
+    delete a;
+    return st == NIXL_SUCCESS ? 0 : 3;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -567,8 +627,9 @@ int main(int argc, char **argv) {
     else if (scenario == "retry") code = run_retry();
     else if (scenario == "throws") code = run_throws();
     else if (scenario == "first") code = run_first();
+    else if (scenario == "query") code = run_query();
     else {
-        std::cout << "usage: nixl_plain ok|seed|stall|hung|config" << std::endl;
+        std::cout << "usage: nixl_plain ok|seed|stall|hung|config|fork|retry|throws|first|query" << std::endl;
         code = 2;
     }
     finish(code);

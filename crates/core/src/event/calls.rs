@@ -1,7 +1,8 @@
 //! The events of NIXL agents and calls: an agent seen and released, an
 //! observed deregistration, a call past its deadline and its return, the
-//! calls in flight, a failure of nixl-agent's own wrapping, the lifecycle
-//! thread's death, each with its log line.
+//! calls in flight, a call with no meaning of its own, a failure of
+//! nixl-agent's own wrapping, the lifecycle thread's death, each with its
+//! log line.
 
 use super::{Said, INSTRUMENT_LOG_TARGET, LOG_TARGET};
 use crate::model::{AgentId, Failure, Hooked, Reason, Region};
@@ -170,6 +171,26 @@ impl Unstuck {
 #[derive(Debug)]
 pub struct CallsInFlight<'a> {
     pub oldest: &'a [(CallKind, Duration)],
+}
+
+/// A NIXL call the recording gives no meaning of its own (a method a
+/// front-end hooks only to count it), by method and status: closed
+/// values, the method's name in NIXL's API (`queryMem`) from the front-end's
+/// table of methods and NIXL's name of the status it returned
+/// (`NIXL_SUCCESS`), or [`NixlCalled::THREW`].
+#[derive(Debug)]
+pub struct NixlCalled {
+    pub method: &'static str,
+    pub status: &'static str,
+}
+
+impl NixlCalled {
+    /// The status of a call NIXL threw out of instead of returning.
+    pub const THREW: &'static str = "exception";
+
+    pub(super) fn log(&self) {
+        tracing::debug!(target: LOG_TARGET, method = self.method, status = self.status, "NIXL call")
+    }
 }
 
 /// nixl-agent's own wrapping of a foreign call failed; the call itself

@@ -16,7 +16,8 @@ pub mod runtime;
 pub mod xfer;
 
 pub use calls::{
-    AgentReleased, AgentSeen, CallDeregistered, CallKey, CallKind, CallsInFlight, InstrumentationFailed, Stuck, Unstuck,
+    AgentReleased, AgentSeen, CallDeregistered, CallKey, CallKind, CallsInFlight, InstrumentationFailed, NixlCalled,
+    Stuck, Unstuck,
 };
 pub use groups::{
     AcceptedInvalid, Attempt, Deregistered, DrainFinished, GroupDecl, GroupId, GroupProgress, Holding, Leaves,
@@ -84,6 +85,8 @@ pub enum Event<'a> {
     Stuck(Stuck<'a>),
     Unstuck(Unstuck),
     CallsInFlight(CallsInFlight<'a>),
+    /// A NIXL call with no record of its own, counted.
+    NixlCalled(NixlCalled),
     InstrumentationFailed(InstrumentationFailed<'a>),
     /// The lifecycle thread panicked: nothing registers or drains any more.
     LifecycleDied,
@@ -132,6 +135,7 @@ impl Event<'_> {
             Event::Stuck(e) => e.log(),
             Event::Unstuck(e) => e.log(),
             Event::InstrumentationFailed(e) => e.log(),
+            Event::NixlCalled(e) => e.log(),
             Event::LifecycleDied => calls::lifecycle_died(),
             Event::CallsInFlight(_) => {}
             Event::NixlLoaded(f) => runtime::nixl_loaded(f),

@@ -1,8 +1,8 @@
 //! The ledger's tables of NIXL agents and calls: the agents the recording
 //! follows (what each holds, which went away), the calls past their
-//! deadline, the oldest call in flight per operation, and the
-//! instrumentation's own failures — with the family of events that writes
-//! them.
+//! deadline, the oldest call in flight per operation, the calls with no
+//! record of their own and the instrumentation's own failures — with the
+//! family of events that writes them.
 
 use super::{Applied, State};
 use crate::event::{CallKey, CallKind, Event, GroupId};
@@ -69,6 +69,9 @@ pub struct Calls {
     pub in_flight: Vec<(CallKind, Duration)>,
     /// Failures of nixl-agent's own wrapping of a foreign call, by operation.
     pub instrumentation_errors: Vec<(Hooked, u64)>,
+    /// NIXL calls with no record of their own, by (method, status): closed
+    /// values ([`crate::event::NixlCalled`]), in the order first seen.
+    pub nixl_calls: Vec<((&'static str, &'static str), u64)>,
 }
 
 impl State {
@@ -124,6 +127,13 @@ impl State {
             // Only its own call's episode ends.
             Event::Unstuck(crate::event::Unstuck { call, .. }) => self.calls.stuck.retain(|x| x.call != *call),
             Event::CallsInFlight(crate::event::CallsInFlight { oldest }) => self.calls.in_flight = oldest.to_vec(),
+            Event::NixlCalled(crate::event::NixlCalled { method, status }) => {
+                let list = &mut self.calls.nixl_calls;
+                match list.iter_mut().find(|(k, _)| *k == (*method, *status)) {
+                    Some((_, n)) => *n += 1,
+                    None => list.push(((*method, *status), 1)),
+                }
+            }
             Event::InstrumentationFailed(crate::event::InstrumentationFailed { operation, .. }) => {
                 let list = &mut self.calls.instrumentation_errors;
                 match list.iter_mut().find(|(o, _)| o == operation) {

@@ -87,3 +87,28 @@ fn a_snapshot_is_shared_until_the_next_write() {
     ledger.apply(&Event::DrainStarted, |_, _, _| {});
     assert!(!Arc::ptr_eq(&a, &ledger.snapshot()));
 }
+
+/// A call with no record of its own is counted by method and status, each
+/// pair once however often it repeats.
+#[test]
+fn calls_with_no_record_of_their_own_are_counted_by_method_and_status() {
+    let ledger = ledger_with_kv();
+    let called = |method, status| Event::NixlCalled(crate::event::NixlCalled { method, status });
+    for e in [
+        called("queryMem", "NIXL_SUCCESS"),
+        called("queryMem", "NIXL_ERR_NOT_SUPPORTED"),
+        called("queryMem", "NIXL_SUCCESS"),
+        called("queryMem", crate::event::NixlCalled::THREW),
+    ] {
+        ledger.apply(&e, |_, _, _| {});
+    }
+    let counts = ledger.read(|st| st.calls.nixl_calls.clone());
+    assert_eq!(
+        counts,
+        [
+            (("queryMem", "NIXL_SUCCESS"), 2),
+            (("queryMem", "NIXL_ERR_NOT_SUPPORTED"), 1),
+            (("queryMem", "exception"), 1),
+        ]
+    );
+}

@@ -246,6 +246,12 @@ fn render(st: &State) -> Vec<MetricFamily> {
     for (op, n) in &st.calls.instrumentation_errors {
         instrumentation.counter(vec![pair("operation", op.as_str())], *n);
     }
+    // Appear on first use: one series a method with no record of its own
+    // and status that happened (closed: the table's names, NIXL's statuses).
+    let mut nixl_calls = RenderedFamily::new(names::NIXL_CALLS_TOTAL);
+    for ((method, status), n) in &st.calls.nixl_calls {
+        nixl_calls.counter(vec![pair("method", method), pair("status", status)], *n);
+    }
     let mut families: Vec<MetricFamily> = [
         attempts,
         failures,
@@ -268,6 +274,7 @@ fn render(st: &State) -> Vec<MetricFamily> {
         ttr,
         backend_up,
         instrumentation,
+        nixl_calls,
         oldest,
         pod_refused,
         blind,

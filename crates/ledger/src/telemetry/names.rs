@@ -109,6 +109,8 @@ families! {
         Family::counter(GROUP_REASON_LABELS, "Observed registrations NIXL accepted although validation rejects one of their regions (null, zero length, overlap, unmapped, wrong device), by the reason validation found.").on_first_use(),
     INSTRUMENTATION_ERRORS_TOTAL = "nixl_agent_instrumentation_errors_total":
         Family::counter(&["operation"], "Failures inside nixl-agent's own wrapping of a NIXL call (Python instrumentation), by wrapped operation; the program's call went ahead untouched.").on_first_use(),
+    NIXL_CALLS_TOTAL = "nixl_agent_nixl_calls_total":
+        Family::counter(&["method", "status"], "NIXL calls of the methods the interposer hooks with no metric of their own (queryMem), by method (its name in NIXL's API) and status (NIXL's name of the status it returned, or exception when NIXL threw); calls of the other methods are counted by their own families. Appears on first use.").on_first_use(),
     TRANSFERS_TOTAL = "nixl_agent_transfers_total":
         Family::counter(&["op", "outcome"], "Transfer requests that ended, by op (read, write) and outcome (released_in_flight and peer_pending on first use): done (NIXL said DONE, from transfer() or the first check_xfer_state/get_xfer_status that saw it), error (refused at creation or post, or reported failed by a status poll; the reason is in nixl_agent_transfer_failures_total), released_in_flight (the handle was released or collected before anyone saw it end), peer_pending (creation refused only because the peer's metadata has not arrived yet, NIXL's documented retry, within NIXL_AGENT_PEER_WAIT of the first such refusal, 60 s by default; past it the refusal is an error). Counted once per posting, when it ends.").data_path(),
     TRANSFER_FAILURES_TOTAL = "nixl_agent_transfer_failures_total":
@@ -409,6 +411,10 @@ pub const ROLE_OBSERVER: &str = "observer";
 /// `nixl-agent pod`: serves the ranks of a pod.
 pub const ROLE_POD: &str = "pod";
 
+/// The `status` of `nixl_agent_nixl_calls_total` for a call NIXL threw out
+/// of instead of returning (the others are NIXL's status names).
+pub const NIXL_CALL_THREW: &str = crate::event::NixlCalled::THREW;
+
 pub use crate::event::INSTRUMENT_LOG_TARGET;
 
 #[cfg(test)]
@@ -451,6 +457,7 @@ mod tests {
             TRACE_SPANS_DROPPED_TOTAL,
             TRACE_EXPORT_FAILURES_TOTAL,
             INSTRUMENTATION_ERRORS_TOTAL,
+            NIXL_CALLS_TOTAL,
             ACCEPTED_INVALID_TOTAL,
             RANK_UP,
             RANKS_EXPECTED,

@@ -1,8 +1,13 @@
-//! One hook per exported method: NIXL's own definition called with the
-//! caller's arguments, the [`Sink`] told before and after. Each hook's
-//! function type spells the method's C++ signature in the Itanium ABI
-//! (`this` first, references as pointers, a `std::string` taken by value as
-//! a pointer to the caller's temporary, `std::span` as its two words).
+//! The hooks the table's exported functions call ([`super::methods`]): each
+//! is handed NIXL's own definition applied to the caller's arguments
+//! ([`Nixl`]) and the arguments it reads. Every call but the data path's
+//! two takes one path, [`hooked`]: the gate's verdict told once, NIXL's
+//! definition found, a straight pass when the gate refused or the thread is
+//! already inside a hook, else the hook's reading of its arguments handed
+//! to [`HookedCall::record`] (the sink told before and after, `errno` kept, a
+//! definition that throws ending the call through [`CallSink::unwound`]).
+//! A plain method's hook is its reading only; `postXferReq` and
+//! `getXferStatus` ([`post`], [`poll`]) spell their cheaper path out.
 //!
 //! # Safety (every hook)
 //! Called only through the exported symbol of the method it names, by a
@@ -10,7 +15,7 @@
 
 use super::layout;
 use super::real::{gate, Gate};
-use super::{Facts, Out, Sink, Sym};
+use super::{CallSink, Facts, Out, Sym};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
@@ -38,7 +43,7 @@ impl Drop for Inside {
 }
 
 /// The gate, its verdict told to the sink before any call is.
-fn announced<S: Sink>(sink: &S) -> &'static Gate {
+fn announced<S: CallSink>(sink: &S) -> &'static Gate {
     let g = gate();
     ANNOUNCED.call_once(|| {
         let e = Errno::save();
@@ -49,7 +54,7 @@ fn announced<S: Sink>(sink: &S) -> &'static Gate {
 }
 
 /// The gate, and whether this call is recorded.
-fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
+fn enter<S: CallSink>(sink: &S) -> (&'static Gate, Option<Inside>) {
     let g = announced(sink);
     if !g.active() || INSIDE.with(|i| i.replace(true)) {
         return (g, None);
@@ -59,7 +64,7 @@ fn enter<S: Sink>(sink: &S) -> (&'static Gate, Option<Inside>) {
 
 /// The same for a hook whose recording never calls NIXL (the post): the
 /// quiet switch is read, not set.
-fn enter_quick<S: Sink>(sink: &S) -> (&'static Gate, bool) {
+fn enter_quick<S: CallSink>(sink: &S) -> (&'static Gate, bool) {
     let g = announced(sink);
     (g, g.active() && !INSIDE.with(Cell::get))
 }
@@ -135,32 +140,33 @@ fn undefined(sym: Sym) -> ! {
 /// Tells the sink a call begins (errno kept): its token, held while
 /// NIXL's definition runs, so that a definition that throws ends the call
 /// too ([`Unwinding`]).
-fn begin<'s, S: Sink>(sink: &'s S, agent: *const c_void, facts: &Facts<'_>) -> Unwinding<'s, S> {
+fn begin<'s, S: CallSink>(sink: &'s S, agent: *const c_void, facts: &Facts<'_>) -> Unwinding<'s, S> {
     let e = Errno::save();
     let t = sink.begin(agent as usize, facts);
     e.restore();
     Unwinding::new(sink, t)
 }
 
-/// Tells the sink the call ended (errno kept).
-fn end<S: Sink>(sink: &S, token: Unwinding<'_, S>, status: c_int, out: &Out<'_>) {
+/// Tells the sink the call ended with `status` and what `out` reads of
+/// what NIXL handed back (errno kept around both).
+fn end<'o, S: CallSink>(sink: &S, token: Unwinding<'_, S>, status: c_int, out: impl FnOnce(c_int) -> Out<'o>) {
     let Some(token) = token.returned() else { return };
     let e = Errno::save();
-    sink.end(token, status, out);
+    sink.end(token, status, &out(status));
     e.restore();
 }
 
 /// A begun call's token while NIXL's definition runs: when the definition
 /// throws, the C++ exception unwinds through the hook (`C-unwind` runs this
 /// drop, and catches nothing) and the sink hears that the call ended
-/// without a status ([`Sink::unwound`]), whichever hook it was; when it
+/// without a status ([`CallSink::unwound`]), whichever hook it was; when it
 /// returns, [`end`] hands the token back to the sink.
-struct Unwinding<'s, S: Sink> {
+struct Unwinding<'s, S: CallSink> {
     sink: &'s S,
     token: Option<S::Token>,
 }
 
-impl<'s, S: Sink> Unwinding<'s, S> {
+impl<'s, S: CallSink> Unwinding<'s, S> {
     fn new(sink: &'s S, token: S::Token) -> Self {
         Unwinding {
             sink,
@@ -173,7 +179,7 @@ impl<'s, S: Sink> Unwinding<'s, S> {
     }
 }
 
-impl<S: Sink> Drop for Unwinding<'_, S> {
+impl<S: CallSink> Drop for Unwinding<'_, S> {
     fn drop(&mut self) {
         if let Some(t) = self.token.take() {
             let e = Errno::save();
@@ -183,163 +189,122 @@ impl<S: Sink> Drop for Unwinding<'_, S> {
     }
 }
 
-type Ptr = *mut c_void;
-type CPtr = *const c_void;
+pub type Ptr = *mut c_void;
+pub type CPtr = *const c_void;
 
-/// `nixlAgent::nixlAgent(const std::string& name, const nixlAgentConfig&)`.
-///
-/// # Safety
-/// See the module.
-pub unsafe fn agent_new<S: Sink>(sink: &S, this: Ptr, name: CPtr, cfg: CPtr) {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr);
-    let (g, inside) = enter(sink);
-    // Safety: F is the constructor's signature.
-    let f: F = unsafe { real(g, Sym::AgentNew) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, name, cfg) };
-    };
-    // Safety: the caller's name, live for the call.
-    let n = unsafe { layout::string(name) };
-    let t = begin(sink, this, &Facts::AgentNew { name: &n });
-    // Safety: the caller's arguments, untouched. NIXL throws when it cannot
-    // make the agent (its configuration file, its listener's port).
-    unsafe { f(this, name, cfg) };
-    end(sink, t, super::status::SUCCESS, &Out::default());
+/// NIXL's own definition of one method applied to its caller's arguments
+/// untouched, as the table's exported function hands it to the hook: `F`
+/// is the method's function type (the table's signature), `call` calls
+/// one of that type with the caller's arguments.
+pub struct Nixl<F, C> {
+    sym: Sym,
+    call: C,
+    _f: std::marker::PhantomData<F>,
 }
 
-/// `nixlAgent::~nixlAgent()`.
-///
-/// # Safety
-/// See the module.
-pub unsafe fn agent_drop<S: Sink>(sink: &S, this: Ptr) {
-    type F = unsafe extern "C-unwind" fn(Ptr);
-    let (g, inside) = enter(sink);
-    // Safety: F is the destructor's signature.
-    let f: F = unsafe { real(g, Sym::AgentDrop) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this) };
-    };
-    let t = begin(sink, this, &Facts::AgentDrop);
-    // Safety: the caller's arguments, untouched.
-    unsafe { f(this) };
-    end(sink, t, super::status::SUCCESS, &Out::default());
+impl<F: Copy, C> Nixl<F, C> {
+    /// # Safety
+    /// `F` is the function type of `sym`'s C++ signature, and `call` calls
+    /// the function it is given with the arguments of a caller of `sym`.
+    pub unsafe fn new(sym: Sym, call: C) -> Self {
+        Nixl {
+            sym,
+            call,
+            _f: std::marker::PhantomData,
+        }
+    }
+
+    /// NIXL's definition of the method ([`real`]).
+    fn definition(&self, g: &Gate) -> F {
+        // Safety: `F` is the method's function type, as `new` was promised.
+        unsafe { real::<F>(g, self.sym) }
+    }
 }
 
-/// `createBackend(const std::string& type, const nixl_b_params_t&, nixlBackendH*&)`.
-///
-/// # Safety
-/// See the module.
-pub unsafe fn create_backend<S: Sink>(sink: &S, this: Ptr, plugin: CPtr, params: CPtr, out: *mut Ptr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::CreateBackend) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, plugin, params, out) };
-    };
-    // Safety: the caller's string, live for the call.
-    let p = unsafe { layout::string(plugin) };
-    let t = begin(sink, this, &Facts::Backend { plugin: &p });
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, plugin, params, out) };
-    let handle = written(st, out);
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            handle,
-            ..Out::default()
-        },
-    );
-    st
+/// What a method returns: its status, or nothing (the constructor and the
+/// destructor, `SUCCESS` to the sink).
+pub trait Returned: Copy {
+    fn status(self) -> c_int;
 }
 
-/// `registerMem` / `deregisterMem(const nixl_reg_dlist_t&, const nixl_opt_args_t*)`.
-///
-/// # Safety
-/// See the module; `sym` is one of the two.
-pub unsafe fn registration<S: Sink>(sink: &S, sym: Sym, this: Ptr, descs: CPtr, opt: CPtr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is both methods' signature.
-    let f: F = unsafe { real(g, sym) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, descs, opt) };
-    };
-    // Safety: the caller's list, live for the call (layout proven).
-    let list = unsafe { layout::blob_list(descs) };
-    let facts = if sym == Sym::RegisterMem {
-        Facts::Register { list }
-    } else {
-        Facts::Deregister { list }
-    };
-    let t = begin(sink, this, &facts);
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, descs, opt) };
-    end(sink, t, st, &Out::default());
-    st
+impl Returned for c_int {
+    fn status(self) -> c_int {
+        self
+    }
 }
 
-/// `createXferReq(const nixl_xfer_op_t&, local, remote, const std::string&
-/// remote_agent, nixlXferReqH*&, const nixl_opt_args_t*)`.
-///
-/// # Safety
-/// See the module.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn create_xfer<S: Sink>(
-    sink: &S,
+impl Returned for () {
+    fn status(self) -> c_int {
+        super::status::SUCCESS
+    }
+}
+
+/// The path of every hooked call but the data path's two: the gate's
+/// verdict told once, NIXL's definition found; passed straight through
+/// when the gate refused this build or the thread is already inside a
+/// hook, else `read` reads the call's arguments (on the gate's proof) and
+/// records it ([`HookedCall::record`]).
+fn hooked<'s, S, F, R, C>(
+    sink: &'s S,
+    nixl: Nixl<F, C>,
     this: Ptr,
-    op: *const c_int,
-    local: CPtr,
-    remote: CPtr,
-    peer: CPtr,
-    req: *mut Ptr,
-    opt: CPtr,
-) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, *const c_int, CPtr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
+    read: impl FnOnce(&'static Gate, HookedCall<'s, S, F, C>) -> R,
+) -> R
+where
+    S: CallSink,
+    F: Copy,
+    R: Returned,
+    C: FnOnce(F) -> R,
+{
     let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::CreateXferReq) };
+    let f = nixl.definition(g);
     let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, op, local, remote, peer, req, opt) };
+        return (nixl.call)(f);
     };
-    // Safety: the caller's arguments, live for the call.
-    let (o, l, r, p) = unsafe {
-        (
-            if op.is_null() { -1 } else { *op },
-            layout::basic_list(local),
-            layout::basic_list(remote),
-            layout::string(peer),
-        )
-    };
-    let t = begin(
-        sink,
-        this,
-        &Facts::CreateXfer {
-            op: o,
-            local: l,
-            remote: r,
-            peer: &p,
+    read(
+        g,
+        HookedCall {
+            sink,
+            this,
+            f,
+            call: nixl.call,
         },
-    );
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, op, local, remote, peer, req, opt) };
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            handle: written(st, req),
-            ..Out::default()
-        },
-    );
-    st
+    )
+}
+
+/// A call being recorded, its arguments read.
+pub struct HookedCall<'s, S, F, C> {
+    sink: &'s S,
+    this: Ptr,
+    f: F,
+    call: C,
+}
+
+impl<S: CallSink, F: Copy, R: Returned, C: FnOnce(F) -> R> HookedCall<'_, S, F, C> {
+    /// Tells the sink the call begins with `facts`, runs NIXL's definition
+    /// and tells the sink it ended: its status and what `out` reads of what
+    /// NIXL handed back (or, when the definition throws, that it ended
+    /// without one). Returns what NIXL returned.
+    fn record<'o>(self, facts: &Facts<'_>, out: impl FnOnce(c_int) -> Out<'o>) -> R {
+        let t = begin(self.sink, self.this, facts);
+        let r = (self.call)(self.f);
+        end(self.sink, t, r.status(), out);
+        r
+    }
+}
+
+/// Nothing handed back besides the status.
+fn nothing<'o>(_: c_int) -> Out<'o> {
+    Out::default()
+}
+
+/// The handle NIXL wrote to an out-reference, as NIXL's out: 0 unless
+/// the call succeeded.
+fn handle<'o>(out: *mut Ptr) -> impl FnOnce(c_int) -> Out<'o> {
+    move |st| Out {
+        handle: written(st, out),
+        ..Out::default()
+    }
 }
 
 /// The handle NIXL wrote to an out-reference on success, else 0.
@@ -351,89 +316,163 @@ fn written(st: c_int, out: *mut Ptr) -> usize {
     unsafe { *out as usize }
 }
 
-/// `prepXferDlist(const std::string& agent, const nixl_xfer_dlist_t&,
-/// nixlDlistH*&, const nixl_opt_args_t*)`.
+/// A method with no meaning of its own to the recording, any row's hook:
+/// nothing of its arguments is read, and its call is told to the sink as
+/// [`Facts::Plain`] (counted by method and status).
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn prep_dlist<S: Sink>(sink: &S, this: Ptr, peer: CPtr, descs: CPtr, out: *mut Ptr, opt: CPtr) -> c_int {
-    fn facts<'a>(_: &Gate, p: &'a str, descs: CPtr) -> Facts<'a> {
-        Facts::PrepDlist {
-            peer: p,
-            // Safety: the caller's list, live for the call.
-            list: unsafe { layout::basic_list(descs) },
-        }
-    }
-    let args = [this, peer.cast_mut(), descs.cast_mut(), opt.cast_mut()];
-    // Safety: the caller's arguments, as the module says.
-    unsafe { prep(sink, Sym::PrepXferDlist, args, out, facts) }
+pub unsafe fn plain<S: CallSink, F: Copy, R: Returned>(sink: &S, nixl: Nixl<F, impl FnOnce(F) -> R>, this: Ptr) -> R {
+    let method = nixl.sym;
+    hooked(sink, nixl, this, |_, call| {
+        call.record(&Facts::Plain { method }, nothing)
+    })
 }
 
-/// `prepXferDlist(const std::string& agent, const nixl_stride_dlist_t&,
-/// nixlDlistH*&, const nixl_opt_args_t*)`: NIXL 1.5's strided form, read
-/// only where the self-test proved its descriptors ([`Gate::strided`]).
+/// The constructor (`name`: its `const std::string&`).
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn prep_dlist_strided<S: Sink>(
+pub unsafe fn agent_new<S: CallSink, F: Copy>(sink: &S, nixl: Nixl<F, impl FnOnce(F)>, this: Ptr, name: CPtr) {
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's name, live for the call.
+        let n = unsafe { layout::string(name) };
+        // NIXL throws when it cannot make the agent (its configuration
+        // file, its listener's port).
+        call.record(&Facts::AgentNew { name: &n }, nothing)
+    })
+}
+
+/// The destructor.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn agent_drop<S: CallSink, F: Copy>(sink: &S, nixl: Nixl<F, impl FnOnce(F)>, this: Ptr) {
+    hooked(sink, nixl, this, |_, call| call.record(&Facts::AgentDrop, nothing))
+}
+
+/// `createBackend`: the plugin's name; out, the backend handle.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn create_backend<S: CallSink, F: Copy>(
     sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    plugin: CPtr,
+    out: *mut Ptr,
+) -> c_int {
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's string, live for the call.
+        let p = unsafe { layout::string(plugin) };
+        call.record(&Facts::Backend { plugin: &p }, handle(out))
+    })
+}
+
+/// `registerMem` / `deregisterMem`: the list.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn registration<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    descs: CPtr,
+) -> c_int {
+    let register = nixl.sym == Sym::RegisterMem;
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's list, live for the call (layout proven).
+        let list = unsafe { layout::blob_list(descs) };
+        let facts = if register {
+            Facts::Register { list }
+        } else {
+            Facts::Deregister { list }
+        };
+        call.record(&facts, nothing)
+    })
+}
+
+/// `createXferReq`: the operation, both lists and the peer; out, the
+/// request handle.
+///
+/// # Safety
+/// See the module.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn create_xfer<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    op: *const c_int,
+    local: CPtr,
+    remote: CPtr,
+    peer: CPtr,
+    req: *mut Ptr,
+) -> c_int {
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's arguments, live for the call.
+        let (o, l, r, p) = unsafe {
+            (
+                if op.is_null() { -1 } else { *op },
+                layout::basic_list(local),
+                layout::basic_list(remote),
+                layout::string(peer),
+            )
+        };
+        let facts = Facts::CreateXfer {
+            op: o,
+            local: l,
+            remote: r,
+            peer: &p,
+        };
+        call.record(&facts, handle(req))
+    })
+}
+
+/// `prepXferDlist` with an agent name: the peer and the list; out, the
+/// list handle.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn prep_dlist<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
     this: Ptr,
     peer: CPtr,
     descs: CPtr,
     out: *mut Ptr,
-    opt: CPtr,
 ) -> c_int {
-    fn facts<'a>(g: &Gate, p: &'a str, descs: CPtr) -> Facts<'a> {
-        Facts::PrepStrided {
-            peer: p,
-            list: if g.strided {
-                // Safety: the caller's list, live for the call, read only on
-                // a NIXL whose strided descriptors the self-test proved.
-                unsafe { layout::stride_list(descs) }
-            } else {
-                None
-            },
-        }
-    }
-    let args = [this, peer.cast_mut(), descs.cast_mut(), opt.cast_mut()];
-    // Safety: the caller's arguments, as the module says.
-    unsafe { prep(sink, Sym::PrepXferDlistStrided, args, out, facts) }
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's name and list, live for the call.
+        let (p, list) = unsafe { (layout::string(peer), layout::basic_list(descs)) };
+        call.record(&Facts::PrepDlist { peer: &p, list }, handle(out))
+    })
 }
 
-/// Either `prepXferDlist` form (`args`: this, the peer's name, the list,
-/// the optional arguments), its list described by `facts`.
+/// The strided `prepXferDlist`: its list read only where the self-test
+/// proved its descriptors ([`Gate::strided`]).
 ///
 /// # Safety
-/// `sym` is a `prepXferDlist` form, called through its exported symbol
-/// with its caller's arguments.
-unsafe fn prep<S: Sink>(
+/// See the module.
+pub unsafe fn prep_dlist_strided<S: CallSink, F: Copy>(
     sink: &S,
-    sym: Sym,
-    [this, peer, descs, opt]: [Ptr; 4],
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    peer: CPtr,
+    descs: CPtr,
     out: *mut Ptr,
-    facts: impl for<'a> FnOnce(&Gate, &'a str, CPtr) -> Facts<'a>,
 ) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is both forms' signature.
-    let f: F = unsafe { real(g, sym) };
-    // Safety: the caller's arguments, untouched.
-    let call = || unsafe { f(this, peer, descs, out, opt) };
-    let Some(_inside) = inside else { return call() };
-    // Safety: the caller's name, live for the call.
-    let p = unsafe { layout::string(peer) };
-    let t = begin(sink, this, &facts(g, &p, descs));
-    let st = call();
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            handle: written(st, out),
-            ..Out::default()
-        },
-    );
-    st
+    hooked(sink, nixl, this, |g, call| {
+        // Safety: the caller's name, live for the call.
+        let p = unsafe { layout::string(peer) };
+        let list = if g.strided {
+            // Safety: the caller's list, live for the call, read only on a
+            // NIXL whose strided descriptors the self-test proved.
+            unsafe { layout::stride_list(descs) }
+        } else {
+            None
+        };
+        call.record(&Facts::PrepStrided { peer: &p, list }, handle(out))
+    })
 }
 
 /// The span `makeXferReq`'s indices (`std::span<const int>`: pointer, length).
@@ -454,15 +493,15 @@ impl Span {
     }
 }
 
-/// `makeXferReq(nixl_xfer_op_t, const nixlDlistH& local, span<const int>,
-/// const nixlDlistH& remote, span<const int>, nixlXferReqH*&, const
-/// nixl_opt_args_t*)`, NIXL 1.5's.
+/// `makeXferReq`, NIXL 1.5's span form: the operation, both prepared lists
+/// and their indices; out, the request handle.
 ///
 /// # Safety
 /// See the module.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn make_xfer<S: Sink>(
+pub unsafe fn make_xfer<S: CallSink, F: Copy>(
     sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
     this: Ptr,
     op: c_int,
     local: CPtr,
@@ -470,37 +509,29 @@ pub unsafe fn make_xfer<S: Sink>(
     remote: CPtr,
     remote_idx: Span,
     req: *mut Ptr,
-    opt: CPtr,
 ) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, c_int, CPtr, Span, CPtr, Span, *mut Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::MakeXferReq) };
-    // Safety: the caller's arguments, untouched.
-    let call = || unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
-    let Some(_inside) = inside else { return call() };
-    let made = Made {
-        op,
-        local,
-        local_idx: local_idx.indices(),
-        remote,
-        remote_idx: remote_idx.indices(),
-        req,
-    };
-    made.record(sink, this, call)
+    hooked(sink, nixl, this, |_, call| {
+        let facts = Facts::MakeXfer {
+            op,
+            local: local as usize,
+            local_idx: local_idx.indices(),
+            remote: remote as usize,
+            remote_idx: remote_idx.indices(),
+        };
+        call.record(&facts, handle(req))
+    })
 }
 
-/// `makeXferReq(const nixl_xfer_op_t&, const nixlDlistH* local, const
-/// std::vector<int>&, const nixlDlistH* remote, const std::vector<int>&,
-/// nixlXferReqH*&, const nixl_opt_args_t*)`: the form releases before 1.5.0
-/// have only (a vector's begin and end pointers at 0 and 8, libstdc++'s
-/// layout the self-test proves on the descriptor lists' vectors).
+/// `makeXferReq`'s vector form, the one releases before 1.5.0 have only (a
+/// vector's begin and end pointers at 0 and 8, libstdc++'s layout the
+/// self-test proves on the descriptor lists' vectors).
 ///
 /// # Safety
 /// See the module.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn make_xfer_vec<S: Sink>(
+pub unsafe fn make_xfer_vec<S: CallSink, F: Copy>(
     sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
     this: Ptr,
     op: *const c_int,
     local: CPtr,
@@ -508,257 +539,189 @@ pub unsafe fn make_xfer_vec<S: Sink>(
     remote: CPtr,
     remote_idx: CPtr,
     req: *mut Ptr,
-    opt: CPtr,
 ) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, *const c_int, CPtr, CPtr, CPtr, CPtr, *mut Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::MakeXferReqVec) };
-    // Safety: the caller's arguments, untouched.
-    let call = || unsafe { f(this, op, local, local_idx, remote, remote_idx, req, opt) };
-    let Some(_inside) = inside else { return call() };
-    // Safety: the caller's arguments, live for the call.
-    let made = unsafe {
-        Made {
-            op: if op.is_null() { -1 } else { *op },
-            local,
-            local_idx: layout::ints(local_idx),
-            remote,
-            remote_idx: layout::ints(remote_idx),
-            req,
-        }
-    };
-    made.record(sink, this, call)
-}
-
-/// What either `makeXferReq` form was given.
-struct Made<'a> {
-    op: c_int,
-    local: CPtr,
-    local_idx: &'a [i32],
-    remote: CPtr,
-    remote_idx: &'a [i32],
-    req: *mut Ptr,
-}
-
-impl Made<'_> {
-    /// The call `call`, recorded as a transfer request made.
-    fn record<S: Sink>(self, sink: &S, this: Ptr, call: impl FnOnce() -> c_int) -> c_int {
-        let t = begin(
-            sink,
-            this,
-            &Facts::MakeXfer {
-                op: self.op,
-                local: self.local as usize,
-                local_idx: self.local_idx,
-                remote: self.remote as usize,
-                remote_idx: self.remote_idx,
-            },
-        );
-        let st = call();
-        end(
-            sink,
-            t,
-            st,
-            &Out {
-                handle: written(st, self.req),
-                ..Out::default()
-            },
-        );
-        st
-    }
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's arguments, live for the call.
+        let facts = unsafe {
+            Facts::MakeXfer {
+                op: if op.is_null() { -1 } else { *op },
+                local: local as usize,
+                local_idx: layout::ints(local_idx),
+                remote: remote as usize,
+                remote_idx: layout::ints(remote_idx),
+            }
+        };
+        call.record(&facts, handle(req))
+    })
 }
 
 /// `postXferReq(req, opt)`, on the sink's narrow pair.
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn post<S: Sink>(sink: &'static S, this: Ptr, req: Ptr, opt: CPtr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
+pub unsafe fn post<S: CallSink, F: Copy>(
+    sink: &'static S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    _this: Ptr,
+    req: Ptr,
+) -> c_int {
     let (g, recorded) = enter_quick(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::PostXferReq) };
+    let f = nixl.definition(g);
     if !recorded {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, req, opt) };
+        return (nixl.call)(f);
     }
     let errno = ErrnoAt::here();
     let host = errno.get();
     let p = sink.post_begin(req as usize);
     errno.set(host);
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, req, opt) };
-    let nixl = errno.get();
+    let st = (nixl.call)(f);
+    let theirs = errno.get();
     sink.post_end(p, st);
-    errno.set(nixl);
+    errno.set(theirs);
     st
 }
 
-/// Methods on one handle: `getXferStatus(req)`, `releaseXferReq(req)`,
-/// `releasedDlistH(dlist)`.
+/// `getXferStatus(req)`, the poll loop's call, the hottest after the post:
+/// its token holds nothing a throwing definition would leave open, so it
+/// goes without the unwinding guard.
 ///
 /// # Safety
-/// See the module; `sym` is one of those.
-pub unsafe fn on_handle<S: Sink>(sink: &S, sym: Sym, this: Ptr, handle: Ptr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, Ptr) -> c_int;
+/// See the module.
+pub unsafe fn poll<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    req: Ptr,
+) -> c_int {
     let (g, inside) = enter(sink);
-    // Safety: F is the signature of each; the caller's arguments.
-    let call = || unsafe { real::<F>(g, sym)(this, handle) };
+    let f = nixl.definition(g);
     let Some(_inside) = inside else {
-        return call();
+        return (nixl.call)(f);
     };
+    let e = Errno::save();
+    let t = sink.begin(this as usize, &Facts::Status { req: req as usize });
+    e.restore();
+    let st = (nixl.call)(f);
+    let e = Errno::save();
+    sink.end(t, st, &Out::default());
+    e.restore();
+    st
+}
+
+/// Methods on one handle: `releaseXferReq(req)`, `releasedDlistH(dlist)`.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn on_handle<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    handle: Ptr,
+) -> c_int {
     let h = handle as usize;
-    if sym == Sym::GetXferStatus {
-        // The poll loop's call, the hottest after the post: its token
-        // holds nothing a throwing definition would leave open, so it
-        // goes without the unwinding guard.
-        let e = Errno::save();
-        let t = sink.begin(this as usize, &Facts::Status { req: h });
-        e.restore();
-        let st = call();
-        let e = Errno::save();
-        sink.end(t, st, &Out::default());
-        e.restore();
-        return st;
-    }
-    let facts = match sym {
+    let facts = match nixl.sym {
         Sym::ReleaseXferReq => Facts::Release { req: h },
         _ => Facts::ReleaseDlist { dlist: h },
     };
-    let t = begin(sink, this, &facts);
-    let st = call();
-    end(sink, t, st, &Out::default());
-    st
+    hooked(sink, nixl, this, |_, call| call.record(&facts, nothing))
 }
 
-/// Methods about a peer by name: `invalidateRemoteMD(name)`,
-/// `makeConnection(name, opt)`, `fetchRemoteMD(name by value, opt)`.
-///
-/// # Safety
-/// See the module; `sym` is one of those, `opt` null for the first.
-pub unsafe fn on_peer<S: Sink>(sink: &S, sym: Sym, this: Ptr, peer: CPtr, opt: CPtr) -> c_int {
-    type WithOpt = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr) -> c_int;
-    type One = unsafe extern "C-unwind" fn(Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    let call = || {
-        if sym == Sym::InvalidateRemoteMd {
-            // Safety: One is invalidateRemoteMD's signature.
-            unsafe { real::<One>(g, sym)(this, peer) }
-        } else {
-            // Safety: WithOpt is the others' signature.
-            unsafe { real::<WithOpt>(g, sym)(this, peer, opt) }
-        }
-    };
-    let Some(_inside) = inside else {
-        return call();
-    };
-    // Safety: the caller's string, live for the call.
-    let p = unsafe { layout::string(peer) };
-    let facts = match sym {
-        Sym::InvalidateRemoteMd => Facts::Invalidate { peer: &p },
-        Sym::MakeConnection => Facts::Connect { peer: &p },
-        Sym::CheckRemoteMd => Facts::Check { peer: &p },
-        _ => Facts::Fetch { peer: &p },
-    };
-    let t = begin(sink, this, &facts);
-    let st = call();
-    end(sink, t, st, &Out::default());
-    st
-}
-
-/// `loadRemoteMD(const std::string& md, std::string& agent_name)`.
+/// Methods about a peer by name: `invalidateRemoteMD`, `makeConnection`,
+/// `fetchRemoteMD`, `checkRemoteMD`.
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn load_md<S: Sink>(sink: &S, this: Ptr, md: CPtr, name: Ptr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, Ptr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::LoadRemoteMd) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, md, name) };
-    };
-    let t = begin(sink, this, &Facts::LoadMd);
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, md, name) };
-    let n = if st == super::status::SUCCESS {
-        // Safety: the caller's out-string, live for the call.
-        unsafe { layout::string(name) }
-    } else {
-        std::borrow::Cow::Borrowed("")
-    };
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            name: &n,
-            ..Out::default()
-        },
-    );
-    st
+pub unsafe fn on_peer<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    peer: CPtr,
+) -> c_int {
+    let sym = nixl.sym;
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's string, live for the call.
+        let p = unsafe { layout::string(peer) };
+        let facts = match sym {
+            Sym::InvalidateRemoteMd => Facts::Invalidate { peer: &p },
+            Sym::MakeConnection => Facts::Connect { peer: &p },
+            Sym::CheckRemoteMd => Facts::Check { peer: &p },
+            _ => Facts::Fetch { peer: &p },
+        };
+        call.record(&facts, nothing)
+    })
 }
 
-/// `genNotif(const std::string& remote, const nixl_blob_t& msg, opt)`.
+/// `loadRemoteMD`: out, the name of the agent loaded (its out-string).
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn gen_notif<S: Sink>(sink: &S, this: Ptr, peer: CPtr, msg: CPtr, opt: CPtr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, CPtr, CPtr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::GenNotif) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, peer, msg, opt) };
-    };
-    // Safety: the caller's strings, live for the call.
-    let (p, m) = unsafe { (layout::string(peer), layout::string(msg)) };
-    let t = begin(
-        sink,
-        this,
-        &Facts::Notify {
+pub unsafe fn load_md<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    name: Ptr,
+) -> c_int {
+    hooked(sink, nixl, this, |_, call| {
+        let loaded = std::cell::OnceCell::new();
+        call.record(&Facts::LoadMd, |st| {
+            let n = loaded.get_or_init(|| {
+                if st == super::status::SUCCESS {
+                    // Safety: the caller's out-string, live for the call.
+                    unsafe { layout::string(name) }
+                } else {
+                    std::borrow::Cow::Borrowed("")
+                }
+            });
+            Out {
+                name: n,
+                ..Out::default()
+            }
+        })
+    })
+}
+
+/// `genNotif`: the peer and the message.
+///
+/// # Safety
+/// See the module.
+pub unsafe fn gen_notif<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    peer: CPtr,
+    msg: CPtr,
+) -> c_int {
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's strings, live for the call.
+        let (p, m) = unsafe { (layout::string(peer), layout::string(msg)) };
+        let facts = Facts::Notify {
             peer: &p,
             message: m.as_bytes(),
-        },
-    );
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, peer, msg, opt) };
-    end(sink, t, st, &Out::default());
-    st
+        };
+        call.record(&facts, nothing)
+    })
 }
 
-/// `getNotifs(nixl_notifs_t&, opt)`: what the call added to the map
-/// (libstdc++'s `unordered_map<string, vector<string>>`, read by
+/// `getNotifs`: what the call added to the map (libstdc++'s
+/// `unordered_map<string, vector<string>>`, read by
 /// `layout::notifs_since`).
 ///
 /// # Safety
 /// See the module.
-pub unsafe fn get_notifs<S: Sink>(sink: &S, this: Ptr, map: Ptr, opt: CPtr) -> c_int {
-    type F = unsafe extern "C-unwind" fn(Ptr, Ptr, CPtr) -> c_int;
-    let (g, inside) = enter(sink);
-    // Safety: F is the method's signature.
-    let f: F = unsafe { real(g, Sym::GetNotifs) };
-    let Some(_inside) = inside else {
-        // Safety: the caller's arguments, untouched.
-        return unsafe { f(this, map, opt) };
-    };
-    // Safety: the caller's map, live for the call.
-    let before = unsafe { layout::notif_counts(map) };
-    let t = begin(sink, this, &Facts::GetNotifs);
-    // Safety: the caller's arguments, untouched.
-    let st = unsafe { f(this, map, opt) };
-    // Safety: as above.
-    let fresh = unsafe { layout::notifs_since(map, &before) };
-    end(
-        sink,
-        t,
-        st,
-        &Out {
-            fresh: &fresh,
+pub unsafe fn get_notifs<S: CallSink, F: Copy>(
+    sink: &S,
+    nixl: Nixl<F, impl FnOnce(F) -> c_int>,
+    this: Ptr,
+    map: Ptr,
+) -> c_int {
+    hooked(sink, nixl, this, |_, call| {
+        // Safety: the caller's map, live for the call.
+        let before = unsafe { layout::notif_counts(map) };
+        let fresh = std::cell::OnceCell::new();
+        call.record(&Facts::GetNotifs, |_| Out {
+            // Safety: as above.
+            fresh: fresh.get_or_init(|| unsafe { layout::notifs_since(map, &before) }),
             ..Out::default()
-        },
-    );
-    st
+        })
+    })
 }

@@ -1,4 +1,4 @@
-//! The interposer's [`Sink`]: what NIXL was given and returned, described
+//! The interposer's [`CallSink`]: what NIXL was given and returned, described
 //! to the process's [`Observer`] — the recording path every front-end uses.
 //! Started with the gate's verdict (the first `nixlAgent` call of the
 //! process) from `NIXL_AGENT_*`, as an instrumented Python process is.
@@ -16,7 +16,7 @@ use nixl_agent_core::model::{
 };
 use nixl_agent_engine::observe::{Call, CallMark, LocalCallMark, Observer, Outcome, Pending, Transfer, XferPoll};
 use nixl_agent_instrument::{Instrumentation, Settings};
-use nixl_agent_sys::interpose::{status, BasicDesc, Facts, List, Out, Sink, Verdict};
+use nixl_agent_sys::interpose::{status, BasicDesc, CallSink, Facts, List, Out, Sym, Verdict};
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -26,7 +26,7 @@ use std::time::Instant;
 /// The prefix of the interposer's lines on the program's stderr.
 pub const SAID_BY: &str = "nixl-agent interposer";
 
-/// The process's recorder: empty until the gate decided, then started (or
+/// The process's translator: empty until the gate decided, then started (or
 /// not, when the gate refused or the settings are unusable).
 ///
 /// A child forked after that inherits an instrumentation whose threads did
@@ -38,7 +38,7 @@ pub const SAID_BY: &str = "nixl-agent interposer";
 /// nothing and writes no end record. The process that started first reads
 /// a `OnceLock` and nothing else.
 #[derive(Default)]
-pub struct Recorder {
+pub struct Translator {
     running: OnceLock<Option<Running>>,
     /// In a forked child: its own, by the fork count it was started at.
     child: Mutex<Option<(u64, Option<Arc<Running>>)>>,
@@ -277,7 +277,7 @@ pub enum Token {
         plugin: String,
         t0: Instant,
     },
-    Register(Box<Registration>),
+    Register(Box<RegisterCall>),
     Deregister {
         agent: AgentId,
         first: Region,
@@ -318,10 +318,14 @@ pub enum Token {
     Notifs {
         agent: AgentId,
     },
+    /// A call counted by method and status, nothing more.
+    Plain {
+        method: Sym,
+    },
 }
 
 /// A registration call begun: what `Observer::end` is told.
-pub struct Registration {
+pub struct RegisterCall {
     agent: AgentId,
     group: String,
     kind: Kind,
@@ -336,7 +340,7 @@ pub struct Registration {
     finding: Option<nixl_agent_core::validate::Rejection>,
 }
 
-impl Registration {
+impl RegisterCall {
     fn call(&self) -> Call<'_> {
         Call {
             agent: self.agent,
@@ -396,7 +400,7 @@ fn said(code: i32) -> String {
     }
 }
 
-impl Recorder {
+impl Translator {
     /// The recording a hooked NIXL call is recorded on: in a forked child,
     /// its own, started now if this is its first call.
     fn running(&self) -> Option<Current<'_>> {
@@ -437,7 +441,7 @@ impl Recorder {
             r.inst.let_go_in_child();
         }
         let gate = nixl_agent_sys::interpose::real::gate();
-        let started = catch_unwind(AssertUnwindSafe(|| Recorder::start(&gate.verdict).map(Arc::new)))
+        let started = catch_unwind(AssertUnwindSafe(|| Translator::start(&gate.verdict).map(Arc::new)))
             .ok()
             .flatten();
         *child = Some((forks, started.clone()));
@@ -516,7 +520,7 @@ impl Recorder {
 /// (and never starts one).
 extern "C" fn exiting() {
     let _ = catch_unwind(|| {
-        if let Some(r) = crate::recorder().started() {
+        if let Some(r) = crate::translator().started() {
             r.inst.end(None);
         }
     });
@@ -723,6 +727,8 @@ impl Running {
             Facts::AgentNew { name } => return Token::Agent { name: name.to_string() },
             // The poll loop's call: nothing to look up before NIXL answers.
             Facts::Status { req } => return Token::Status { req: *req },
+            // Counted whatever agent it is on.
+            Facts::Plain { method } => return Token::Plain { method: *method },
             // Taken out before NIXL frees it: a request NIXL makes at its
             // address on another thread meanwhile is never taken for it.
             Facts::Release { req } => {
@@ -759,7 +765,7 @@ impl Running {
                     Some((group, kind)) => (group, kind, None),
                     None => self.naming.next(agent, mem, device, &regions),
                 };
-                let mut r = Box::new(Registration {
+                let mut r = Box::new(RegisterCall {
                     agent,
                     group,
                     kind,
@@ -853,7 +859,7 @@ impl Running {
                     _mark: obs.call_started(CallKind::CreateXfer),
                 }
             }
-            Facts::Status { .. } | Facts::Release { .. } => Token::None,
+            Facts::Status { .. } | Facts::Release { .. } | Facts::Plain { .. } => Token::None,
             Facts::LoadMd => Token::Peer {
                 agent,
                 op: PeerOp::Add,
@@ -1056,6 +1062,14 @@ impl Running {
                     obs.notified(agent, NotifDirection::Send, 0, Some(&failure(st, true)));
                 }
             }
+            Token::Plain { method } => {
+                let status = if st == THREW {
+                    nixl_agent_core::event::NixlCalled::THREW
+                } else {
+                    status::name(st)
+                };
+                obs.nixl_called(method.name(), status);
+            }
             Token::Notifs { agent } => {
                 if !ok {
                     obs.notified(agent, NotifDirection::Receive, 0, Some(&failure(st, true)));
@@ -1104,7 +1118,7 @@ pub fn state() -> (bool, Option<&'static std::ffi::CStr>) {
     }
 }
 
-/// A post begun: what [`Sink::post_end`] is handed.
+/// A post begun: what [`CallSink::post_end`] is handed.
 pub struct Posting {
     running: Current<'static>,
     req: usize,
@@ -1153,7 +1167,7 @@ pub struct Begun {
     token: Token,
 }
 
-impl Sink for Recorder {
+impl CallSink for Translator {
     type Token = Option<Begun>;
     type Post = Option<Posting>;
 
@@ -1194,7 +1208,7 @@ impl Sink for Recorder {
 
     fn decided(&self, verdict: &Verdict) {
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.running.get_or_init(|| Recorder::start(verdict));
+            self.running.get_or_init(|| Translator::start(verdict));
         }));
     }
 
@@ -1256,7 +1270,7 @@ mod posting_tests {
         assert!(!r.poll_ended(status::SUCCESS), "already recorded");
     }
 
-    /// What the recorder does after a post that ended within its call: it
+    /// What the translator does after a post that ended within its call: it
     /// asks nothing more, and no later poll records the end again.
     #[test]
     fn after_a_post_that_ended_in_the_call_no_poll_records_an_end() {
