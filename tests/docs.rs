@@ -407,6 +407,13 @@ fn link_targets(text: &str) -> Vec<String> {
 /// The README stays a front door (the reference lives in docs/), and every
 /// relative link of README.md and docs/*.md points to a file that exists
 /// (and, for `page.md#anchor`, to a heading that page has).
+/// ARCHITECTURE.md is a map, not a manual: under 200 lines.
+#[test]
+fn architecture_is_under_200_lines() {
+    let lines = read("ARCHITECTURE.md").lines().count();
+    assert!(lines < 200, "ARCHITECTURE.md has {lines} lines: say less, or say it in the code");
+}
+
 #[test]
 fn readme_is_short_and_relative_links_resolve() {
     let readme = read("README.md");
