@@ -12,7 +12,8 @@
 //!   make /livez 503 naming the call, and 200 again once it returned;
 //! - `queryMem`, a method with no record of its own, is counted by status
 //!   and answers as bare (its statuses, its answers and the `errno` NIXL
-//!   left);
+//!   left); Python's `query_memory` is counted alike by the Python
+//!   front-end, the interposer and both in one process, once;
 //! - a NIXL whose version no list names is recorded (proven by what it
 //!   loads); one the interposer cannot prove runs untouched, readiness left
 //!   alone, and the blindness is said on stderr in one line, as a metric,
@@ -1253,6 +1254,76 @@ fn query_mem_is_counted_by_status_and_answers_as_bare() {
     assert_eq!(inst.status.code(), bare.status.code(), "exit code");
     assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "stdout");
     assert_eq!(unstamped(&inst.stderr), unstamped(&bare.stderr), "stderr");
+}
+
+/// `query_memory` of NIXL's Python API (tests/programs/python/nixl_plain.py
+/// `query`: a backend the agent never made, refused by the API before NIXL
+/// is called; UCX: not supported; POSIX: one file's facts, one absent) is
+/// counted alike under the Python front-end alone (`nixl-agent-instrument`),
+/// the interposer alone (`nixl-agent instrument --`) and both in one
+/// process (`NIXL_AGENT_INSTRUMENT=1` under the launcher): the same
+/// `nixl_agent_nixl_calls_total` series, once each (the Python front-end
+/// under a recording interposer counts nothing itself), and the program
+/// prints what it prints bare, with the same exit code.
+#[test]
+fn query_memory_is_counted_alike_by_both_front_ends_and_once_under_both() {
+    let bare = bare("python", "query");
+    assert_eq!(bare.status.code(), Some(0), "bare: {}", text(&bare.stderr));
+    let said = text(&bare.stdout);
+    assert!(
+        said.contains("query_memory on a backend never made: ValueError"),
+        "{said}"
+    );
+    assert!(said.contains("query_memory on UCX: nixlNotSupportedError"), "{said}");
+    assert!(
+        said.contains("query_memory on POSIX: 2 answers [size 12345, 3 facts] [absent]"),
+        "{said}"
+    );
+    let mut seen = Vec::new();
+    for front in ["python", "interposer", "both"] {
+        let cmd = match front {
+            "python" => {
+                let (_, script) = support::programs::python_program();
+                let mut c = support::held::command(&script.to_string_lossy(), true, &["query"], &[]);
+                support::programs::plain_env(&mut c);
+                c
+            }
+            "interposer" => launched("python", "query", &[]),
+            _ => launched("python", "query", &[("NIXL_AGENT_INSTRUMENT", "1")]),
+        };
+        let h = Held::spawn(cmd);
+        let s = h.scrape_when("the two queries NIXL answered counted", |s| {
+            s.metric("nixl_agent_nixl_calls_total").sum() >= 2.0
+        });
+        let calls: std::collections::BTreeMap<String, f64> = s
+            .metric("nixl_agent_nixl_calls_total")
+            .samples()
+            .iter()
+            .map(|m| (format!("{:?}", m.labels), m.value))
+            .collect();
+        let calls_of = |status: &str| {
+            s.value_at(
+                "nixl_agent_nixl_calls_total",
+                &[("method", "queryMem"), ("status", status)],
+            )
+        };
+        assert_eq!(calls_of("NIXL_ERR_NOT_SUPPORTED"), 1.0, "{front}: on UCX");
+        assert_eq!(calls_of("NIXL_SUCCESS"), 1.0, "{front}: on POSIX");
+        assert_eq!(
+            s.metric("nixl_agent_nixl_calls_total").sum(),
+            2.0,
+            "{front}: each call NIXL answered once, and none NIXL never saw: {calls:?}"
+        );
+        let inst = h.finish();
+        assert_eq!(inst.status.code(), bare.status.code(), "{front}: exit code");
+        assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "{front}: stdout");
+        seen.push(calls);
+    }
+    assert_eq!(seen[0], seen[1], "the Python front-end and the interposer disagree");
+    assert_eq!(
+        seen[1], seen[2],
+        "both in one process count otherwise than the interposer alone"
+    );
 }
 
 /// The symbol table and the gate name the same methods: every method the

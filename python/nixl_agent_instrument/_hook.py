@@ -2,7 +2,8 @@
 
 Only what must be Python lives here: a post-import hook (a ``sys.meta_path``
 finder that never imports NIXL itself) and the four wrappers of the agent's
-lifecycle and registrations (the data path's are in ``_xfer``). Each wrapper
+lifecycle and registrations (the data path's are in ``_xfer``), and the
+methods counted only by how they ended (``COUNTED``). Each wrapper
 hands its call to ``_native``, which records it on nixl-agent's recording
 path and calls the original; what the original returns or raises reaches
 the caller unchanged. A failure of the wrapping itself is counted, logged
@@ -27,6 +28,10 @@ _site = None
 # is an alias the ``nixl`` package puts in sys.modules (it imports one of the
 # others, which is where the hook fires).
 TARGETS = ("nixl_cu12._api", "nixl_cu13._api", "nixl_rocm._api", "nixl._api")
+# Methods of ``nixl_agent`` the recording gives no meaning of their own:
+# each call is counted by NIXL's method (the C++ name the interposer's table
+# gives it) and status, as the interposer counts it.
+COUNTED = (("query_memory", "queryMem"),)
 # Frameworks whose presence chooses the default readiness groups.
 FRAMEWORKS = ("sglang", "vllm", "dynamo")
 _MARK = "__nixl_agent_instrumented__"
@@ -166,6 +171,11 @@ def wrap_class(cls):
         "register_memory": register_memory,
         "deregister_memory": deregister_memory,
     }
+    for name, method in COUNTED:
+        original = getattr(cls, name, None)
+        if callable(original):
+            originals[name] = original
+            setattr(cls, name, _counted(original, method, functools))
     try:
         from . import _xfer
 
@@ -176,6 +186,30 @@ def wrap_class(cls):
     # For benchmarks and tests: the methods as NIXL defined them.
     cls.__nixl_agent_originals__ = originals
     return cls
+
+
+def _counted(original, method, functools):
+    """``original`` (a method of NIXL's), each call counted by ``method`` and
+    how it ended (the neutral call record). Under an interposer that
+    records it is never wrapped (``hand_down_class``): counted once."""
+
+    @functools.wraps(original)
+    def counted(self, *args, **kwargs):
+        try:
+            result = original(self, *args, **kwargs)
+        except Exception as e:
+            try:
+                _native.nixl_called(method, e)
+            except Exception as inner:
+                _hook_failed("nixl_call", inner)
+            raise
+        try:
+            _native.nixl_called(method)
+        except Exception as e:
+            _hook_failed("nixl_call", e)
+        return result
+
+    return counted
 
 
 def _backend_name(args, kwargs):

@@ -462,10 +462,12 @@ pub enum Hooked {
     Peer,
     /// `send_notif`, `get_new_notifs`.
     Notification,
+    /// A method counted only by method and status (`query_memory`).
+    NixlCall,
 }
 
 impl Hooked {
-    pub const ALL: [Hooked; 8] = [
+    pub const ALL: [Hooked; 9] = [
         Hooked::Import,
         Hooked::Init,
         Hooked::CreateBackend,
@@ -474,6 +476,7 @@ impl Hooked {
         Hooked::Transfer,
         Hooked::Peer,
         Hooked::Notification,
+        Hooked::NixlCall,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -486,6 +489,7 @@ impl Hooked {
             Hooked::Transfer => "transfer",
             Hooked::Peer => "peer",
             Hooked::Notification => "notification",
+            Hooked::NixlCall => "nixl_call",
         }
     }
 

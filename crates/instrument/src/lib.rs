@@ -7,6 +7,8 @@
 //!   keep buffers and ranks, the group and kind of a call site
 //!   ([`name_call`]), the groups readiness waits for ([`default_expect`]),
 //! - [`reason_of_exception`]: the closed reason of what the call raised,
+//!   [`status_of_exception`] NIXL's status it stands for (the neutral call
+//!   record's, as the interposer names it),
 //! - [`Instrumentation`]: the observer, log, tap, server and publisher of
 //!   one process.
 //!
@@ -430,6 +432,36 @@ pub fn reason_of_transfer_exception(class: &str) -> Reason {
         }
         other => reason_of_exception(other),
     }
+}
+
+/// NIXL's name of the status a call of NIXL's Python API ended with, by
+/// the class of what it raised, in the interposer's words for the same C++
+/// call (`nixl_agent_sys::interpose::status::name`): NIXL's exception
+/// classes are named after the status its binding turned into them; a C++
+/// exception that escaped NIXL (pybind11's `RuntimeError`) or anything
+/// unknown is [`NixlCalled::THREW`](nixl_agent_core::event::NixlCalled::THREW).
+/// `None` for Python's own argument errors, which the API raises before it
+/// calls NIXL (a backend the agent never made): no NIXL call to count, as
+/// the interposer counts none.
+pub fn status_of_exception(class: &str) -> Option<&'static str> {
+    use nixl_agent_sys::interpose::status::{self, *};
+    let code = match class {
+        "nixlNotPostedError" => ERR_NOT_POSTED,
+        "nixlInvalidParamError" => ERR_INVALID_PARAM,
+        "nixlBackendError" => ERR_BACKEND,
+        "nixlNotFoundError" => ERR_NOT_FOUND,
+        "nixlMismatchError" => ERR_MISMATCH,
+        "nixlNotAllowedError" => ERR_NOT_ALLOWED,
+        "nixlRepostActiveError" => ERR_REPOST_ACTIVE,
+        "nixlUnknownError" => ERR_UNKNOWN,
+        "nixlNotSupportedError" => ERR_NOT_SUPPORTED,
+        "nixlRemoteDisconnectError" => ERR_REMOTE_DISCONNECT,
+        "nixlCancelledError" => ERR_CANCELED,
+        "nixlNoTelemetryError" => ERR_NO_TELEMETRY,
+        other if reason_of_exception(other) == Reason::InvalidArgument => return None,
+        _ => return Some(nixl_agent_core::event::NixlCalled::THREW),
+    };
+    Some(status::name(code))
 }
 
 #[cfg(test)]

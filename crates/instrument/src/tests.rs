@@ -196,6 +196,25 @@ fn exceptions_map_into_the_closed_vocabulary() {
 }
 
 #[test]
+fn a_raised_status_is_named_as_the_interposer_names_it() {
+    assert_eq!(
+        status_of_exception("nixlInvalidParamError"),
+        Some("NIXL_ERR_INVALID_PARAM")
+    );
+    assert_eq!(
+        status_of_exception("nixlNotSupportedError"),
+        Some("NIXL_ERR_NOT_SUPPORTED")
+    );
+    assert_eq!(status_of_exception("nixlCancelledError"), Some("NIXL_ERR_CANCELED"));
+    // A C++ exception out of NIXL, or anything unknown: NIXL threw.
+    assert_eq!(status_of_exception("RuntimeError"), Some("exception"));
+    assert_eq!(status_of_exception("SomethingNew"), Some("exception"));
+    // The API's own refusals, before NIXL is called: no NIXL call.
+    assert_eq!(status_of_exception("ValueError"), None);
+    assert_eq!(status_of_exception("TypeError"), None);
+}
+
+#[test]
 fn a_data_path_exception_names_its_reason() {
     use super::reason_of_transfer_exception as r;
     assert_eq!(r("nixlRemoteDisconnectError"), Reason::PeerLost);

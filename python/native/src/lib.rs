@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 
 mod agents;
+mod calls;
 mod dlist_state;
 mod dlists;
 mod handles;
@@ -458,6 +459,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(agents::agent_failed, m)?)?;
     m.add_function(wrap_pyfunction!(agents::backend, m)?)?;
     m.add_function(wrap_pyfunction!(agents::hook_failed, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::nixl_called, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::register, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::hand_down, m)?)?;
     m.add_function(wrap_pyfunction!(registrations::hand_down_done, m)?)?;

@@ -3,7 +3,7 @@
 Tests run it bare and under an interposer and compare what it prints.
 
 Run (NIXL_LIB_DIR: the wheel's .nixl_cu12.mesonpy.libs):
-    NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins python nixl_plain.py ok|seed|config
+    NIXL_PLUGIN_DIR=$NIXL_LIB_DIR/plugins python nixl_plain.py ok|seed|config|query
 
 Scenarios (argv[1]):
     ok    agents "A" and "B" in this process, UCX each; 4 x 64 KiB DRAM
@@ -16,6 +16,14 @@ Scenarios (argv[1]):
           agent "A" is made, as the first thing a serving process does; when
           NIXL raises (its configuration file, say), the exception's class
           and text are printed and the program exits 1. Exit 0 when made.
+    query agent "A" with a UCX and a POSIX backend asks NIXL what it knows
+          of two files (one written here, one absent) with query_memory
+          three times, as the C++ program's `query` does with queryMem: on
+          a backend the agent never made (NIXL's Python API refuses it
+          before NIXL is called), on UCX (NIXL says not supported) and on
+          POSIX (a size for the file there, nothing for the absent one).
+          It prints each outcome (the exception's class, or the answers).
+          Exit 0 when the POSIX query succeeded.
 Exit codes: 0 ok, 1 seed or config failure, 2 usage, 3 a NIXL call failed unexpectedly,
 4 the notification did not arrive within 10 s.
 
@@ -145,6 +153,32 @@ def run_config():
     return 0
 
 
+def run_query():
+    a = make_agent("A")
+    a.create_backend("POSIX")
+    path = f"/tmp/nixl_plain_query_{os.getpid()}"
+    with open(path, "w") as f:
+        f.write("q" * 12345)
+    files = [(0, 0, 0, path), (0, 0, 0, path + ".absent")]
+
+    def query(how, backend):
+        try:
+            answers = a.query_memory(files, backend, "FILE")
+        except Exception as e:  # what NIXL raises is the point
+            print(f"query_memory {how}: {type(e).__name__}", flush=True)
+            return False
+        said = "".join(" [absent]" if r is None else f" [size {r.get('size', '?')}, {len(r)} facts]" for r in answers)
+        print(f"query_memory {how}: {len(answers)} answers{said}", flush=True)
+        return True
+
+    query("on a backend never made", "GDS")
+    query("on UCX", "UCX")
+    ok = query("on POSIX", "POSIX")
+    os.remove(path)
+    del a
+    return 0 if ok else 3
+
+
 def main():
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
     if scenario == "ok":
@@ -153,8 +187,10 @@ def main():
         code = run_seed()
     elif scenario == "config":
         code = run_config()
+    elif scenario == "query":
+        code = run_query()
     else:
-        print("usage: nixl_plain.py ok|seed|config", flush=True)
+        print("usage: nixl_plain.py ok|seed|config|query", flush=True)
         code = 2
     finish(code)
 

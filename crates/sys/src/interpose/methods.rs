@@ -377,6 +377,16 @@ macro_rules! define_sym {
                 }
             }
 
+            /// Whether the method has no record of its own (its hook is
+            /// `hooks::plain`): its calls are counted by method and status
+            /// only, the neutral call record a Python front-end may also
+            /// hand the engine for the same method of NIXL's Python API.
+            pub fn plain(self) -> bool {
+                match self {
+                    $(Sym::$sym => stringify!($hook) == "plain",)*
+                }
+            }
+
             /// The method NIXL defines instead of this one in some releases:
             /// a copy must define one of the two.
             pub const fn instead(self) -> Option<Sym> {
@@ -417,6 +427,7 @@ mod tests {
                 assert_eq!(other.name(), s.name(), "{s:?}: two forms of one method");
             }
         }
+        assert!(Sym::QueryMem.plain() && !Sym::RegisterMem.plain());
         let names: BTreeSet<&str> = Sym::ALL.iter().map(|s| s.mangled()).collect();
         assert_eq!(names.len(), Sym::COUNT, "one row a symbol");
     }
