@@ -411,7 +411,10 @@ fn link_targets(text: &str) -> Vec<String> {
 #[test]
 fn architecture_is_under_200_lines() {
     let lines = read("ARCHITECTURE.md").lines().count();
-    assert!(lines < 200, "ARCHITECTURE.md has {lines} lines: say less, or say it in the code");
+    assert!(
+        lines < 200,
+        "ARCHITECTURE.md has {lines} lines: say less, or say it in the code"
+    );
 }
 
 #[test]
