@@ -26,6 +26,7 @@ __all__ = [
     "agent_failed",
     "backend",
     "hook_failed",
+    "nixl_called",
     "register",
     "deregister",
     "hand_down",
