@@ -196,6 +196,17 @@ fn interposer_block_is_the_committed_bench_output() {
     );
 }
 
+/// The Python threads' figures in docs/performance.md are the committed
+/// output of scripts/bench-threads.sh.
+#[test]
+fn threads_block_is_the_committed_bench_output() {
+    assert_block_is(
+        "docs/performance.md",
+        "bench/results/threads.md",
+        "bash scripts/bench-threads.sh 16 12500 3",
+    );
+}
+
 /// The Python benchmark figures in docs/python.md are the committed output of
 /// `make bench-python`.
 #[test]

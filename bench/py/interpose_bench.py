@@ -19,6 +19,11 @@ interposer): each thread has agents "A<i>" (UCX, no progress thread) and
 N loopback WRITEs, each `initialize_xfer`, `transfer`, `check_xfer_state`
 until DONE, `release_xfer_handle`. Set-up is not timed; `seconds` is from
 every thread starting its loop to the last one ending. One JSON line.
+
+calls N: the same loop from one thread, each of its four calls timed
+apart: `*_ns` the mean of each over N (the poll's: every
+`check_xfer_state` until DONE, together). Where the time of recording
+goes, call by call. One JSON line.
 """
 
 import json
@@ -106,12 +111,41 @@ def run_loop(threads, n):
     return 0 if not failed else 3
 
 
+def run_calls(n):
+    logging.getLogger("nixl").setLevel(logging.WARNING)
+    a, _b, _keep, xa, xb = loop_pair(0)
+    clock = time.perf_counter_ns
+    spent = [0, 0, 0, 0]
+    for _ in range(n):
+        t0 = clock()
+        req = a.initialize_xfer("WRITE", xa, xb, "B0")
+        t1 = clock()
+        state = a.transfer(req)
+        t2 = clock()
+        while state != "DONE":
+            if state == "ERR":
+                return 3
+            state = a.check_xfer_state(req)
+        t3 = clock()
+        a.release_xfer_handle(req)
+        t4 = clock()
+        for i, d in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            spent[i] += d
+    names = ("initialize_xfer_ns", "transfer_ns", "check_xfer_state_ns", "release_xfer_handle_ns")
+    doc = {"mode": "calls", "n": n}
+    doc.update({k: v / n for k, v in zip(names, spent)})
+    print(json.dumps(doc), flush=True)
+    return 0
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "reg":
         return run_reg(int(argv[2]), int(argv[3]))
     if len(argv) == 4 and argv[1] == "loop":
         return run_loop(int(argv[2]), int(argv[3]))
-    print("usage: interpose_bench.py reg N REPS | loop THREADS N", file=sys.stderr)
+    if len(argv) == 3 and argv[1] == "calls":
+        return run_calls(int(argv[2]))
+    print("usage: interpose_bench.py reg N REPS | loop THREADS N | calls N", file=sys.stderr)
     return 2
 
 
