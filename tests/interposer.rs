@@ -11,8 +11,8 @@
 //! - a C++ `postXferReq` and `deregisterMem` held past the call deadline
 //!   make /livez 503 naming the call, and 200 again once it returned;
 //! - `queryMem`, a method with no record of its own, is counted by status
-//!   and answers as bare (its statuses, its answers and the `errno` NIXL
-//!   left); Python's `query_memory` is counted alike by the Python
+//!   (on /metrics and in /v1/status alike) and answers as bare (its
+//!   statuses, its answers and the `errno` NIXL left); Python's `query_memory` is counted alike by the Python
 //!   front-end, the interposer and both in one process, once;
 //! - a NIXL whose version no list names is recorded (proven by what it
 //!   loads); one the interposer cannot prove runs untouched, readiness left
@@ -1213,8 +1213,9 @@ if os.environ.get("HOLD_BEFORE_EXIT") == "1":
 /// of the table whose hook is `hooks::plain`), under the launcher: the C++
 /// program's three queries (no backend: refused; UCX: not supported;
 /// POSIX: one file's facts, one absent) are counted by status in
-/// `nixl_agent_nixl_calls_total`, where no other method is, and print
-/// what they print bare, the `errno` NIXL left included, and exit as bare.
+/// `nixl_agent_nixl_calls_total`, where no other method is, and listed
+/// alike in /v1/status `nixl_calls`, and print what they print bare, the
+/// `errno` NIXL left included, and exit as bare.
 #[test]
 fn query_mem_is_counted_by_status_and_answers_as_bare() {
     let bare = bare("cpp", "query");
@@ -1250,6 +1251,21 @@ fn query_mem_is_counted_by_status_and_answers_as_bare() {
         "only queryMem's calls: the constructor, createBackend and the rest have their own families"
     );
     assert_eq!(s.value_at("nixl_agent_backend_up", &[("backend", "POSIX")]), 1.0);
+    // /v1/status counts what /metrics counts (one recording, two views).
+    let st = support::status_document(h.addr);
+    let listed: Vec<(String, u64)> = support::own_status(&st)["nixl_calls"]
+        .as_array()
+        .unwrap_or_else(|| panic!("nixl_calls in {st}"))
+        .iter()
+        .map(|c| {
+            assert_eq!(c["method"], "queryMem", "{c}");
+            (c["status"].as_str().unwrap().to_string(), c["count"].as_u64().unwrap())
+        })
+        .collect();
+    for (status, count) in &listed {
+        assert_eq!(calls(status), *count as f64, "{status}: /v1/status against /metrics");
+    }
+    assert_eq!(listed.len(), 3, "{listed:?}");
     let inst = h.finish();
     assert_eq!(inst.status.code(), bare.status.code(), "exit code");
     assert_eq!(unstamped(&inst.stdout), unstamped(&bare.stdout), "stdout");

@@ -157,6 +157,15 @@ pub struct InFlightCall {
     pub seconds: f64,
 }
 
+/// Calls of one NIXL method with no record of its own that ended with one
+/// status (`nixl_agent_nixl_calls_total{method,status}`, the same counts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NixlCallCount {
+    pub method: &'static str,
+    pub status: &'static str,
+    pub count: u64,
+}
+
 /// The whole snapshot served at /v1/status.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -176,6 +185,11 @@ pub struct Status {
     /// NIXL calls in flight, the lifecycle's and observed ones (oldest per
     /// operation).
     pub in_flight: Vec<InFlightCall>,
+    /// NIXL calls of the methods with no record of their own (`queryMem`),
+    /// by method and status, in the order first seen; left out until the
+    /// first, as its metric family is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nixl_calls: Vec<NixlCallCount>,
     /// The lifecycle thread died (/livez fails).
     pub lifecycle_dead: bool,
     /// Readiness also waits for one group to be registered (observe mode
@@ -411,6 +425,7 @@ impl Status {
             nixl: NixlStatus::default(),
             stuck: Vec::new(),
             in_flight: Vec::new(),
+            nixl_calls: Vec::new(),
             lifecycle_dead: false,
             awaits_registration: false,
             backends: Vec::new(),

@@ -6,7 +6,7 @@ use super::calls::Agent;
 use super::groups::Group;
 use super::process::{owner, Backend};
 use super::State;
-use crate::status::{AgentStatus, BackendStatus, GroupStatus, InFlightCall, Status, StuckCallStatus};
+use crate::status::{AgentStatus, BackendStatus, GroupStatus, InFlightCall, NixlCallCount, Status, StuckCallStatus};
 
 impl State {
     /// The snapshot of the tables now.
@@ -38,6 +38,12 @@ impl State {
                 operation: op.as_str(),
                 seconds: d.as_secs_f64(),
             })
+            .collect();
+        s.nixl_calls = self
+            .calls
+            .nixl_calls
+            .iter()
+            .map(|&((method, status), count)| NixlCallCount { method, status, count })
             .collect();
         s.lifecycle_dead = p.lifecycle_dead;
         s.awaits_registration = p.awaits_registration;

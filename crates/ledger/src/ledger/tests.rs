@@ -111,4 +111,22 @@ fn calls_with_no_record_of_their_own_are_counted_by_method_and_status() {
             (("queryMem", "exception"), 1),
         ]
     );
+    // The status document lists the same counts, in the same order.
+    let listed: Vec<_> = ledger
+        .snapshot()
+        .nixl_calls
+        .iter()
+        .map(|c| ((c.method, c.status), c.count))
+        .collect();
+    assert_eq!(listed, counts);
+}
+
+/// A recording with no such call leaves `nixl_calls` out of the document,
+/// as its metric family is left out of /metrics.
+#[test]
+fn nixl_calls_are_left_out_of_the_status_until_the_first() {
+    let ledger = ledger_with_kv();
+    let doc = serde_json::to_value(&*ledger.snapshot()).unwrap();
+    assert!(doc.get("nixl_calls").is_none(), "{doc}");
+    assert!(doc.get("in_flight").is_some(), "{doc}");
 }
