@@ -17,7 +17,7 @@ pub use dir_refusal::DirRefusal;
 pub use ending::{Ended, How};
 pub use runtime::{InterposerStatus, NixlStatus, NIXL_SYS_VERSION, REVISION};
 pub use transport::{Transport, TransportScope};
-pub use xfer::{NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
+pub use xfer::{BlockLens, NotifDirection, PeerOp, Transfer, XferOp, XferOutcome, OUTCOME_ERROR, OUTCOME_OK};
 
 /// Why a registration step failed: the closed vocabulary of the `reason` label.
 ///

@@ -12,7 +12,7 @@
 use crate::naming::{Counted, Naming};
 use nixl_agent_core::event::CallKind;
 use nixl_agent_core::model::{
-    AgentId, Failure, Hooked, InterposerStatus, Kind, MemType, NotifDirection, PeerOp, Region, XferOp,
+    AgentId, BlockLens, Failure, Hooked, InterposerStatus, Kind, MemType, NotifDirection, PeerOp, Region, XferOp,
 };
 use nixl_agent_engine::observe::{Call, CallMark, LocalCallMark, Observer, Outcome, Pending, Transfer, XferPoll};
 use nixl_agent_instrument::{Instrumentation, Settings};
@@ -231,36 +231,7 @@ impl std::hash::Hasher for PointerHasher {
 struct Prepped {
     peer: String,
     mem: Option<MemType>,
-    lens: Lens,
-}
-
-/// The length of each block of a prepared list by its flat index, as runs
-/// of equal lengths: a strided list's run of `count` blocks, or a plain
-/// list's descriptors (one block each), equal neighbours merged. Sized by
-/// the list's descriptors, never by its blocks.
-#[derive(Default)]
-pub struct Lens(Vec<(u64, u64)>);
-
-impl Lens {
-    /// `count` more blocks of `len` bytes.
-    fn push(&mut self, count: u64, len: u64) {
-        if count == 0 {
-            return;
-        }
-        let start = self.0.last().map_or(0, |r| r.0);
-        let end = start.saturating_add(count);
-        match self.0.last_mut() {
-            Some(r) if r.1 == len => r.0 = end,
-            _ => self.0.push((end, len)),
-        }
-    }
-
-    /// Block `i`'s length.
-    fn get(&self, i: usize) -> Option<u64> {
-        let i = u64::try_from(i).ok()?;
-        let k = self.0.partition_point(|r| r.0 <= i);
-        self.0.get(k).map(|r| r.1)
-    }
+    lens: BlockLens,
 }
 
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
@@ -299,7 +270,7 @@ pub enum Token {
     Prep {
         peer: String,
         mem: Option<MemType>,
-        lens: Lens,
+        lens: BlockLens,
     },
     ReleaseDlist {
         dlist: usize,
@@ -813,19 +784,15 @@ impl Running {
             Facts::PrepDlist { peer, list } => Token::Prep {
                 peer: peer.to_string(),
                 mem: list.and_then(|l| mem_of(l.mem_type)),
-                lens: list.map_or_else(Lens::default, |l| {
-                    let mut lens = Lens::default();
-                    l.iter().for_each(|d| lens.push(1, d.len as u64));
-                    lens
+                lens: list.map_or_else(BlockLens::default, |l| {
+                    BlockLens::from_runs(l.iter().map(|d| (1, d.len as u64)))
                 }),
             },
             Facts::PrepStrided { peer, list } => Token::Prep {
                 peer: peer.to_string(),
                 mem: list.and_then(|l| mem_of(l.mem_type)),
-                lens: list.map_or_else(Lens::default, |l| {
-                    let mut lens = Lens::default();
-                    l.runs().for_each(|(len, count)| lens.push(count, len));
-                    lens
+                lens: list.map_or_else(BlockLens::default, |l| {
+                    BlockLens::from_runs(l.runs().map(|(len, count)| (count, len)))
                 }),
             },
             Facts::ReleaseDlist { dlist } => Token::ReleaseDlist { dlist },
@@ -1316,27 +1283,5 @@ mod posting_tests {
         assert!(!r.poll_ended(status::SUCCESS));
         // A request never posted: its first poll's end is recorded.
         assert!(Request::new(8).poll_ended(status::ERR_NOT_POSTED));
-    }
-}
-
-#[cfg(test)]
-mod lens_tests {
-    use super::Lens;
-
-    #[test]
-    fn strided_runs_and_plain_descriptors_give_each_block_its_length() {
-        let mut l = Lens::default();
-        l.push(8, 1024);
-        l.push(8, 1024);
-        l.push(0, 7);
-        l.push(1, 4096);
-        l.push(3, 512);
-        assert_eq!(l.0.len(), 3, "equal neighbours merged: {:?}", l.0);
-        assert_eq!(l.get(0), Some(1024));
-        assert_eq!(l.get(15), Some(1024));
-        assert_eq!(l.get(16), Some(4096));
-        assert_eq!(l.get(17), Some(512));
-        assert_eq!(l.get(19), Some(512));
-        assert_eq!(l.get(20), None);
     }
 }

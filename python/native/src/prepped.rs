@@ -7,6 +7,7 @@
 
 use crate::handles::{HandleTable, Key};
 use nixl_agent::MemType;
+use nixl_agent_core::model::BlockLens;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -17,8 +18,8 @@ pub(crate) const PREPPED_KEPT: usize = 4096;
 
 /// One prepared list.
 pub(crate) struct Prepped {
-    /// Runs of descriptors of one length: (index one past the run, length).
-    runs: Vec<(u64, u64)>,
+    /// Each block's length (the interposer reads its lists into the same).
+    lens: BlockLens,
     pub(crate) mem: Option<MemType>,
     /// The agent it was prepared for: "" (local, NIXL_INIT_AGENT), a remote
     /// agent's name, or the agent's own (loopback).
@@ -33,21 +34,8 @@ pub(crate) struct Prepped {
 impl Prepped {
     /// A list of `runs`: (descriptors, length of each).
     pub(crate) fn new(runs: impl IntoIterator<Item = (u64, u64)>, mem: Option<MemType>, peer: String) -> Prepped {
-        // Adjacent runs of one length are one run: a list of equal blocks
-        // (vLLM's, SGLang's) is a single run, whatever its length.
-        let given = runs;
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for (n, len) in given.into_iter().filter(|(n, _)| *n > 0) {
-            match runs.last_mut() {
-                Some((end, l)) if *l == len => *end = end.saturating_add(n),
-                last => {
-                    let end = last.map_or(0, |(end, _)| *end).saturating_add(n);
-                    runs.push((end, len));
-                }
-            }
-        }
         Prepped {
-            runs,
+            lens: BlockLens::from_runs(runs),
             mem,
             peer,
             prepared: Instant::now(),
@@ -63,17 +51,12 @@ impl Prepped {
 
     /// The one length of every descriptor, when they are all alike.
     pub(crate) fn uniform(&self) -> Option<u64> {
-        match self.runs.as_slice() {
-            [(_, len)] => Some(*len),
-            _ => None,
-        }
+        self.lens.uniform()
     }
 
     /// The length of descriptor `i`, if the list has one.
     pub(crate) fn len_of(&self, i: usize) -> Option<u64> {
-        let i = i as u64;
-        let at = self.runs.partition_point(|(end, _)| *end <= i);
-        self.runs.get(at).map(|(_, len)| *len)
+        self.lens.get(i)
     }
 }
 

@@ -31,6 +31,61 @@ pub struct Transfer<'a> {
     pub peer: &'a str,
 }
 
+/// The length of each block of a prepared descriptor list by its flat index
+/// (what a transfer made from the list by indices moves), kept as runs of
+/// equal lengths: a strided N×5 row is `count` blocks of one length, a
+/// plain descriptor one block, and equal neighbours merge, so a list of
+/// equal blocks (vLLM's, SGLang's) is one run whatever its length. Sized
+/// by the list's descriptors, never by its blocks. Both front-ends read
+/// prepared lists into it (the interposer's `prepXferDlist`, Python's
+/// `prep_xfer_dlist`), so their transfers count the same bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockLens(Vec<(u64, u64)>);
+
+impl BlockLens {
+    /// The lens of `runs`: (blocks, length of each), in order.
+    pub fn from_runs(runs: impl IntoIterator<Item = (u64, u64)>) -> BlockLens {
+        let mut lens = BlockLens::default();
+        for (count, len) in runs {
+            lens.push(count, len);
+        }
+        lens
+    }
+
+    /// `count` more blocks of `len` bytes.
+    pub fn push(&mut self, count: u64, len: u64) {
+        if count == 0 {
+            return;
+        }
+        let start = self.0.last().map_or(0, |r| r.0);
+        let end = start.saturating_add(count);
+        match self.0.last_mut() {
+            Some(r) if r.1 == len => r.0 = end,
+            _ => self.0.push((end, len)),
+        }
+    }
+
+    /// Block `i`'s length, if the list has a block `i`.
+    pub fn get(&self, i: usize) -> Option<u64> {
+        let i = u64::try_from(i).ok()?;
+        let k = self.0.partition_point(|r| r.0 <= i);
+        self.0.get(k).map(|r| r.1)
+    }
+
+    /// The one length of every block, when they are all alike.
+    pub fn uniform(&self) -> Option<u64> {
+        match self.0.as_slice() {
+            [(_, len)] => Some(*len),
+            _ => None,
+        }
+    }
+
+    /// Runs of equal lengths kept (for bounds and tests).
+    pub fn runs(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// A transfer's direction (NIXL's `nixl_xfer_op_t`): the `op` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -188,3 +243,28 @@ impl NotifDirection {
 /// `ok` or `error`: the `outcome` label of peer events and notifications.
 pub const OUTCOME_OK: &str = "ok";
 pub const OUTCOME_ERROR: &str = "error";
+
+#[cfg(test)]
+mod block_lens_tests {
+    use super::BlockLens;
+
+    #[test]
+    fn strided_runs_and_plain_descriptors_give_each_block_its_length() {
+        let mut l = BlockLens::default();
+        l.push(8, 1024);
+        l.push(8, 1024);
+        l.push(0, 7);
+        l.push(1, 4096);
+        l.push(3, 512);
+        assert_eq!(l.runs(), 3, "equal neighbours merged: {l:?}");
+        assert_eq!(l.get(0), Some(1024));
+        assert_eq!(l.get(15), Some(1024));
+        assert_eq!(l.get(16), Some(4096));
+        assert_eq!(l.get(17), Some(512));
+        assert_eq!(l.get(19), Some(512));
+        assert_eq!(l.get(20), None);
+        assert_eq!(l.uniform(), None);
+        assert_eq!(BlockLens::from_runs([(4, 64), (2, 64)]).uniform(), Some(64));
+        assert_eq!(BlockLens::default().get(0), None);
+    }
+}
