@@ -79,11 +79,6 @@ impl BlockLens {
             _ => None,
         }
     }
-
-    /// Runs of equal lengths kept (for bounds and tests).
-    pub fn runs(&self) -> usize {
-        self.0.len()
-    }
 }
 
 /// A transfer's direction (NIXL's `nixl_xfer_op_t`): the `op` label.
@@ -256,7 +251,7 @@ mod block_lens_tests {
         l.push(0, 7);
         l.push(1, 4096);
         l.push(3, 512);
-        assert_eq!(l.runs(), 3, "equal neighbours merged: {l:?}");
+        assert_eq!(l.0.len(), 3, "equal neighbours merged: {l:?}");
         assert_eq!(l.get(0), Some(1024));
         assert_eq!(l.get(15), Some(1024));
         assert_eq!(l.get(16), Some(4096));
